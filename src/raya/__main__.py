@@ -1,0 +1,3 @@
+from raya.cli import main
+
+main()

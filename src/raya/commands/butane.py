@@ -1,0 +1,1 @@
+"""The `raya butane` command(s)."""

@@ -1,0 +1,1 @@
+"""The `raya deploy` command(s)."""

@@ -1,0 +1,1 @@
+"""The `raya image` command(s)."""

@@ -1,0 +1,1 @@
+"""The `raya keys` command(s)."""

@@ -1,0 +1,1 @@
+"""The `raya render` command(s)."""

@@ -1,0 +1,179 @@
+"""The stack config: the spec's `variables.tf` + `prod.tfvars`, read from `Pulumi.<stack>.yaml`.
+
+Values live under the `raya:` namespace of the stack file's `config:` mapping, the same
+mapping the Pulumi program reads through `pulumi.Config("raya")`; both go through
+`parse_stack_config`, so the offline render and the deployment see one validated model.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raya.errors import ConfigError
+
+NAMESPACE = "raya"
+# The spec's route: every private subnet raya may ever use is reached through the gateway.
+PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# Hetzner locations and the network zone each belongs to.
+LOCATIONS = {
+    "fsn1": "eu-central",
+    "nbg1": "eu-central",
+    "hel1": "eu-central",
+    "ash": "us-east",
+    "hil": "us-west",
+    "sin": "ap-southeast",
+}
+DEFAULTS: dict[str, Any] = {
+    "clusterName": "raya",
+    "location": "nbg1",
+    "controlPlaneServerType": "cx33",
+    "networkRange": "10.0.0.0/16",
+    "nodesSubnet": "10.0.1.0/24",
+    "controlPlaneIp": "10.0.1.10",
+}
+REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
+KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
+
+_GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
+_SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    cluster_name: str
+    location: str
+    network_zone: str
+    control_plane_server_type: str
+    authorized_users: tuple[str, ...]
+    managed_subdomain: str
+    parent_zone: str  # absolute DNS name, trailing dot
+    network_range: ipaddress.IPv4Network
+    nodes_subnet: ipaddress.IPv4Network
+    control_plane_ip: ipaddress.IPv4Address
+
+    @property
+    def zone_dns_name(self) -> str:
+        """The managed zone's DNS name, e.g. `raya.example.com.`."""
+        return f"{self.managed_subdomain}.{self.parent_zone}"
+
+    @property
+    def gateway(self) -> ipaddress.IPv4Address:
+        """Hetzner's gateway is the first address of the network, not of the subnet."""
+        return self.network_range.network_address + 1
+
+
+def stack_file(root: Path, stack: str) -> Path:
+    return root / f"Pulumi.{stack}.yaml"
+
+
+def load_stack_config(path: Path) -> StackConfig:
+    """Read and validate the `raya:` values of a Pulumi stack file."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: stack file not found") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: not a YAML stack file: {error}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a top-level 'config:' mapping with raya: values")
+    prefix = f"{NAMESPACE}:"
+    values = {key[len(prefix) :]: value for key, value in config.items() if str(key).startswith(prefix)}
+    return parse_stack_config(values, str(path))
+
+
+def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
+    """Validate the `raya:` values (keys without the namespace) of the stack named `source`."""
+
+    def fail(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
+
+    unknown = sorted(set(values) - set(KEYS))
+    if unknown:
+        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(KEYS))}")
+    missing = [key for key in REQUIRED if key not in values]
+    if missing:
+        raise fail(missing[0], "is required")
+    merged = {**DEFAULTS, **values}
+
+    def text(key: str, pattern: re.Pattern[str], accepted: str) -> str:
+        value = merged[key]
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise fail(key, f"is {value!r}; accepted: {accepted}")
+        return value
+
+    cluster_name = text("clusterName", _CLUSTER_NAME, "2-32 lowercase letters, digits or '-'")
+    location = merged["location"]
+    if location not in LOCATIONS:
+        raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
+    network_zone = merged.get("networkZone", LOCATIONS[location])
+    if network_zone != LOCATIONS[location]:
+        raise fail(
+            "networkZone",
+            f"is {network_zone!r} but location {location} is in {LOCATIONS[location]!r}",
+        )
+    server_type = text("controlPlaneServerType", _SERVER_TYPE, "a Hetzner server type such as cx33")
+    if server_type.startswith("cax"):
+        raise fail("controlPlaneServerType", f"is {server_type!r}, an ARM type; the image is x86 only")
+
+    users = merged["authorizedUsers"]
+    if not isinstance(users, list) or not users:
+        raise fail("authorizedUsers", "must be a non-empty list of GitHub handles")
+    seen: dict[str, str] = {}
+    for user in users:
+        if not isinstance(user, str) or not _GITHUB_LOGIN.fullmatch(user):
+            raise fail(
+                "authorizedUsers",
+                f"has {user!r}, not a GitHub login (1-39 letters, digits or single inner '-')",
+            )
+        if user.lower() in seen:  # GitHub logins are case-insensitive
+            raise fail("authorizedUsers", f"lists {user!r} twice (also as {seen[user.lower()]!r})")
+        seen[user.lower()] = user
+
+    subdomain = text("managedSubdomain", _DNS_LABEL, "one lowercase DNS label such as 'raya'")
+    parent = merged["parentZone"]
+    labels = parent.rstrip(".").split(".") if isinstance(parent, str) else []
+    if len(labels) < 2 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        raise fail("parentZone", f"is {parent!r}; accepted: a lowercase DNS name such as example.com")
+
+    def network(key: str) -> ipaddress.IPv4Network:
+        try:
+            return ipaddress.IPv4Network(merged[key])
+        except (ValueError, TypeError):
+            raise fail(key, f"is {merged[key]!r}; accepted: an IPv4 CIDR such as 10.0.1.0/24") from None
+
+    network_range = network("networkRange")
+    if not network_range.subnet_of(PRIVATE_ROUTE):
+        raise fail("networkRange", f"is {network_range}; it must lie inside {PRIVATE_ROUTE}")
+    subnet = network("nodesSubnet")
+    if not subnet.subnet_of(network_range):
+        raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
+    try:
+        cp_ip = ipaddress.IPv4Address(merged["controlPlaneIp"])
+    except (ValueError, TypeError):
+        raise fail("controlPlaneIp", f"is {merged['controlPlaneIp']!r}; accepted: an IPv4 address") from None
+    gateway = network_range.network_address + 1
+    if cp_ip not in subnet or cp_ip in (subnet.network_address, subnet.broadcast_address, gateway):
+        raise fail("controlPlaneIp", f"is {cp_ip}; accepted: a host address of nodesSubnet {subnet} other than the gateway {gateway}")
+
+    return StackConfig(
+        cluster_name=cluster_name,
+        location=location,
+        network_zone=network_zone,
+        control_plane_server_type=server_type,
+        authorized_users=tuple(users),
+        managed_subdomain=subdomain,
+        parent_zone=".".join(labels) + ".",
+        network_range=network_range,
+        nodes_subnet=subnet,
+        control_plane_ip=cp_ip,
+    )

@@ -1,0 +1,124 @@
+"""The fleet: `deploy/fleet/agents.json` and every node's identity derived from it.
+
+An agent is fully specified by its position `i` in the list: name `agent-i`, private
+address `<subnet> + 20 + i`, DNS label `a<i>`, and a node password derived from the
+cluster's join secret and `i`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from raya.config import StackConfig
+from raya.errors import ConfigError
+
+AGENT_HOST_OFFSET = 20
+CONTROL_PLANE_NAME = "control-plane"
+CONTROL_PLANE_LABEL = "cp"
+_SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
+
+Role = Literal["control-plane", "agent"]
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    role: Role
+    index: int | None  # position in agents.json; None for the control plane
+    private_ip: ipaddress.IPv4Address
+    dns_label: str
+    server_type: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    config: StackConfig
+    control_plane: Node
+    agents: tuple[Node, ...]
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (self.control_plane, *self.agents)
+
+    def dns_name(self, node: Node) -> str:
+        return f"{node.dns_label}.{self.config.zone_dns_name}"
+
+
+def fleet_file(root: Path) -> Path:
+    return root / "deploy" / "fleet" / "agents.json"
+
+
+def load_fleet(path: Path) -> tuple[str, ...]:
+    """The agents' server types, in position order."""
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: fleet file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not JSON: {error}") from None
+    if not isinstance(data, dict) or "agents" not in data:
+        raise ConfigError(f'{path}: expected {{"agents": ["cx23", ...]}}')
+    unknown = sorted(set(data) - {"agents"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; accepted: agents")
+    agents = data["agents"]
+    if not isinstance(agents, list):
+        raise ConfigError(f"{path}: 'agents' must be a list of Hetzner server types")
+    for i, server_type in enumerate(agents):
+        if not isinstance(server_type, str) or not _SERVER_TYPE.fullmatch(server_type):
+            raise ConfigError(
+                f"{path}: agents[{i}] is {server_type!r}; accepted: a Hetzner server type such as cx23"
+            )
+        if server_type.startswith("cax"):
+            raise ConfigError(f"{path}: agents[{i}] is {server_type!r}, an ARM type; the image is x86 only")
+    return tuple(agents)
+
+
+def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> Cluster:
+    """Every node's name, address and DNS label; `source` names the fleet file in errors."""
+    subnet = config.nodes_subnet
+    first = subnet.network_address + AGENT_HOST_OFFSET
+    capacity = max(0, int(subnet.broadcast_address) - int(first))
+    if len(agents) > capacity:
+        raise ConfigError(
+            f"{source}: {len(agents)} agents, but nodesSubnet {subnet} addresses at most "
+            f"{capacity} from {first}"
+        )
+    nodes = tuple(
+        Node(
+            name=f"agent-{i}",
+            role="agent",
+            index=i,
+            private_ip=first + i,
+            dns_label=f"a{i}",
+            server_type=server_type,
+        )
+        for i, server_type in enumerate(agents)
+    )
+    if any(node.private_ip == config.control_plane_ip for node in nodes):
+        raise ConfigError(
+            f"{source}: agents take {first}-{first + len(agents) - 1}, which overlaps "
+            f"raya:controlPlaneIp {config.control_plane_ip}"
+        )
+    control_plane = Node(
+        name=CONTROL_PLANE_NAME,
+        role="control-plane",
+        index=None,
+        private_ip=config.control_plane_ip,
+        dns_label=CONTROL_PLANE_LABEL,
+        server_type=config.control_plane_server_type,
+    )
+    return Cluster(config=config, control_plane=control_plane, agents=nodes)
+
+
+def node_password(join_secret: str, index: int) -> str:
+    """Agent `index`'s node password: stable across re-creations, so k3s never refuses it."""
+    message = f"raya node password agent-{index}".encode()
+    return hmac.new(join_secret.encode(), message, hashlib.sha256).hexdigest()

@@ -1,0 +1,123 @@
+"""The image pins (`image/fcos.pin`, `image/k3s.pin`) and the snapshot labels derived from them.
+
+The pins are JSON so that the Packer template can read them with `jsondecode(file(...))`:
+they are the one source of truth for the image build, its lookup and the pin updates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raya.errors import ConfigError
+
+FCOS_STREAMS = ("stable", "testing", "next")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+")
+_K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")
+# Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.
+_LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
+
+
+@dataclass(frozen=True)
+class FcosPin:
+    stream: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class K3sPin:
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Pins:
+    fcos: FcosPin
+    k3s: K3sPin
+
+
+def fcos_pin_path(root: Path) -> Path:
+    return root / "image" / "fcos.pin"
+
+
+def k3s_pin_path(root: Path) -> Path:
+    return root / "image" / "k3s.pin"
+
+
+def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not a JSON object: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object with {', '.join(fields)}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}")
+    for field in fields:
+        if not isinstance(data.get(field), str):
+            raise ConfigError(f"{path}: field '{field}' is required and must be a string")
+    return data
+
+
+def _check(path: Path, field: str, value: str, pattern: re.Pattern[str], accepted: str) -> None:
+    if not pattern.fullmatch(value):
+        raise ConfigError(f"{path}: field '{field}' is {value!r}; accepted: {accepted}")
+
+
+def parse_fcos_pin(path: Path) -> FcosPin:
+    data = _read_object(path, ("stream", "version", "sha256"))
+    if data["stream"] not in FCOS_STREAMS:
+        raise ConfigError(
+            f"{path}: field 'stream' is {data['stream']!r}; accepted: {', '.join(FCOS_STREAMS)}"
+        )
+    _check(path, "version", data["version"], _FCOS_VERSION, "an FCOS version such as 44.20260720.3.1")
+    _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
+    return FcosPin(stream=data["stream"], version=data["version"], sha256=data["sha256"])
+
+
+def parse_k3s_pin(path: Path) -> K3sPin:
+    data = _read_object(path, ("version", "sha256"))
+    _check(path, "version", data["version"], _K3S_VERSION, "a k3s release such as v1.36.5+k3s1")
+    _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
+    return K3sPin(version=data["version"], sha256=data["sha256"])
+
+
+def load_pins(root: Path) -> Pins:
+    return Pins(fcos=parse_fcos_pin(fcos_pin_path(root)), k3s=parse_k3s_pin(k3s_pin_path(root)))
+
+
+def dump_pin(pin: FcosPin | K3sPin) -> str:
+    """The pin file's text: the same pin always gives the same bytes."""
+    return json.dumps(pin.__dict__, indent=2) + "\n"
+
+
+def label_value(value: str) -> str:
+    """A Hetzner label value for `value`; `+` (in k3s versions) is not accepted there."""
+    converted = value.replace("+", "-")
+    if not _LABEL_VALUE.fullmatch(converted):
+        raise ConfigError(f"{value!r} cannot be a Hetzner label value (alphanumerics and -_. only)")
+    return converted
+
+
+def snapshot_labels(pins: Pins, cluster_name: str) -> dict[str, str]:
+    """The labels the image build stamps on the snapshot and the deployment selects it by."""
+    return {
+        "managed_by": label_value(cluster_name),
+        "os": "fcos",
+        "fcos_stream": label_value(pins.fcos.stream),
+        "fcos_version": label_value(pins.fcos.version),
+        "k3s_version": label_value(pins.k3s.version),
+    }
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    """Hetzner's `label_selector` syntax for exactly these labels."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
