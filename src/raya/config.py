@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
 
-_GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
+GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
@@ -130,7 +130,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         raise fail("authorizedUsers", "must be a non-empty list of GitHub handles")
     seen: dict[str, str] = {}
     for user in users:
-        if not isinstance(user, str) or not _GITHUB_LOGIN.fullmatch(user):
+        if not isinstance(user, str) or not GITHUB_LOGIN.fullmatch(user):
             raise fail(
                 "authorizedUsers",
                 f"has {user!r}, not a GitHub login (1-39 letters, digits or single inner '-')",
