@@ -269,8 +269,11 @@ def select_users(
     wanted = {handle.lower() for handle in handles}
     missing = [handle for handle in handles if handle.lower() not in by_handle]
     if missing:
-        raise KeysError(f"{source}: no keys for {', '.join(missing)} listed in {SETTING}")
+        raise KeysError(
+            f"{source}: has no keys for {', '.join(missing)}, listed in {SETTING} "
+            "(fetch them with `raya keys --save`)"
+        )
     extra = sorted(user.handle for user in users if user.handle.lower() not in wanted)
     if extra:
-        raise KeysError(f"{source}: keys for {', '.join(extra)}, who is not in {SETTING}")
+        raise KeysError(f"{source}: has keys for {', '.join(extra)}, not listed in {SETTING}")
     return _sorted(users)
