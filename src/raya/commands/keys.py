@@ -93,4 +93,6 @@ def keys(
         except OSError as error:
             raise KeysError(f"{save}: cannot write the keys file: {error.strerror}") from None
         count = sum(len(user.keys) for user in users)
-        err.print(f"wrote {count} keys of {len(users)} users to {save}", markup=False)
+        err.print(
+            f"wrote {count} keys of {len(users)} users to {save}", markup=False, soft_wrap=True
+        )
