@@ -1,1 +1,198 @@
-"""The `raya image` command(s)."""
+"""The `raya image` commands: build the FCOS snapshot iff it is missing; keep its pins current."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from raya.cli import app, err, out
+from raya.config import load_stack_config, stack_file
+from raya.errors import ImageError
+from raya.image import (
+    FCOS_BUILDS_URL,
+    HCLOUD_API_URL,
+    K3S_CHANNELS_URL,
+    K3S_RELEASES_URL,
+    Endpoints,
+    check_pins,
+    find_packer,
+    find_snapshots,
+    latest_pins,
+    packer_commands,
+    packer_environment,
+    packer_variables,
+    pin_changes,
+    run_packer,
+    template_path,
+    write_pins,
+)
+from raya.pins import FCOS_STREAMS, FcosPin, K3sPin, label_selector, load_pins, snapshot_labels
+from raya.project import DEFAULT_STACK, find_root
+
+image = typer.Typer(
+    help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",
+    no_args_is_help=True,
+)
+app.add_typer(image, name="image")
+
+Root = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        help="Project folder, holding Pulumi.yaml and image/.",
+        show_default="the nearest one at or above the current folder",
+    ),
+]
+FcosBuildsUrl = Annotated[
+    str,
+    typer.Option(
+        "--fcos-builds-url",
+        envvar="RAYA_FCOS_BUILDS_URL",
+        help="Where FCOS stream and build metadata and images are published (a mirror, a test).",
+    ),
+]
+K3sReleasesUrl = Annotated[
+    str,
+    typer.Option(
+        "--k3s-releases-url",
+        envvar="RAYA_K3S_RELEASES_URL",
+        help="Where k3s release binaries and sha256sum-amd64.txt are published.",
+    ),
+]
+
+
+def _say(message: str) -> None:
+    out.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+@image.command()
+def build(
+    stack: Annotated[
+        str,
+        typer.Option("--stack", "-s", help="Stack whose cluster the snapshot is built for."),
+    ] = DEFAULT_STACK,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check everything (Hetzner, pins, Packer) and print the Packer commands "
+            "instead of running them.",
+        ),
+    ] = False,
+    root: Root = None,
+    hcloud_endpoint: Annotated[
+        str,
+        typer.Option(
+            "--hcloud-endpoint",
+            envvar="HCLOUD_ENDPOINT",
+            help="Hetzner Cloud API endpoint (also passed to Packer).",
+        ),
+    ] = HCLOUD_API_URL,
+    fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
+    k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
+) -> None:
+    """Build the FCOS snapshot with Packer, unless Hetzner already has one with its labels.
+
+    Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
+    """
+    root = root or find_root(Path.cwd())
+    config = load_stack_config(stack_file(root, stack))
+    pins = load_pins(root)
+    labels = snapshot_labels(pins, config.cluster_name)
+    token = os.environ.get("HCLOUD_TOKEN", "")
+    if not token:
+        raise ImageError(
+            "HCLOUD_TOKEN is not set: export a read and write API token of the Hetzner Cloud "
+            "project (Security > API tokens in the Hetzner console)"
+        )
+    with err.status("asking Hetzner for the snapshot..."):
+        snapshots = find_snapshots(token, labels, hcloud_endpoint)
+    if snapshots:
+        for snapshot in snapshots:
+            _say(
+                f"snapshot {snapshot.id} ({snapshot.description}, {snapshot.status}, created "
+                f"{snapshot.created}) already has the labels {label_selector(labels)}"
+            )
+        _say("nothing to build")
+        return
+    _say(f"no snapshot has the labels {label_selector(labels)}")
+    packer = find_packer()
+    endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
+    with err.status("checking the pins against upstream..."):
+        check_pins(root, pins, endpoints)
+    _say(f"pins match upstream: FCOS {pins.fcos.version}, k3s {pins.k3s.version}")
+    commands = packer_commands(packer, template_path(root), packer_variables(config, endpoints))
+    if dry_run:
+        _say("would run (HCLOUD_TOKEN and HCLOUD_ENDPOINT in the environment):")
+        for argv in commands:
+            _say(f"  {shlex.join(argv)}")
+        return
+    env = packer_environment(token, hcloud_endpoint)
+    for argv in commands:
+        _say(f"$ {shlex.join(argv)}")
+        run_packer(argv, env, root)
+    _say(f"built the snapshot labelled {label_selector(labels)}")
+
+
+def _describe(pin: FcosPin | K3sPin) -> str:
+    stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
+    return f"{stream}{pin.version} (sha256 {pin.sha256})"
+
+
+@image.command()
+def pins(
+    update: Annotated[
+        bool, typer.Option("--update", help="Rewrite the pin files that are not current.")
+    ] = False,
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream",
+            help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
+            show_default="the pinned stream",
+        ),
+    ] = None,
+    root: Root = None,
+    fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
+    k3s_channels_url: Annotated[
+        str,
+        typer.Option(
+            "--k3s-channels-url",
+            envvar="RAYA_K3S_CHANNELS_URL",
+            help="k3s release channel server (its stable channel is followed).",
+        ),
+    ] = K3S_CHANNELS_URL,
+    k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
+) -> None:
+    """Compare the pins with the newest FCOS release of the stream and the stable k3s.
+
+    Without --update, only reports; with it, rewrites the pins that changed (old -> new).
+    """
+    if stream is not None and stream not in FCOS_STREAMS:
+        raise typer.BadParameter(
+            f"{stream!r}; accepted: {', '.join(FCOS_STREAMS)}", param_hint="--stream"
+        )
+    root = root or find_root(Path.cwd())
+    current = load_pins(root)
+    endpoints = Endpoints(
+        fcos_builds=fcos_builds_url, k3s_channels=k3s_channels_url, k3s_releases=k3s_releases_url
+    )
+    with err.status("looking up the newest releases..."):
+        latest = latest_pins(stream or current.fcos.stream, endpoints)
+    changes = pin_changes(root, current, latest)
+    for change in changes:
+        name = change.path.relative_to(root)
+        if not change.changed:
+            _say(f"{name}: current, {_describe(change.old)}")
+        elif update:
+            _say(f"{name}: {_describe(change.old)} -> {_describe(change.new)}")
+        else:
+            _say(f"{name}: outdated, {_describe(change.old)}; newest {_describe(change.new)}")
+    if update:
+        write_pins(changes)
+    elif any(change.changed for change in changes):
+        _say("run `raya image pins --update` to rewrite them")

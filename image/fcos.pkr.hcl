@@ -1,0 +1,96 @@
+# The Fedora CoreOS image for Hetzner Cloud, with k3s preinstalled.
+#
+# A throwaway server is booted into Hetzner's rescue system, install.sh burns the pinned FCOS
+# Hetzner artifact onto its disk and adds the pinned k3s binary, and the disk becomes a
+# snapshot. FCOS never boots here, so Ignition still runs on the first boot of every server
+# made from the snapshot. The token comes from HCLOUD_TOKEN (and the API from HCLOUD_ENDPOINT).
+#
+# Built by `raya image build` (image/build.sh), which first checks the snapshot does not exist.
+
+packer {
+  required_plugins {
+    hcloud = {
+      source  = "github.com/hetznercloud/hcloud"
+      version = ">= 1.6.0"
+    }
+  }
+}
+
+variable "cluster_name" {
+  type        = string
+  description = "The cluster the snapshot is built for: its managed_by label."
+}
+
+variable "location" {
+  type        = string
+  default     = "nbg1"
+  description = "Hetzner location of the throwaway build server."
+}
+
+variable "server_type" {
+  type        = string
+  default     = "cx23"
+  description = "Server type of the throwaway build server; its disk size is the snapshot's minimum."
+
+  validation {
+    condition     = length(regexall("^cax", var.server_type)) == 0
+    error_message = "The image is x86_64: cax* server types are ARM."
+  }
+}
+
+variable "fcos_builds_url" {
+  type        = string
+  default     = "https://builds.coreos.fedoraproject.org"
+  description = "Where Fedora CoreOS builds are published."
+}
+
+variable "k3s_releases_url" {
+  type        = string
+  default     = "https://github.com/k3s-io/k3s/releases/download"
+  description = "Where k3s release binaries are published."
+}
+
+locals {
+  # The pins are the one source of truth: the same files decide the labels raya looks up.
+  fcos = jsondecode(file("${path.root}/fcos.pin"))
+  k3s  = jsondecode(file("${path.root}/k3s.pin"))
+
+  fcos_image_url = "${var.fcos_builds_url}/prod/streams/${local.fcos.stream}/builds/${local.fcos.version}/x86_64/fedora-coreos-${local.fcos.version}-hetzner.x86_64.raw.xz"
+  k3s_binary_url = "${var.k3s_releases_url}/${local.k3s.version}/k3s"
+
+  # Hetzner label values may not contain "+" (k3s versions do): the same rule as raya.pins.
+  labels = {
+    managed_by   = replace(var.cluster_name, "+", "-")
+    os           = "fcos"
+    fcos_stream  = replace(local.fcos.stream, "+", "-")
+    fcos_version = replace(local.fcos.version, "+", "-")
+    k3s_version  = replace(local.k3s.version, "+", "-")
+  }
+}
+
+source "hcloud" "fcos" {
+  # Any x86 image will do: the server boots into the rescue system and its disk is overwritten.
+  image        = "debian-12"
+  rescue       = "linux64"
+  location     = var.location
+  server_type  = var.server_type
+  ssh_username = "root"
+
+  snapshot_name   = "${var.cluster_name}-fcos-${local.fcos.version}-k3s-${local.labels.k3s_version}"
+  snapshot_labels = local.labels
+}
+
+build {
+  sources = ["source.hcloud.fcos"]
+
+  provisioner "shell" {
+    script = "${path.root}/install.sh"
+    environment_vars = [
+      "FCOS_IMAGE_URL=${local.fcos_image_url}",
+      "FCOS_SHA256=${local.fcos.sha256}",
+      "K3S_BINARY_URL=${local.k3s_binary_url}",
+      "K3S_SHA256=${local.k3s.sha256}",
+      "DISK=/dev/sda",
+    ]
+  }
+}
