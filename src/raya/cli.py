@@ -14,7 +14,7 @@ from raya.errors import RayaError
 
 app = typer.Typer(
     name="raya",
-    help="Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Google Cloud DNS.",
+    help="Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

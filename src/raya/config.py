@@ -7,6 +7,7 @@ mapping the Pulumi program reads through `pulumi.Config("raya")`; both go throug
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
+_ARM_PREFIX = "cax"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,15 @@ class StackConfig:
         return self.network_range.network_address + 1
 
 
+def server_type_problem(value: object) -> str | None:
+    """What is wrong with `value` as the server type of a node, or None if nothing."""
+    if not isinstance(value, str) or not _SERVER_TYPE.fullmatch(value):
+        return f"is {value!r}; accepted: a Hetzner server type such as cx23"
+    if value.startswith(_ARM_PREFIX):
+        return f"is {value!r}, an ARM type; accepted: an x86 type, the image is x86 only"
+    return None
+
+
 def stack_file(root: Path, stack: str) -> Path:
     return root / f"Pulumi.{stack}.yaml"
 
@@ -87,7 +98,11 @@ def load_stack_config(path: Path) -> StackConfig:
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a top-level 'config:' mapping with raya: values")
     prefix = f"{NAMESPACE}:"
-    values = {key[len(prefix) :]: value for key, value in config.items() if str(key).startswith(prefix)}
+    values = {
+        key.removeprefix(prefix): value
+        for key, value in config.items()
+        if str(key).startswith(prefix)
+    }
     return parse_stack_config(values, str(path))
 
 
@@ -113,7 +128,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
 
     cluster_name = text("clusterName", _CLUSTER_NAME, "2-32 lowercase letters, digits or '-'")
     location = merged["location"]
-    if location not in LOCATIONS:
+    if not isinstance(location, str) or location not in LOCATIONS:
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
     network_zone = merged.get("networkZone", LOCATIONS[location])
     if network_zone != LOCATIONS[location]:
@@ -121,9 +136,10 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "networkZone",
             f"is {network_zone!r} but location {location} is in {LOCATIONS[location]!r}",
         )
-    server_type = text("controlPlaneServerType", _SERVER_TYPE, "a Hetzner server type such as cx33")
-    if server_type.startswith("cax"):
-        raise fail("controlPlaneServerType", f"is {server_type!r}, an ARM type; the image is x86 only")
+    server_type = merged["controlPlaneServerType"]
+    problem = server_type_problem(server_type)
+    if problem:
+        raise fail("controlPlaneServerType", problem)
 
     users = merged["authorizedUsers"]
     if not isinstance(users, list) or not users:
@@ -141,15 +157,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
 
     subdomain = text("managedSubdomain", _DNS_LABEL, "one lowercase DNS label such as 'raya'")
     parent = merged["parentZone"]
-    labels = parent.rstrip(".").split(".") if isinstance(parent, str) else []
+    labels = parent.removesuffix(".").split(".") if isinstance(parent, str) else []
     if len(labels) < 2 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
-        raise fail("parentZone", f"is {parent!r}; accepted: a lowercase DNS name such as example.com")
+        raise fail(
+            "parentZone", f"is {parent!r}; accepted: a lowercase DNS name such as example.com"
+        )
 
     def network(key: str) -> ipaddress.IPv4Network:
-        try:
-            return ipaddress.IPv4Network(merged[key])
-        except (ValueError, TypeError):
-            raise fail(key, f"is {merged[key]!r}; accepted: an IPv4 CIDR such as 10.0.1.0/24") from None
+        value = merged[key]
+        # Only text with a prefix length: ipaddress takes an integer or a bare address too.
+        if isinstance(value, str) and "/" in value:
+            with contextlib.suppress(ValueError):
+                return ipaddress.IPv4Network(value)
+        raise fail(key, f"is {value!r}; accepted: an IPv4 CIDR such as 10.0.1.0/24")
 
     network_range = network("networkRange")
     if not network_range.subnet_of(PRIVATE_ROUTE):
@@ -157,13 +177,18 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
+    value = merged["controlPlaneIp"]
     try:
-        cp_ip = ipaddress.IPv4Address(merged["controlPlaneIp"])
-    except (ValueError, TypeError):
-        raise fail("controlPlaneIp", f"is {merged['controlPlaneIp']!r}; accepted: an IPv4 address") from None
+        cp_ip = ipaddress.IPv4Address(value if isinstance(value, str) else "")
+    except ValueError:
+        raise fail("controlPlaneIp", f"is {value!r}; accepted: an IPv4 address") from None
     gateway = network_range.network_address + 1
     if cp_ip not in subnet or cp_ip in (subnet.network_address, subnet.broadcast_address, gateway):
-        raise fail("controlPlaneIp", f"is {cp_ip}; accepted: a host address of nodesSubnet {subnet} other than the gateway {gateway}")
+        raise fail(
+            "controlPlaneIp",
+            f"is {cp_ip}; accepted: a host address of nodesSubnet {subnet} "
+            f"other than the gateway {gateway}",
+        )
 
     return StackConfig(
         cluster_name=cluster_name,

@@ -11,18 +11,16 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from raya.config import StackConfig
+from raya.config import StackConfig, server_type_problem
 from raya.errors import ConfigError
 
 AGENT_HOST_OFFSET = 20
 CONTROL_PLANE_NAME = "control-plane"
 CONTROL_PLANE_LABEL = "cp"
-_SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 
 Role = Literal["control-plane", "agent"]
 
@@ -67,17 +65,16 @@ def load_fleet(path: Path) -> tuple[str, ...]:
         raise ConfigError(f'{path}: expected {{"agents": ["cx23", ...]}}')
     unknown = sorted(set(data) - {"agents"})
     if unknown:
-        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; accepted: agents")
+        raise ConfigError(
+            f"{path}: unknown top-level key(s) {', '.join(unknown)}; accepted: agents"
+        )
     agents = data["agents"]
     if not isinstance(agents, list):
         raise ConfigError(f"{path}: 'agents' must be a list of Hetzner server types")
     for i, server_type in enumerate(agents):
-        if not isinstance(server_type, str) or not _SERVER_TYPE.fullmatch(server_type):
-            raise ConfigError(
-                f"{path}: agents[{i}] is {server_type!r}; accepted: a Hetzner server type such as cx23"
-            )
-        if server_type.startswith("cax"):
-            raise ConfigError(f"{path}: agents[{i}] is {server_type!r}, an ARM type; the image is x86 only")
+        problem = server_type_problem(server_type)
+        if problem:
+            raise ConfigError(f"{path}: agents[{i}] {problem}")
     return tuple(agents)
 
 

@@ -60,7 +60,9 @@ def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
         raise ConfigError(f"{path}: expected a JSON object with {', '.join(fields)}")
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}")
+        raise ConfigError(
+            f"{path}: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}"
+        )
     for field in fields:
         if not isinstance(data.get(field), str):
             raise ConfigError(f"{path}: field '{field}' is required and must be a string")
@@ -78,7 +80,9 @@ def parse_fcos_pin(path: Path) -> FcosPin:
         raise ConfigError(
             f"{path}: field 'stream' is {data['stream']!r}; accepted: {', '.join(FCOS_STREAMS)}"
         )
-    _check(path, "version", data["version"], _FCOS_VERSION, "an FCOS version such as 44.20260720.3.1")
+    _check(
+        path, "version", data["version"], _FCOS_VERSION, "an FCOS version such as 44.20260720.3.1"
+    )
     _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
     return FcosPin(stream=data["stream"], version=data["version"], sha256=data["sha256"])
 
