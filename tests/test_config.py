@@ -1,0 +1,279 @@
+"""The stack config: defaults, every validation rule, and the messages that name the fault."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raya.config import (
+    DEFAULTS,
+    KEYS,
+    LOCATIONS,
+    load_stack_config,
+    parse_stack_config,
+    server_type_problem,
+    stack_file,
+)
+from raya.errors import ConfigError
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK
+from tests.support import REPO
+
+SOURCE = "Pulumi.test.yaml"
+MINIMAL: dict[str, Any] = {
+    "authorizedUsers": ["octo-alice"],
+    "managedSubdomain": "raya",
+    "parentZone": "example.com",
+}
+
+
+def parse(**changes: Any) -> Any:
+    values = {**MINIMAL, **changes}
+    return parse_stack_config({k: v for k, v in values.items() if v is not None}, SOURCE)
+
+
+def error_of(**changes: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse(**changes)
+    return str(caught.value)
+
+
+def test_defaults_are_the_specs() -> None:
+    config = parse()
+    assert config.cluster_name == "raya"
+    assert config.location == "nbg1"
+    assert config.network_zone == "eu-central"
+    assert config.control_plane_server_type == "cx33"
+    assert config.authorized_users == ("octo-alice",)
+    assert config.network_range == ipaddress.IPv4Network("10.0.0.0/16")
+    assert config.nodes_subnet == ipaddress.IPv4Network("10.0.1.0/24")
+    assert config.control_plane_ip == ipaddress.IPv4Address("10.0.1.10")
+    assert config.gateway == ipaddress.IPv4Address("10.0.0.1")
+    assert config.parent_zone == "example.com."
+    assert config.zone_dns_name == "raya.example.com."
+
+
+def test_every_setting_can_be_given() -> None:
+    config = parse(
+        clusterName="lab-2",
+        location="hel1",
+        networkZone="eu-central",
+        controlPlaneServerType="cpx31",
+        authorizedUsers=["Octo-Alice", "bob-1", "c"],
+        managedSubdomain="k8s",
+        parentZone="corp.example.org.",
+        networkRange="10.8.0.0/16",
+        nodesSubnet="10.8.4.0/22",
+        controlPlaneIp="10.8.4.5",
+    )
+    assert config.cluster_name == "lab-2"
+    assert config.location == "hel1"
+    assert config.control_plane_server_type == "cpx31"
+    assert config.authorized_users == ("Octo-Alice", "bob-1", "c")
+    assert config.zone_dns_name == "k8s.corp.example.org."
+    assert config.gateway == ipaddress.IPv4Address("10.8.0.1")
+    assert config.nodes_subnet == ipaddress.IPv4Network("10.8.4.0/22")
+    assert config.control_plane_ip == ipaddress.IPv4Address("10.8.4.5")
+    assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
+
+
+@pytest.mark.parametrize(("location", "zone"), sorted(LOCATIONS.items()))
+def test_network_zone_follows_the_location(location: str, zone: str) -> None:
+    assert parse(location=location).network_zone == zone
+    assert parse(location=location, networkZone=zone).network_zone == zone
+
+
+def test_unknown_setting() -> None:
+    assert error_of(clusterNmae="x") == (
+        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {', '.join(sorted(KEYS))}"
+    )
+
+
+@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone"])
+def test_required_settings(key: str) -> None:
+    assert error_of(**{key: None}) == f"{SOURCE}: raya:{key} is required"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"clusterName": "Raya"},
+            "raya:clusterName is 'Raya'; accepted: 2-32 lowercase letters, digits or '-'",
+        ),
+        ({"clusterName": "r"}, "raya:clusterName is 'r'; accepted: 2-32"),
+        ({"clusterName": "raya-"}, "raya:clusterName is 'raya-'; accepted: 2-32"),
+        ({"clusterName": "1raya"}, "raya:clusterName is '1raya'; accepted: 2-32"),
+        ({"clusterName": "r" * 33}, "raya:clusterName is 'rrr"),
+        ({"clusterName": 7}, "raya:clusterName is 7; accepted: 2-32"),
+        (
+            {"location": "fra1"},
+            "raya:location is 'fra1'; accepted: fsn1, nbg1, hel1, ash, hil, sin",
+        ),
+        ({"location": ["nbg1"]}, "raya:location is ['nbg1']; accepted: fsn1"),
+        (
+            {"location": "ash", "networkZone": "eu-central"},
+            "raya:networkZone is 'eu-central' but location ash is in 'us-east'",
+        ),
+        (
+            {"controlPlaneServerType": ""},
+            "raya:controlPlaneServerType is ''; accepted: a Hetzner server type such as cx23",
+        ),
+        (
+            {"controlPlaneServerType": "CX33"},
+            "raya:controlPlaneServerType is 'CX33'; accepted: a Hetzner server type",
+        ),
+        (
+            {"controlPlaneServerType": "cx 33"},
+            "raya:controlPlaneServerType is 'cx 33'; accepted: a Hetzner server type",
+        ),
+        (
+            {"controlPlaneServerType": "cax21"},
+            "raya:controlPlaneServerType is 'cax21', an ARM type; accepted: an x86 type, "
+            "the image is x86 only",
+        ),
+        (
+            {"authorizedUsers": []},
+            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+        ),
+        (
+            {"authorizedUsers": "octo-alice"},
+            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+        ),
+        (
+            {"authorizedUsers": ["-alice"]},
+            "raya:authorizedUsers has '-alice', not a GitHub login "
+            "(1-39 letters, digits or single inner '-')",
+        ),
+        ({"authorizedUsers": ["alice-"]}, "raya:authorizedUsers has 'alice-', not a GitHub"),
+        ({"authorizedUsers": ["al--ice"]}, "raya:authorizedUsers has 'al--ice', not a GitHub"),
+        ({"authorizedUsers": ["al_ice"]}, "raya:authorizedUsers has 'al_ice', not a GitHub"),
+        ({"authorizedUsers": ["a" * 40]}, "raya:authorizedUsers has 'aaaa"),
+        ({"authorizedUsers": [""]}, "raya:authorizedUsers has '', not a GitHub login"),
+        ({"authorizedUsers": [42]}, "raya:authorizedUsers has 42, not a GitHub login"),
+        (
+            {"authorizedUsers": ["octo", "bob", "Octo"]},
+            "raya:authorizedUsers lists 'Octo' twice (also as 'octo')",
+        ),
+        (
+            {"managedSubdomain": "raya.lab"},
+            "raya:managedSubdomain is 'raya.lab'; accepted: one lowercase DNS label such as 'raya'",
+        ),
+        ({"managedSubdomain": "-raya"}, "raya:managedSubdomain is '-raya'; accepted: one"),
+        (
+            {"parentZone": "com"},
+            "raya:parentZone is 'com'; accepted: a lowercase DNS name such as example.com",
+        ),
+        ({"parentZone": "Example.com"}, "raya:parentZone is 'Example.com'; accepted: a lowercase"),
+        ({"parentZone": "example..com"}, "raya:parentZone is 'example..com'; accepted:"),
+        ({"parentZone": "example.com.."}, "raya:parentZone is 'example.com..'; accepted:"),
+        ({"parentZone": 5}, "raya:parentZone is 5; accepted: a lowercase DNS name"),
+        (
+            {"networkRange": "10.0.0.0/33"},
+            "raya:networkRange is '10.0.0.0/33'; accepted: an IPv4 CIDR such as 10.0.1.0/24",
+        ),
+        ({"networkRange": "10.0.0.1/16"}, "raya:networkRange is '10.0.0.1/16'; accepted: an IPv4"),
+        ({"networkRange": "10.0.0.0"}, "raya:networkRange is '10.0.0.0'; accepted: an IPv4 CIDR"),
+        ({"networkRange": 167772160}, "raya:networkRange is 167772160; accepted: an IPv4 CIDR"),
+        ({"networkRange": "fd00::/8"}, "raya:networkRange is 'fd00::/8'; accepted: an IPv4 CIDR"),
+        (
+            {"networkRange": "192.168.0.0/16", "nodesSubnet": "192.168.1.0/24"},
+            "raya:networkRange is 192.168.0.0/16; it must lie inside 10.0.0.0/8",
+        ),
+        ({"nodesSubnet": "nope"}, "raya:nodesSubnet is 'nope'; accepted: an IPv4 CIDR"),
+        (
+            {"nodesSubnet": "10.1.1.0/24"},
+            "raya:nodesSubnet is 10.1.1.0/24, outside networkRange 10.0.0.0/16",
+        ),
+        (
+            {"nodesSubnet": "10.0.0.0/15"},
+            "raya:nodesSubnet is 10.0.0.0/15, outside networkRange 10.0.0.0/16",
+        ),
+        (
+            {"controlPlaneIp": "10.0.1.300"},
+            "raya:controlPlaneIp is '10.0.1.300'; accepted: an IPv4 address",
+        ),
+        ({"controlPlaneIp": 167772426}, "raya:controlPlaneIp is 167772426; accepted: an IPv4"),
+        (
+            {"controlPlaneIp": "10.0.2.10"},
+            "raya:controlPlaneIp is 10.0.2.10; accepted: a host address of nodesSubnet "
+            "10.0.1.0/24 other than the gateway 10.0.0.1",
+        ),
+        ({"controlPlaneIp": "10.0.1.0"}, "raya:controlPlaneIp is 10.0.1.0; accepted: a host"),
+        ({"controlPlaneIp": "10.0.1.255"}, "raya:controlPlaneIp is 10.0.1.255; accepted: a host"),
+        (
+            {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.1"},
+            "raya:controlPlaneIp is 10.0.0.1; accepted: a host address of nodesSubnet "
+            "10.0.0.0/24 other than the gateway 10.0.0.1",
+        ),
+    ],
+)
+def test_bad_setting(changes: dict[str, Any], message: str) -> None:
+    assert error_of(**changes).startswith(f"{SOURCE}: {message}")
+
+
+@pytest.mark.parametrize("value", ["cx23", "cpx11", "ccx63", "cx22"])
+def test_good_server_types(value: str) -> None:
+    assert server_type_problem(value) is None
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = stack_file(tmp_path, "test")
+    path.write_text(text)
+    return path
+
+
+def test_load_reads_only_the_raya_namespace(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "config:\n"
+        "  hcloud:token:\n    secure: AAABAxyz\n"
+        "  gcp:project: my-project\n"
+        "  raya:authorizedUsers: [octo-alice, octo-bob]\n"
+        "  raya:managedSubdomain: lab\n"
+        "  raya:parentZone: example.net\n"
+        "  raya:location: fsn1\n",
+    )
+    config = load_stack_config(path)
+    assert path.name == "Pulumi.test.yaml"
+    assert config.authorized_users == ("octo-alice", "octo-bob")
+    assert config.zone_dns_name == "lab.example.net."
+    assert config.location == "fsn1"
+
+
+def test_load_names_the_file_in_setting_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "config:\n  raya:managedSubdomain: raya\n  raya:parentZone: x.io\n")
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(path)
+    assert str(caught.value) == f"{path}: raya:authorizedUsers is required"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "{path}: stack file not found"),
+        ("config: [", "{path}: not a YAML stack file: "),
+        ("", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("- config", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("config: 3", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("config: {}", "{path}: raya:authorizedUsers is required"),
+    ],
+)
+def test_bad_stack_file(tmp_path: Path, text: str | None, message: str) -> None:
+    path = stack_file(tmp_path, "test")
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(path)
+    assert str(caught.value).startswith(message.format(path=path))
+
+
+@pytest.mark.parametrize(
+    ("root", "stack"), [(EXAMPLE_ROOT, EXAMPLE_STACK), (REPO, "prod")], ids=["example", "prod"]
+)
+def test_shipped_stacks_are_valid(root: Path, stack: str) -> None:
+    config = load_stack_config(stack_file(root, stack))
+    assert config.authorized_users
+    assert config.zone_dns_name.endswith(".")
