@@ -50,7 +50,9 @@ from raya.commands import butane, deploy, image, keys, render  # noqa: E402, F40
 
 def main() -> None:
     try:
-        app()  # standalone: usage errors exit 2 with click's message
+        # standalone: usage errors exit 2 with click's message; the name is `raya` also
+        # under `python -m raya`.
+        app(prog_name="raya")
     except RayaError as error:
         if _debug:
             err.print_exception()

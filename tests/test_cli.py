@@ -1,0 +1,133 @@
+"""The `raya` command line: help everywhere, version, exit statuses and one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from raya import __version__
+from raya.cli import app
+from tests.support import REPO
+
+
+def commands(
+    command: Any = None, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every command and group under `command` (default: the whole app), with its path."""
+    command = command or typer.main.get_command(app)
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from commands(sub, (*path, name))
+
+
+ALL = list(commands())
+
+
+def raya(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "80", "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+    return subprocess.run(
+        [sys.executable, "-m", "raya", *args], cwd=cwd, capture_output=True, text=True, env=env
+    )
+
+
+def test_the_commands_of_the_issues_are_present() -> None:
+    paths = {" ".join(path) for path, _ in ALL}
+    assert {"keys", "render", "image"} <= paths
+
+
+@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) or "raya" for p, _ in ALL])
+def test_help_on_every_command(path: tuple[str, ...], command: Any) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: raya {' '.join(path)}".rstrip() in result.output
+    assert command.help, f"raya {' '.join(path)} has no help text"
+    for param in command.params:
+        if param.param_type_name == "option":
+            assert param.help, f"raya {' '.join(path)} {param.opts[0]} has no help text"
+            assert param.opts[0] in result.output
+
+
+def test_version() -> None:
+    result = raya("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"raya {__version__}\n"
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "raya"
+    result = subprocess.run([script, "--version"], capture_output=True, text=True)
+    assert result.stdout == f"raya {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["--no-such-option"], "No such option: --no-such-option"),
+        (["keys", "--no-such-option"], "No such option: --no-such-option"),
+        (["keys", "--stack"], "Option '--stack' requires an argument"),
+        ([], "Usage: raya"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], problem: str) -> None:
+    result = raya(*args)
+    assert result.returncode == 2
+    assert problem in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def bad_project(tmp_path: Path) -> Path:
+    (tmp_path / "Pulumi.yaml").write_text("name: raya\n")
+    (tmp_path / "Pulumi.prod.yaml").write_text(
+        "config:\n  raya:authorizedUsers: [octo-alice]\n  raya:managedSubdomain: raya\n"
+        "  raya:parentZone: example.com\n  raya:nodesSubnet: 10.9.1.0/24\n"
+    )
+    return tmp_path
+
+
+def test_bad_input_is_one_line_exit_1(tmp_path: Path) -> None:
+    root = bad_project(tmp_path)
+    result = raya("keys", "--root", str(root))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {root / 'Pulumi.prod.yaml'}: raya:nodesSubnet is 10.9.1.0/24, outside "
+        "networkRange 10.0.0.0/16"
+    ]
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    root = bad_project(tmp_path)
+    result = raya("--debug", "keys", "--root", str(root))
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: ")
+
+
+def test_long_error_is_not_wrapped(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*(["a-rather-long-folder-name"] * 6))
+    deep.mkdir(parents=True)
+    result = raya("keys", cwd=deep)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: {deep}: not inside a raya project (no Pulumi.yaml here or above)"
+    ]
+
+
+def test_error_text_is_not_taken_as_markup(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: raya\n")
+    (tmp_path / "Pulumi.prod.yaml").write_text(
+        "config:\n  raya:authorizedUsers: ['[bold]x']\n  raya:managedSubdomain: raya\n"
+        "  raya:parentZone: example.com\n"
+    )
+    result = raya("keys", "--root", str(tmp_path))
+    assert result.returncode == 1
+    assert "has '[bold]x', not a GitHub login" in result.stderr
