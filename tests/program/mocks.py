@@ -1,0 +1,306 @@
+"""Pulumi mocks that behave like the providers: real keys and certificates, random secrets,
+name servers, addresses, service account key files; and a state that persists between runs.
+
+`run_program` runs the program once, isolated: a fresh mock monitor per run, the state
+(what `pulumi up` would have stored) carried by the `Mocks` instance across runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import hashlib
+import ipaddress
+import json
+import secrets
+import string
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from pulumi.runtime import rpc
+from pulumi.runtime.sync_await import _ensure_event_loop
+
+PROJECT = "raya-tests"
+SECRET_SIG = (rpc._special_sig_key, rpc._special_secret_sig)
+
+
+def is_secret(value: Any) -> bool:
+    """Whether a resource input reached the mock as a Pulumi secret."""
+    return isinstance(value, dict) and value.get(SECRET_SIG[0]) == SECRET_SIG[1]
+
+
+def reveal(value: Any) -> Any:
+    """A resource input with its secret wrappers removed."""
+    if is_secret(value):
+        return reveal(value["value"])
+    if isinstance(value, dict):
+        return {key: reveal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [reveal(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Registered:
+    typ: str
+    name: str
+    inputs: dict[str, Any]  # as the mock saw them: secrets still wrapped
+    id: str
+    outputs: dict[str, Any]
+
+
+@dataclass
+class Zone:
+    name: str
+    dns_name: str
+
+
+@dataclass
+class Snapshot:
+    id: int
+    labels: dict[str, str]
+    architecture: str = "x86"
+    created: str = "2026-11-01T00:00:00+00:00"
+
+
+class ProviderMocks(pulumi.runtime.Mocks):
+    """The providers raya uses, faked realistically; `state` is what `pulumi up` keeps."""
+
+    def __init__(self, zones: list[Zone], snapshots: list[Snapshot]) -> None:
+        self.zones = zones
+        self.snapshots = snapshots
+        # (type, name, inputs) -> (id, outputs): same inputs on the same resource, same outputs,
+        # as the engine does for an unchanged resource.
+        self.state: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
+        self.resources: dict[str, Registered] = {}  # this run's resources by name
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._serial = 1000
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
+        with self._lock:
+            self.calls.append((args.token, dict(args.args)))
+        if args.token == "hcloud:index/getImages:getImages":
+            return {"id": "images", "images": self._images(args.args)}
+        if args.token == "gcp:dns/getManagedZones:getManagedZones":
+            return {
+                "id": f"projects/{PROJECT}/managedZones",
+                "managedZones": [
+                    {
+                        "name": zone.name,
+                        "dnsName": zone.dns_name,
+                        "description": "",
+                        "id": f"projects/{PROJECT}/managedZones/{zone.name}",
+                        "managedZoneId": str(abs(hash(zone.name))),
+                        "nameServers": _name_servers(zone.name),
+                        "visibility": "public",
+                        "project": PROJECT,
+                    }
+                    for zone in self.zones
+                ],
+            }
+        raise AssertionError(f"unexpected invoke {args.token}")
+
+    def _images(self, query: dict[str, Any]) -> list[dict[str, Any]]:
+        wanted = dict(pair.split("=", 1) for pair in query["withSelector"].split(","))
+        found = [
+            snapshot
+            for snapshot in self.snapshots
+            if wanted.items() <= snapshot.labels.items()
+            and snapshot.architecture in query.get("withArchitectures", [snapshot.architecture])
+        ]
+        if query.get("mostRecent"):
+            found.sort(key=lambda snapshot: snapshot.created, reverse=True)
+        return [
+            {
+                "id": snapshot.id,
+                "name": "",
+                "type": "snapshot",
+                "architecture": snapshot.architecture,
+                "labels": snapshot.labels,
+                "created": snapshot.created,
+                "description": "fcos",
+                "osFlavor": "unknown",
+                "osVersion": "",
+                "rapidDeploy": False,
+                "deprecated": "",
+                "deprecationAnnounced": "",
+                "isDeprecated": False,
+                "unavailableAfter": "",
+            }
+            for snapshot in found
+        ]
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        key = (args.typ, args.name, json.dumps(args.inputs, sort_keys=True, default=str))
+        with self._lock:
+            if key not in self.state:
+                self._serial += 1
+                self.state[key] = self._create(args.typ, args.name, reveal(args.inputs))
+            id_, outputs = self.state[key]
+            self.resources[args.name] = Registered(args.typ, args.name, args.inputs, id_, outputs)
+        return id_, outputs
+
+    def _create(self, typ: str, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        serial = self._serial
+        outputs = dict(inputs)
+        if typ == "random:index/randomPassword:RandomPassword":
+            alphabet = string.ascii_letters + string.digits
+            outputs["result"] = "".join(
+                secrets.choice(alphabet) for _ in range(int(inputs["length"]))
+            )
+        elif typ == "tls:index/privateKey:PrivateKey":
+            assert (inputs["algorithm"], inputs["ecdsaCurve"]) == ("ECDSA", "P256")
+            key = ec.generate_private_key(ec.SECP256R1())
+            outputs["privateKeyPem"] = key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            ).decode()
+            outputs["publicKeyPem"] = (
+                key.public_key()
+                .public_bytes(
+                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+                )
+                .decode()
+            )
+        elif typ == "tls:index/selfSignedCert:SelfSignedCert":
+            outputs["certPem"] = _self_signed(inputs)
+        elif typ == "hcloud:index/network:Network":
+            return str(serial), outputs
+        elif typ == "hcloud:index/networkSubnet:NetworkSubnet":
+            network = ipaddress.IPv4Network(inputs["ipRange"])
+            outputs["gateway"] = "10.0.0.1"
+            return f"{int(inputs['networkId'])}-{network}", outputs
+        elif typ == "hcloud:index/server:Server":
+            outputs["ipv4Address"] = str(ipaddress.IPv4Address("203.0.113.0") + serial % 250 + 1)
+            outputs["ipv6Address"] = f"2001:db8:{serial:x}::1"
+            outputs["status"] = "running"
+            return str(serial), outputs
+        elif typ == "gcp:dns/managedZone:ManagedZone":
+            outputs["nameServers"] = _name_servers(inputs["name"])
+            outputs["project"] = PROJECT
+            return f"projects/{PROJECT}/managedZones/{inputs['name']}", outputs
+        elif typ == "gcp:serviceaccount/account:Account":
+            email = f"{inputs['accountId']}@{PROJECT}.iam.gserviceaccount.com"
+            outputs.update(
+                email=email,
+                member=f"serviceAccount:{email}",
+                name=f"projects/{PROJECT}/serviceAccounts/{email}",
+                project=PROJECT,
+                uniqueId=str(10**20 + serial),
+            )
+            return outputs["name"], outputs
+        elif typ == "gcp:serviceaccount/key:Key":
+            outputs["privateKey"] = _service_account_key(inputs["serviceAccountId"])
+        return f"{name}-{serial}", outputs
+
+
+def _name_servers(zone: str) -> list[str]:
+    shard = hashlib.sha256(zone.encode()).digest()[0] % 4 + 1
+    return [f"ns-cloud-{letter}{shard}.googledomains.com." for letter in "abcd"]
+
+
+def _self_signed(inputs: dict[str, Any]) -> str:
+    """What the tls provider makes of SelfSignedCert's inputs."""
+    key = serialization.load_pem_private_key(inputs["privateKeyPem"].encode(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, inputs["subject"]["commonName"])])
+    uses = set(inputs["allowedUses"])
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(hours=int(inputs["validityPeriodHours"])))
+        .add_extension(
+            x509.BasicConstraints(ca=bool(inputs.get("isCaCertificate")), path_length=None),
+            critical=True,
+        )
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature="digital_signature" in uses,
+                key_cert_sign="cert_signing" in uses,
+                crl_sign="crl_signing" in uses,
+                content_commitment=False,
+                key_encipherment="key_encipherment" in uses,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _service_account_key(account_name: str) -> str:
+    """A key file as GCP returns it: base64 of the JSON document."""
+    email = account_name.rsplit("/", 1)[-1]
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    document = {
+        "type": "service_account",
+        "project_id": PROJECT,
+        "private_key_id": secrets.token_hex(20),
+        "private_key": key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode(),
+        "client_email": email,
+        "client_id": str(secrets.randbelow(10**21)),
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    return base64.b64encode(json.dumps(document, indent=2).encode()).decode()
+
+
+@dataclass
+class Run:
+    resources: dict[str, Registered]
+    outputs: dict[str, Any]
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def of_type(self, typ: str) -> dict[str, Registered]:
+        return {name: r for name, r in self.resources.items() if r.typ == typ}
+
+
+def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> Run:
+    """Run `program()` (returns the stack outputs) once against `mocks`, in a fresh monitor."""
+    mocks.resources = {}
+    mocks.calls = []
+    _quiet_abandoned_futures()
+    pulumi.runtime.set_mocks(mocks, project="raya", stack=stack, preview=False)
+    outputs: dict[str, Any] = {}
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def run() -> pulumi.Output[None]:
+        return pulumi.Output.from_input(program()).apply(outputs.update)
+
+    run()
+    return Run(resources=dict(mocks.resources), outputs=outputs, calls=list(mocks.calls))
+
+
+def _quiet_abandoned_futures() -> None:
+    """A failed run leaves derived outputs whose exception nobody awaits. Their finalizers would
+    log a traceback whenever the garbage collector runs, and Python 3.11 formats tracebacks
+    with `ast.parse`, which is not re-entrant: a collection inside another `ast.parse` (pytest
+    rewriting an import) then fails with "AST constructor recursion depth mismatch". The run
+    itself still raises the error; only these duplicates are dropped."""
+    loop = _ensure_event_loop()  # type: ignore[no-untyped-call]
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != "Future exception was never retrieved":
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)

@@ -1,0 +1,291 @@
+"""The Pulumi program under mocks that compute what the providers would: the resource graph,
+the secrecy and content of every server's Ignition, stability across runs, the look-ups."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from raya.errors import DeployError, RenderError
+from raya.fleet import Cluster, build_cluster
+from raya.github_keys import load_keys_file
+from raya.pins import load_pins, snapshot_labels
+from raya.program import define
+from raya.program.identity import account_id
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from tests.program.ignition import ignition_files
+from tests.program.mocks import ProviderMocks, Run, Snapshot, Zone, is_secret, reveal, run_program
+from tests.support import REPO
+
+PINS = load_pins(REPO)
+USERS = load_keys_file(EXAMPLE_ROOT / "keys.json")
+EXAMPLE = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
+SERVER = "hcloud:index/server:Server"
+RECORD = "gcp:dns/recordSet:RecordSet"
+CP_CONFIG = "/etc/rancher/k3s/config.yaml"
+SERVER_CA = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
+
+
+def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
+    return ProviderMocks(
+        zones=[Zone("example-com", "example.com."), Zone("other", "other.org.")]
+        if zones is None
+        else zones,
+        snapshots=[
+            Snapshot(41, LABELS, created="2026-10-01T00:00:00+00:00"),
+            Snapshot(42, LABELS, created="2026-11-01T00:00:00+00:00"),
+            # Newer, but ARM: the x86 servers cannot boot it.
+            Snapshot(43, LABELS, architecture="arm", created="2026-11-02T00:00:00+00:00"),
+            Snapshot(
+                44, {**LABELS, "k3s_version": "v1-0-0-k3s1"}, created="2026-11-03T00:00:00+00:00"
+            ),
+        ],
+    )
+
+
+def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
+    return run_program(mocks, lambda: define(cluster, PINS, USERS, **kwargs))
+
+
+def with_agents(cluster: Cluster, agents: tuple[str, ...]) -> Cluster:
+    return build_cluster(cluster.config, agents, "test fleet")
+
+
+def user_data(result: Run) -> dict[str, str]:
+    return {name: reveal(r.inputs["userData"]) for name, r in result.of_type(SERVER).items()}
+
+
+def test_the_whole_graph_for_the_example_fleet() -> None:
+    result = run(provider_mocks())
+    types = sorted((r.typ, name) for name, r in result.resources.items())
+    assert types == sorted(
+        [
+            ("hcloud:index/network:Network", "network"),
+            ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"),
+            ("random:index/randomPassword:RandomPassword", "join-secret"),
+            ("tls:index/privateKey:PrivateKey", "server-ca-key"),
+            ("tls:index/privateKey:PrivateKey", "client-ca-key"),
+            ("tls:index/selfSignedCert:SelfSignedCert", "server-ca"),
+            ("tls:index/selfSignedCert:SelfSignedCert", "client-ca"),
+            ("gcp:dns/managedZone:ManagedZone", "primary"),
+            (RECORD, "delegation"),
+            *[(RECORD, label) for label in ("cp", "a0", "a1", "a2")],
+            *[(SERVER, name) for name in ("control-plane", "agent-0", "agent-1", "agent-2")],
+            ("gcp:serviceaccount/account:Account", "external-dns"),
+            ("gcp:serviceaccount/account:Account", "cert-manager"),
+            ("gcp:serviceaccount/key:Key", "external-dns-key"),
+            ("gcp:serviceaccount/key:Key", "cert-manager-key"),
+            ("gcp:projects/iAMMember:IAMMember", "external-dns-dns-admin"),
+            ("gcp:projects/iAMMember:IAMMember", "cert-manager-dns-admin"),
+        ]
+    )
+    inputs = {name: reveal(r.inputs) for name, r in result.resources.items()}
+    network = result.resources["network"]
+    assert inputs["network"] == {
+        "name": "raya",
+        "ipRange": "10.0.0.0/16",
+        "labels": {"managed_by": "raya"},
+    }
+    assert inputs["nodes"] == {
+        "networkId": int(network.id),
+        "type": "cloud",
+        "networkZone": "eu-central",
+        "ipRange": "10.0.1.0/24",
+    }
+
+    # The image: the newest x86 snapshot carrying exactly the pins' labels.
+    (lookup,) = [
+        args for token, args in result.calls if token == "hcloud:index/getImages:getImages"
+    ]
+    assert lookup["withArchitectures"] == ["x86"] and lookup["mostRecent"] is True
+    assert dict(pair.split("=") for pair in lookup["withSelector"].split(",")) == LABELS
+
+    expected_servers = {
+        "control-plane": ("cx33", "10.0.1.10", "control-plane"),
+        "agent-0": ("cx23", "10.0.1.20", "agent"),
+        "agent-1": ("cx23", "10.0.1.21", "agent"),
+        "agent-2": ("cx33", "10.0.1.22", "agent"),
+    }
+    for name, (server_type, ip, role) in expected_servers.items():
+        server = inputs[name]
+        assert server["name"] == name
+        assert server["image"] == "42"
+        assert server["serverType"] == server_type
+        assert server["location"] == "nbg1"
+        assert server["labels"] == {"managed_by": "raya", "role": role}
+        assert server["networks"] == [{"networkId": int(network.id), "ip": ip}]
+        assert server["publicNets"] == [{"ipv4Enabled": True, "ipv6Enabled": True}]
+        assert server["userData"].startswith("{")
+
+    assert inputs["join-secret"]["special"] is False and inputs["join-secret"]["length"] >= 32
+    for ca in ("server-ca", "client-ca"):
+        assert inputs[f"{ca}-key"] == {"algorithm": "ECDSA", "ecdsaCurve": "P256"}
+        cert = inputs[ca]
+        assert cert["privateKeyPem"] == result.resources[f"{ca}-key"].outputs["privateKeyPem"]
+        assert cert["isCaCertificate"] is True
+        assert sorted(cert["allowedUses"]) == ["cert_signing", "crl_signing", "digital_signature"]
+        assert cert["validityPeriodHours"] == 87600
+        assert cert["subject"] == {"commonName": f"raya-{ca}"}
+
+    zone = result.resources["primary"]
+    assert inputs["primary"]["dnsName"] == "raya.example.com."
+    assert inputs["primary"]["name"] == "raya-example-com"
+    assert inputs["delegation"] == {
+        "managedZone": "example-com",
+        "name": "raya.example.com.",
+        "type": "NS",
+        "ttl": 300,
+        "rrdatas": zone.outputs["nameServers"],
+    }
+    for label, server in (("cp", "control-plane"), *((f"a{i}", f"agent-{i}") for i in range(3))):
+        assert inputs[label] == {
+            "managedZone": "raya-example-com",
+            "name": f"{label}.raya.example.com.",
+            "type": "A",
+            "ttl": 300,
+            "rrdatas": [result.resources[server].outputs["ipv4Address"]],
+        }
+
+    for purpose in ("external-dns", "cert-manager"):
+        account = result.resources[purpose]
+        assert inputs[purpose]["accountId"] == f"raya-{purpose}"
+        assert inputs[f"{purpose}-key"]["serviceAccountId"] == account.outputs["name"]
+        assert inputs[f"{purpose}-dns-admin"] == {
+            "project": account.outputs["project"],
+            "role": "roles/dns.admin",
+            "member": account.outputs["member"],
+        }
+
+    assert result.outputs["zone"] == "raya.example.com."
+    assert result.outputs["nameServers"] == zone.outputs["nameServers"]
+    assert result.outputs["servers"]["agent-1"] == {
+        "dnsName": "a1.raya.example.com.",
+        "privateIp": "10.0.1.21",
+        "ipv4": result.resources["agent-1"].outputs["ipv4Address"],
+        "ipv6": result.resources["agent-1"].outputs["ipv6Address"],
+    }
+    assert sorted(result.outputs["servers"]) == sorted(expected_servers)
+
+
+def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
+    result = run(provider_mocks())
+    servers = result.of_type(SERVER)
+    assert all(is_secret(server.inputs["userData"]) for server in servers.values())
+    files = {name: ignition_files(text) for name, text in user_data(result).items()}
+
+    control_plane = files.pop("control-plane")
+    ca = control_plane[SERVER_CA]
+    assert ca.decode() == result.resources["server-ca"].outputs["certPem"]
+    secret = yaml.safe_load(control_plane[CP_CONFIG])["token"]
+    assert secret == result.resources["join-secret"].outputs["result"]
+    assert len(files) == 3
+    for name, agent in files.items():
+        token = yaml.safe_load(agent[CP_CONFIG])["token"]
+        assert token == f"K10{hashlib.sha256(ca).hexdigest()}::server:{secret}", name
+        everything = b"".join(agent.values())
+        assert b"PRIVATE KEY" not in everything and b"service_account" not in everything
+
+
+def test_same_state_gives_identical_user_data_and_fresh_state_does_not() -> None:
+    mocks = provider_mocks()
+    first, second = run(mocks), run(mocks)
+    assert user_data(first) == user_data(second)
+    assert first.outputs == second.outputs
+    fresh = user_data(run(provider_mocks()))
+    # The PKI and secret are generated anew without state, so every config differs.
+    assert all(fresh[name] != text for name, text in user_data(first).items())
+
+
+def test_adding_an_agent_adds_its_resources_and_changes_no_other_config() -> None:
+    mocks = provider_mocks()
+    before = run(mocks)
+    after = run(mocks, with_agents(EXAMPLE, ("cx23", "cx23", "cx33", "cx43")))
+    assert sorted(set(after.resources) - set(before.resources)) == ["a3", "agent-3"]
+    assert set(before.resources) <= set(after.resources)
+    old, new = user_data(before), user_data(after)
+    assert {name: new[name] for name in old} == old
+    assert reveal(after.resources["agent-3"].inputs)["networks"][0]["ip"] == "10.0.1.23"
+    for name, resource in before.resources.items():
+        assert after.resources[name].outputs == resource.outputs, name
+
+
+def test_parent_zone_found_once_among_others() -> None:
+    result = run(provider_mocks([Zone("other", "other.org."), Zone("parent", "example.com.")]))
+    assert reveal(result.resources["delegation"].inputs)["managedZone"] == "parent"
+
+
+@pytest.mark.parametrize(
+    ("zones", "found"),
+    [
+        ([Zone("other", "other.org."), Zone("sub", "raya.example.com.")], "found none"),
+        (
+            [Zone("b-zone", "example.com."), Zone("a-zone", "example.com.")],
+            "found 2 (a-zone, b-zone)",
+        ),
+    ],
+)
+def test_parent_zone_missing_or_ambiguous(zones: list[Zone], found: str) -> None:
+    mocks = provider_mocks(zones)
+    with pytest.raises(DeployError, match=re.escape(found)) as error:
+        run(mocks)
+    assert "raya:parentZone example.com." in str(error.value)
+    assert mocks.resources == {}  # failed before declaring anything
+
+
+def test_missing_snapshot_says_to_build_the_image() -> None:
+    mocks = provider_mocks()
+    # Only an ARM snapshot and one of other pins: neither can serve.
+    mocks.snapshots = [s for s in mocks.snapshots if s.id in (43, 44)]
+    with pytest.raises(DeployError, match=r"run `raya image build`") as error:
+        run(mocks)
+    assert "x86" in str(error.value) and "fcos_version=" in str(error.value)
+    assert mocks.resources == {}
+
+
+def test_render_failure_names_the_node() -> None:
+    def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
+        if node.name == "agent-1":
+            raise RenderError("user_data is 40000 bytes, over 32768")
+        from raya.render import render_node
+
+        return render_node(cluster, node, secrets, users)
+
+    with pytest.raises(pulumi.RunError, match=r"agent-1: .*40000 bytes"):
+        run(provider_mocks(), render=render)
+
+
+def test_agents_never_see_control_plane_keys() -> None:
+    seen: dict[str, Any] = {}
+
+    def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
+        seen[node.name] = secrets
+        from raya.render import render_node
+
+        return render_node(cluster, node, secrets, users)
+
+    result = run(provider_mocks(), render=render)
+    cp = seen.pop("control-plane")
+    assert "PRIVATE KEY" in cp.server_ca.key_pem and "PRIVATE KEY" in cp.client_ca.key_pem
+    assert '"service_account"' in cp.external_dns_key and '"service_account"' in cp.cert_manager_key
+    assert cp.external_dns_key != cp.cert_manager_key
+    assert cp.client_ca.cert_pem == result.resources["client-ca"].outputs["certPem"]
+    for agent in seen.values():
+        assert agent.join_secret == cp.join_secret
+        assert agent.server_ca.cert_pem == cp.server_ca.cert_pem
+        assert agent.server_ca.key_pem == agent.external_dns_key == agent.cert_manager_key == ""
+        assert agent.client_ca == type(cp.client_ca)(cert_pem="", key_pem="")
+
+
+@pytest.mark.parametrize("cluster_name", ["ab", "raya", "a" * 32, "very-long-cluster-name-2026-x"])
+def test_service_account_ids_fit_gcp_rules(cluster_name: str) -> None:
+    ids = {account_id(cluster_name, purpose) for purpose in ("external-dns", "cert-manager")}
+    assert len(ids) == 2
+    for value in ids:
+        assert re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", value), value
+    assert account_id(cluster_name + "b", "cert-manager") not in ids
