@@ -1,0 +1,259 @@
+"""Local stand-ins for the image pipeline's remotes: one HTTP server on 127.0.0.1 plays the FCOS
+build server, k3s' channel server and release downloads, and Hetzner's API."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from raya.image import fcos_image_name
+from raya.pins import FcosPin, K3sPin, Pins, dump_pin
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_DIR = REPO / "image"
+
+FCOS = FcosPin(stream="stable", version="44.20260720.3.1", sha256="a" * 64)
+K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64)
+PINS = Pins(fcos=FCOS, k3s=K3S)
+
+
+@dataclass
+class Snapshot:
+    id: int
+    labels: dict[str, str]
+    architecture: str = "x86"
+    type: str = "snapshot"
+
+
+@dataclass
+class FakeWeb:
+    """Serves `files` (path -> body) and a fake `GET /v1/images` over `snapshots`."""
+
+    url: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    requests: list[tuple[str, dict[str, list[str]], dict[str, str]]] = field(default_factory=list)
+
+    @property
+    def hcloud(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def fcos(self) -> str:
+        return f"{self.url}/fcos"
+
+    @property
+    def k3s_channels(self) -> str:
+        return f"{self.url}/k3s/v1-release/channels"
+
+    @property
+    def k3s_releases(self) -> str:
+        return f"{self.url}/k3s/releases/download"
+
+    def paths(self) -> list[str]:
+        return [path for path, _, _ in self.requests]
+
+    def serve_json(self, path: str, data: Any) -> None:
+        self.files[path] = json.dumps(data).encode()
+
+    def publish_fcos(self, pin: FcosPin, *, latest: bool = True, meta_sha256: str = "") -> None:
+        """The stream metadata (if `latest`) and build metadata of FCOS release `pin`."""
+        build = f"/fcos/prod/streams/{pin.stream}/builds/{pin.version}/x86_64"
+        name = fcos_image_name(pin.version)
+        self.serve_json(
+            f"{build}/meta.json",
+            {
+                "buildid": pin.version,
+                "images": {
+                    "hetzner": {"path": name, "sha256": meta_sha256 or pin.sha256, "size": 1},
+                    "metal": {"path": name.replace("hetzner", "metal"), "sha256": "c" * 64},
+                },
+            },
+        )
+        if latest:
+            disk = {
+                "location": f"{self.url}{build}/{name}",
+                "signature": f"{self.url}{build}/{name}.sig",
+                "sha256": pin.sha256,
+                "uncompressed-sha256": "d" * 64,
+            }
+            self.serve_json(
+                f"/fcos/streams/{pin.stream}.json",
+                {
+                    "stream": pin.stream,
+                    "metadata": {"last-modified": "2026-07-21T00:00:00Z"},
+                    "architectures": {
+                        "x86_64": {
+                            "artifacts": {
+                                "hetzner": {
+                                    "release": pin.version,
+                                    "formats": {"raw.xz": {"disk": disk}},
+                                },
+                                "metal": {"release": pin.version, "formats": {}},
+                            }
+                        }
+                    },
+                },
+            )
+
+    def publish_k3s(self, pin: K3sPin, *, stable: bool = True, listed_sha256: str = "") -> None:
+        """k3s release `pin`'s checksum file, and the channels (stable -> pin if `stable`)."""
+        self.files[f"/k3s/releases/download/{pin.version}/sha256sum-amd64.txt"] = (
+            f"{'e' * 64}  k3s-airgap-images-amd64.tar.gz\n"
+            f"{listed_sha256 or pin.sha256}  k3s\n"
+            f"{'f' * 64}  k3s-images.txt\n"
+        ).encode()
+        if stable:
+            channel = "/k3s/v1-release/channels"
+            self.serve_json(
+                channel,
+                {
+                    "type": "collection",
+                    "resourceType": "channels",
+                    "data": [
+                        {
+                            "id": "latest",
+                            "type": "channel",
+                            "name": "latest",
+                            "latest": "v9.9.9+k3s1",
+                        },
+                        {
+                            "id": "stable",
+                            "type": "channel",
+                            "name": "stable",
+                            "latest": pin.version,
+                        },
+                    ],
+                },
+            )
+
+    def publish(self, pins: Pins) -> None:
+        self.publish_fcos(pins.fcos)
+        self.publish_k3s(pins.k3s)
+
+    def images(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """Hetzner's answer: the snapshots matching every `k=v` of the label selector."""
+        wanted = dict(
+            term.split("=", 1) for term in query.get("label_selector", [""])[0].split(",") if term
+        )
+        found = [
+            snapshot
+            for snapshot in self.snapshots
+            if snapshot.labels.items() >= wanted.items()
+            and snapshot.type in query.get("type", [snapshot.type])
+            and snapshot.architecture in query.get("architecture", [snapshot.architecture])
+        ]
+        return {
+            "images": [_image(snapshot) for snapshot in found],
+            "meta": {
+                "pagination": {
+                    "page": 1,
+                    "per_page": 50,
+                    "previous_page": None,
+                    "next_page": None,
+                    "last_page": 1,
+                    "total_entries": len(found),
+                }
+            },
+        }
+
+
+def _image(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "id": snapshot.id,
+        "type": snapshot.type,
+        "status": "available",
+        "name": None,
+        "description": f"raya-fcos-{snapshot.id}",
+        "image_size": 1.2,
+        "disk_size": 40,
+        "created": "2026-07-22T10:00:00+00:00",
+        "created_from": {"id": 1, "name": "packer-1"},
+        "bound_to": None,
+        "os_flavor": "unknown",
+        "os_version": None,
+        "rapid_deploy": False,
+        "protection": {"delete": False},
+        "deprecated": None,
+        "deleted": None,
+        "labels": snapshot.labels,
+        "architecture": snapshot.architecture,
+    }
+
+
+def _handler(web: FakeWeb) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = parse_qs(parts.query)
+            web.requests.append((parts.path, query, dict(self.headers.items())))
+            if parts.path == "/v1/images":
+                if self.headers.get("Authorization") != "Bearer test-token":
+                    body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
+                    self._send(401, json.dumps(body).encode(), "application/json")
+                else:
+                    self._send(200, json.dumps(web.images(query)).encode(), "application/json")
+            elif parts.path in web.files:
+                self._send(200, web.files[parts.path], "application/octet-stream")
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, status: int, body: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def web() -> Iterator[FakeWeb]:
+    fake = FakeWeb()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+STACK = """\
+config:
+  raya:clusterName: {cluster}
+  raya:location: hel1
+  raya:authorizedUsers: [octo-alice]
+  raya:managedSubdomain: raya
+  raya:parentZone: example.com
+"""
+
+
+def make_project(root: Path, pins: Pins = PINS, cluster: str = "raya-test") -> Path:
+    """A raya project: Pulumi.yaml, stack `test`, the real template and `pins`."""
+    (root / "image").mkdir(parents=True)
+    (root / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
+    (root / "Pulumi.test.yaml").write_text(STACK.format(cluster=cluster))
+    for name in ("fcos.pkr.hcl", "install.sh"):
+        (root / "image" / name).write_bytes((IMAGE_DIR / name).read_bytes())
+    (root / "image" / "fcos.pin").write_text(dump_pin(pins.fcos))
+    (root / "image" / "k3s.pin").write_text(dump_pin(pins.k3s))
+    return root
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")
