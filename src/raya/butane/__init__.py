@@ -1,0 +1,99 @@
+"""Butane (`fcos` 1.4–1.6) → Ignition (3.3–3.5), held to the real Butane's output.
+
+`transpile` is the whole public interface: Butane YAML in, Ignition JSON text out,
+or one `ButaneDiagnostics` carrying every problem found, each with its Butane
+JSON path (`$.storage.files.0.path`) and its line:column in the YAML.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raya.butane.source import Diagnostic, YamlSyntaxError, compose
+from raya.butane.translate import Translator
+from raya.errors import ButaneError
+
+__all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", "transpile"]
+
+# Go's encoding/json escapes these inside strings; so does Butane's output.
+_GO_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+class ButaneDiagnostics(ButaneError):
+    """Every error (and, in strict mode, warning) of one transpilation."""
+
+    def __init__(self, source: str, text: str, findings: list[Diagnostic]) -> None:
+        self.source = source
+        self.text = text
+        self.findings = findings
+        self.diagnostics = [(d.json_path, d.line, d.column, d.message) for d in findings]
+        super().__init__("\n".join(_one_line(source, d) for d in findings))
+
+    def summary(self) -> ButaneError:
+        """A one-line error for a CLI that has already shown the full report."""
+        errors = sum(d.severity == "error" for d in self.findings)
+        warnings = len(self.findings) - errors
+        return ButaneError(f"{self.source}: {errors} error(s), {warnings} warning(s) in the "
+                           "Butane config (see above)")
+
+    def report(self) -> str:
+        """Butane-style report: each finding with the YAML lines around it."""
+        from raya.butane.report import render
+
+        return render(self.source, self.text, self.findings)
+
+
+def _one_line(source: str, d: Diagnostic) -> str:
+    where = f"{source}:{d.line}:{d.column}" if d.line else source
+    return f"{where}: {d.severity}[{d.json_path}]: {d.message}"
+
+
+@dataclass(frozen=True)
+class Result:
+    config: dict[str, Any] | None  # None when an error was found
+    diagnostics: list[Diagnostic]  # errors and warnings, in source order
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+
+def translate(text: str, files_dir: Path | None = None) -> Result:
+    """The Ignition config as a dict plus every diagnostic (warnings do not stop it)."""
+    try:
+        root = compose(text)
+    except YamlSyntaxError as error:
+        return Result(None, [error.diagnostic])
+    translator = Translator(files_dir)
+    config = translator.config(root)
+    diagnostics = sorted(translator.diagnostics, key=lambda d: (d.line, d.column))
+    if config is None or any(d.severity == "error" for d in diagnostics):
+        return Result(None, diagnostics)
+    return Result(config, diagnostics)
+
+
+def to_json(config: dict[str, Any], *, pretty: bool = False) -> str:
+    """Ignition JSON the way Butane writes it (Go's key order and escaping)."""
+    if pretty:
+        text = json.dumps(config, ensure_ascii=False, indent=2)
+    else:
+        text = json.dumps(config, ensure_ascii=False, separators=(",", ":"))
+    return text.translate(_GO_ESCAPES)
+
+
+def transpile(text: str, files_dir: Path | None = None, *, strict: bool = True,
+              pretty: bool = False, source: str = "<stdin>") -> str:
+    """Butane YAML → Ignition JSON text; raises ButaneDiagnostics with every problem.
+
+    In strict mode (raya's mode) a warning is an error, as with `butane --strict`.
+    """
+    result = translate(text, files_dir)
+    failing = result.diagnostics if strict else result.errors
+    if result.config is None or failing:
+        raise ButaneDiagnostics(source, text, failing or result.diagnostics)
+    return to_json(result.config, pretty=pretty)

@@ -1,0 +1,192 @@
+"""Ignition's validation rules (and Butane's own), reported at Butane paths."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import TYPE_CHECKING, Any
+
+from raya.butane.dataurl import decode_data_url
+from raya.butane.source import Path
+
+if TYPE_CHECKING:
+    from raya.butane.translate import Json, Translator
+
+_SCHEMES = ("http", "https", "tftp", "s3", "gs", "data")
+_HASH_SIZES = {"sha512": 128, "sha256": 64}
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_FORMATS = ("ext4", "btrfs", "xfs", "vfat", "swap", "none", "")
+_NODE_LISTS = ("files", "directories", "links")
+
+
+def resource(t: Translator, out: Json, path: Path) -> None:
+    compression = out.get("compression")
+    if compression not in (None, "", "gzip"):
+        t.error((*path, "compression"), "invalid compression method (accepted: gzip, or none)")
+    source = out.get("source")
+    scheme = None
+    if source is not None:
+        match = _SCHEME.match(source)
+        scheme = match.group(1).lower() if match else ""
+        if scheme not in _SCHEMES:
+            t.error((*path, "source"),
+                    f"invalid url scheme (accepted: {', '.join(_SCHEMES)})")
+        elif scheme == "data":
+            try:
+                decode_data_url(source)
+            except ValueError:
+                t.error((*path, "source"), "invalid data URL")
+    hash_ = out.get("verification", {}).get("hash")
+    if hash_ is not None:
+        _hash(t, hash_, (*path, "verification", "hash"))
+    headers = out.get("httpHeaders")
+    if headers:
+        if scheme not in ("http", "https"):
+            t.error((*path, "http_headers"),
+                    "cannot use HTTP headers with this source scheme (only http and https)")
+        names = set()
+        for index, header in enumerate(headers):
+            name = header.get("name", "")
+            if not name:
+                t.error((*path, "http_headers", index, "name"), "HTTP header name can't be empty")
+            elif name in names:
+                t.error((*path, "http_headers", index), "duplicate entry defined")
+            names.add(name)
+
+
+def _hash(t: Translator, value: str, path: Path) -> None:
+    function, sep, digest = value.partition("-")
+    if not sep:
+        t.error(path, "malformed hash specifier (expected sha512-<hex> or sha256-<hex>)")
+    elif function not in _HASH_SIZES:
+        t.error(path, "unrecognized hash function (accepted: sha512, sha256)")
+    elif len(digest) != _HASH_SIZES[function] or not re.fullmatch("[0-9a-fA-F]*", digest):
+        t.error(path, f"incorrect size for hash sum ({function} takes "
+                f"{_HASH_SIZES[function]} hex digits)")
+
+
+def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> None:
+    if value is None:
+        return
+    if not 0 <= value <= 0o7777:
+        t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. 0644)")
+    elif _looks_decimal(value, directory):
+        t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
+               "remember to add a leading zero")
+
+
+def _looks_decimal(value: int, directory: bool) -> bool:
+    """Butane's heuristic: 644 (decimal) is surely a mistyped 0644."""
+    digits = f"{value:04d}"
+    if value > 7777 or any(d > "7" for d in digits):
+        return False
+    return not _typical(value, directory) and _typical(int(digits, 8), directory)
+
+
+def _typical(value: int, directory: bool) -> bool:
+    if value == 0:
+        return True
+    had_r = had_w = had_x = False
+    for shift in (0, 3, 6):  # other, group, user: each must include the previous
+        perm = (value >> shift) & 7
+        r, w, x = bool(perm & 4), bool(perm & 2), bool(perm & 1)
+        if (had_r and not r) or (had_w and not w) or (had_x and not x):
+            return False
+        if x and had_r and not had_x:
+            return False
+        if (w or x) and not r:
+            return False
+        had_r, had_w, had_x = had_r or r, had_w or w, had_x or x
+    if not had_r:
+        return False
+    if directory:
+        return had_x and not value & 0o4000 and (not value & 0o3000 or had_w)
+    if value & 0o6000 and (not had_x or value & 2):
+        return False
+    return not value & 0o1000
+
+
+def non_negative(t: Translator, value: int | None, path: Path) -> None:
+    if value is not None and value < 0:
+        t.error(path, f"must be a non-negative integer, not {value}")
+
+
+def abs_path(t: Translator, value: str | None, path: Path) -> None:
+    """Ignition's path rule: absolute and already clean."""
+    if value is None:
+        return
+    if not value:
+        t.error(path, "path is required (an absolute path such as /etc/example)")
+    elif not value.startswith("/"):
+        t.error(path, "path not absolute")
+    elif posixpath.normpath(value) != value and value != "//":
+        t.error(path, f"path is not fully simplified (use {posixpath.normpath(value)})")
+
+
+def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> None:
+    abs_path(t, out.get("device"), (*path, "device"))
+    fs_format = out.get("format")
+    if fs_format not in (None, *_FORMATS):
+        t.error((*path, "format"), "invalid filesystem format (accepted: "
+                + ", ".join(f for f in _FORMATS if f) + ")")
+    if out.get("path") is not None:
+        abs_path(t, out["path"], (*path, "path"))
+    if with_mount_unit:
+        if not fs_format:
+            t.error((*path, "format"), "format is required if with_mount_unit is true")
+        elif fs_format != "swap" and not out.get("path"):
+            t.error((*path, "path"),
+                    "path is required if with_mount_unit is true and format is not swap")
+
+
+def storage(t: Translator, out: Json, path: Path) -> None:
+    """Checks on the final node lists, tree-generated entries included."""
+    seen: dict[str, Path] = {}
+    links = [link.get("path", "") for link in out.get("links", ())]
+    for kind in _NODE_LISTS:
+        for index, entry in enumerate(out.get(kind, ())):
+            where = t.origins.get(id(entry), (*path, kind, index))
+            generated = id(entry) in t.origins
+            node_path = entry.get("path", "")
+            abs_path(t, node_path, where if generated else (*where, "path"))
+            if node_path in seen:
+                t.error(where, "duplicate entry defined (files, directories and links must "
+                        "have distinct paths)")
+            seen.setdefault(node_path, where)
+            if any(node_path.startswith(link + "/") for link in links if link):
+                t.error(where, f"{kind[:-1]} path includes a link defined in storage.links")
+            if kind == "files" and entry.get("overwrite") and "source" not in entry.get(
+                "contents", {}
+            ):
+                t.error((*where, "overwrite"), "overwrite must be false if source is unspecified")
+            if kind == "links" and not entry.get("target"):
+                t.error((*where, "target"), "link target is required")
+    for kind, key in (("disks", "device"), ("filesystems", "device"), ("luks", "name"),
+                      ("raid", "name")):
+        unique(t, out.get(kind, ()), key, (*path, kind))
+    for index, disk in enumerate(out.get("disks", ())):
+        abs_path(t, disk.get("device"), (*path, "disks", index, "device"))
+
+
+def unique(t: Translator, entries: Any, key: str, path: Path) -> None:
+    seen: set[Any] = set()
+    for index, entry in enumerate(entries):
+        value = entry.get(key) if isinstance(entry, dict) else entry
+        if value in seen:
+            t.error((*path, index), "duplicate entry defined")
+        seen.add(value)
+
+
+def config(t: Translator, out: Json) -> None:
+    passwd = out.get("passwd", {})
+    unique(t, passwd.get("users", ()), "name", ("passwd", "users"))
+    unique(t, passwd.get("groups", ()), "name", ("passwd", "groups"))
+    arguments = out.get("kernelArguments", {})
+    present = arguments.get("shouldExist", [])
+    seen = set(present)
+    unique(t, present, "", ("kernel_arguments", "should_exist"))
+    for index, argument in enumerate(arguments.get("shouldNotExist", ())):
+        if argument in seen:
+            t.error(("kernel_arguments", "should_not_exist", index), "duplicate entry defined "
+                    "(an argument cannot both exist and not exist)")
+        seen.add(argument)

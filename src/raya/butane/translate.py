@@ -1,0 +1,359 @@
+"""Butane YAML nodes → Ignition config dict, collecting every diagnostic on the way.
+
+The walk is driven by the tables in schema.py; hooks add Butane's sugar (inline
+and local contents, trees, mount units, `*_local` keys) and Ignition's checks.
+Every diagnostic names the Butane path of the YAML node at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path as FsPath
+from typing import Any
+
+import yaml
+
+from raya.butane import checks, units
+from raya.butane.dataurl import make_data_url
+from raya.butane.schema import (
+    CONFIG,
+    VERSIONS,
+    Field,
+    Kind,
+    ListOf,
+    Obj,
+)
+from raya.butane.source import Diagnostic, Node, Path, describe, is_null, position, width
+from raya.butane.source import as_bool, as_int
+
+Json = dict[str, Any]
+_NEWLINES = re.compile(r"\r?\n")
+# Keys of Butane's fcos variant that raya's transpiler does not implement.
+_UNSUPPORTED = {"boot_device", "grub"}
+
+
+class Translator:
+    def __init__(self, files_dir: FsPath | None) -> None:
+        self.files_dir = files_dir
+        self.minor = 0
+        self.ignition_version = ""
+        self.mounts: list[tuple[Path, Json]] = []  # filesystems with_mount_unit, in order
+        self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
+        self.diagnostics: list[Diagnostic] = []
+        self.nodes: dict[Path, Node] = {}  # every value node we visited, by Butane path
+        self.keys: dict[Path, Node] = {}  # and the key node that introduced it
+
+    # -- reporting -------------------------------------------------------------------
+
+    def report(self, severity: str, path: Path, message: str, *, key: bool = False) -> None:
+        """A diagnostic at `path`, placed on the nearest YAML node we know."""
+        probe = path
+        table = self.keys if key else self.nodes
+        while probe and probe not in table:
+            probe = probe[:-1]
+            table = self.nodes
+        node = table.get(probe)
+        if node is None:
+            self.diagnostics.append(Diagnostic(severity, path, 0, 0, message))
+            return
+        line, column = position(node)
+        spans_key = key and table is self.keys
+        self.diagnostics.append(
+            Diagnostic(severity, path, line, column, message, width(node, key=spans_key))
+        )
+
+    def error(self, path: Path, message: str) -> None:
+        self.report("error", path, message)
+
+    def warn(self, path: Path, message: str) -> None:
+        self.report("warning", path, message)
+
+    # -- the walk ----------------------------------------------------------------------
+
+    def config(self, root: Node | None) -> Json | None:
+        if root is not None and not isinstance(root, yaml.MappingNode):
+            self.nodes[()] = root
+            self.error((), f"a Butane config must be a mapping, not {describe(root)}")
+            return None
+        self.nodes[()] = root  # type: ignore[assignment]
+        fields = {} if root is None else {k.value: v for k, v in root.value}
+        variant = _scalar_text(fields.get("variant"))
+        version = _scalar_text(fields.get("version"))
+        for name, node in (("variant", fields.get("variant")), ("version", fields.get("version"))):
+            if node is not None:
+                self.nodes[(name,)] = node
+        if variant != "fcos":
+            self.error(("variant",), f"unsupported variant {variant!r}: raya accepts only 'fcos'"
+                       if variant else "error parsing variant; must be specified (fcos)")
+            return None
+        if version not in VERSIONS:
+            self.error(("version",), f"unsupported fcos version {version!r}; supported: "
+                       + ", ".join(VERSIONS))
+            return None
+        self.minor, self.ignition_version = VERSIONS[version]
+        return self.obj(CONFIG, root, ())
+
+    def value(self, kind: Kind, node: Node | None, path: Path) -> Any:
+        if node is not None:
+            self.nodes[path] = node
+        if isinstance(kind, Obj):
+            return self.obj(kind, node, path)
+        if isinstance(kind, ListOf):
+            return self.list(kind, node, path)
+        if is_null(node):
+            return None
+        assert node is not None
+        if not isinstance(node, yaml.ScalarNode):
+            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return None
+        if kind == "str":
+            return node.value
+        found = as_int(node) if kind == "int" else as_bool(node)
+        if found is None:
+            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
+        return found
+
+    def list(self, kind: ListOf, node: Node | None, path: Path) -> list[Any] | None:
+        if is_null(node):
+            return None
+        assert node is not None
+        if not isinstance(node, yaml.SequenceNode):
+            self.error(path, f"expected a list, got {describe(node)}")
+            return None
+        items = []
+        for index, item in enumerate(node.value):
+            found = self.value(kind.item, item, (*path, index))
+            # Go keeps a zero value for a null item, so indexes stay aligned.
+            items.append(_zero(kind.item) if found is None else found)
+        return items or None
+
+    def obj(self, spec: Obj, node: Node | None, path: Path) -> Json:
+        if is_null(node):
+            node_fields: dict[str, Node] = {}
+        elif not isinstance(node, yaml.MappingNode):
+            self.error(path, f"expected a mapping ({spec.name}), got {describe(node)}")
+            return {}
+        else:
+            node_fields = self._fields(spec, node, path)
+        raw: Json = {}
+        for f in spec.fields:
+            child = node_fields.get(f.key)
+            if f.out is None:
+                if child is not None:
+                    raw[f.key] = self.value(f.kind, child, (*path, f.key))
+                continue
+            found = self.value(f.kind, child, (*path, f.key))
+            if found is None or found == {}:
+                if f.required:
+                    raw[f.out] = _zero(f.kind)
+                continue
+            raw[f.out] = found
+        hook = HOOKS.get(spec.name)
+        if hook is not None:
+            hook(self, raw, path)
+        # Go's field order; Butane-only keys a hook left are for the parent's hook.
+        return {name: raw[name] for name in spec.order if name in raw}
+
+    def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
+        known = spec.keys(self.minor)
+        found: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.nodes[path] = key_node
+                self.error(path, "mapping keys must be strings")
+                continue
+            key = key_node.value
+            child = (*path, key)
+            self.keys[child] = key_node
+            if key in found:
+                self.report("error", child, f"mapping key {key!r} already defined", key=True)
+                continue
+            if key not in known:
+                if not path and key in _UNSUPPORTED:
+                    self.report("error", child, f"{key} is not supported by raya's transpiler",
+                                key=True)
+                else:
+                    self.report("warning", child, f"unused key {key}", key=True)
+                continue
+            found[key] = value_node
+        return found
+
+    # -- local files -------------------------------------------------------------------
+
+    def read_local(self, name: str, path: Path) -> bytes | None:
+        """A file under the files directory, or None after reporting why not."""
+        if self.files_dir is None:
+            self.error(path, "local file paths are relative to a files directory that must be "
+                       "given with --files-dir")
+            return None
+        target = self._within_files_dir(name, path)
+        if target is None:
+            return None
+        try:
+            return target.read_bytes()
+        except FileNotFoundError:
+            self.error(path, f"open {target}: no such file or directory")
+        except IsADirectoryError:
+            self.error(path, f"read {target}: is a directory (expected a file)")
+        except OSError as error:
+            self.error(path, f"open {target}: {error.strerror or error}")
+        return None
+
+    def _within_files_dir(self, name: str, path: Path) -> FsPath | None:
+        assert self.files_dir is not None
+        # Like Go's filepath.Join: a leading "/" does not escape the files directory.
+        target = FsPath(os.path.normpath(f"{self.files_dir}/{name}"))
+        base = os.path.abspath(self.files_dir)
+        resolved = os.path.abspath(target)
+        if resolved != base and not resolved.startswith(base + os.sep):
+            self.error(path, "local file path traverses outside the files directory")
+            return None
+        return target
+
+    def contents(self, data: bytes, compression: str | None, out: Json) -> None:
+        """Set source (and compression) the way Butane encodes inline and local data."""
+        url, gzipped = make_data_url(data, may_compress=not compression)
+        out["source"] = url
+        if not compression:
+            # Butane always writes compression here, so a merged parent cannot leak one in.
+            out["compression"] = "gzip" if gzipped else ""
+
+
+_NAMES = {"str": "a string", "int": "an integer", "bool": "a boolean (true or false)"}
+
+
+def _zero(kind: Kind) -> Any:
+    if isinstance(kind, Obj):
+        return {}
+    if isinstance(kind, ListOf):
+        return []
+    return {"str": "", "int": 0, "bool": False}[kind]
+
+
+def _scalar_text(node: Node | None) -> str | None:
+    if isinstance(node, yaml.ScalarNode) and not is_null(node):
+        return str(node.value)
+    return None
+
+
+# -- hooks: Butane sugar and Ignition's checks, per object type ---------------------------
+
+
+def _resource(t: Translator, out: Json, path: Path) -> None:
+    sources = [key for key in ("local", "inline", "source") if out.get(key) is not None]
+    if len(sources) > 1:
+        t.error((*path, sources[-1]),
+                "only one of the following can be set: inline, local, source")
+    local, inline = out.pop("local", None), out.pop("inline", None)
+    if local is not None:
+        data = t.read_local(local, (*path, "local"))
+        if data is not None:
+            t.contents(data, out.get("compression"), out)
+    if inline is not None:
+        t.contents(inline.encode("utf-8"), out.get("compression"), out)
+    checks.resource(t, out, path)
+
+
+def _file(t: Translator, out: Json, path: Path) -> None:
+    checks.mode(t, out.get("mode"), (*path, "mode"), directory=False)
+
+
+def _directory(t: Translator, out: Json, path: Path) -> None:
+    checks.mode(t, out.get("mode"), (*path, "mode"), directory=True)
+
+
+def _tree(t: Translator, out: Json, path: Path) -> None:
+    if not out.get("local"):
+        t.error(path, "local is required (a directory under --files-dir)")
+
+
+def _user(t: Translator, out: Json, path: Path) -> None:
+    checks.non_negative(t, out.get("uid"), (*path, "uid"))
+    local = out.pop("ssh_authorized_keys_local", None)
+    if not local:
+        return
+    keys = out.setdefault("sshAuthorizedKeys", [])
+    for index, name in enumerate(local):
+        data = t.read_local(name, (*path, "ssh_authorized_keys_local", index))
+        if data is not None:
+            keys.extend(line for line in _NEWLINES.split(data.decode("utf-8", "replace")) if line)
+    if not keys:
+        del out["sshAuthorizedKeys"]
+
+
+def _group(t: Translator, out: Json, path: Path) -> None:
+    checks.non_negative(t, out.get("gid"), (*path, "gid"))
+
+
+def _owner(t: Translator, out: Json, path: Path) -> None:
+    checks.non_negative(t, out.get("id"), (*path, "id"))
+    if out.get("id") is not None and out.get("name") is not None:
+        t.error(path, "cannot set both id and name")
+
+
+def _systemd_local(t: Translator, out: Json, path: Path) -> str:
+    """Read `contents_local` into `contents`; the key the contents came from."""
+    local = out.pop("contents_local", None)
+    if local is None:
+        return "contents"
+    if out.get("contents") is not None:
+        t.error((*path, "contents_local"), "only one of the following can be set: contents, "
+                "contents_local")
+    if local:
+        data = t.read_local(local, (*path, "contents_local"))
+        if data is not None:
+            out["contents"] = data.decode("utf-8", "replace")
+    return "contents_local"
+
+
+def _unit(t: Translator, out: Json, path: Path) -> None:
+    units.check_unit(t, out, path, _systemd_local(t, out, path))
+
+
+def _dropin(t: Translator, out: Json, path: Path) -> None:
+    units.check_dropin(t, out, path, _systemd_local(t, out, path))
+
+
+def _filesystem(t: Translator, out: Json, path: Path) -> None:
+    with_mount_unit = bool(out.pop("with_mount_unit", None))
+    if with_mount_unit:
+        t.mounts.append(((*path, "with_mount_unit"), out))
+    checks.filesystem(t, out, path, with_mount_unit)
+
+
+def _storage(t: Translator, out: Json, path: Path) -> None:
+    trees = out.pop("trees", None)
+    if trees:
+        from raya.butane.trees import expand
+
+        expand(t, trees, out, path)
+    checks.storage(t, out, path)
+
+
+def _config(t: Translator, out: Json, path: Path) -> None:
+    for key in ("variant", "version"):
+        out.pop(key, None)
+    out["ignition"] = {**out.get("ignition", {}), "version": t.ignition_version}
+    units.add_mount_units(t, out)
+    checks.config(t, out)
+
+
+HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
+    "resource": _resource,
+    "file": _file,
+    "directory": _directory,
+    "tree": _tree,
+    "user": _user,
+    "group": _group,
+    "node_user": _owner,
+    "node_group": _owner,
+    "unit": _unit,
+    "dropin": _dropin,
+    "filesystem": _filesystem,
+    "storage": _storage,
+    "config": _config,
+}
+
+__all__ = ["Field", "Translator"]

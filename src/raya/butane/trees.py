@@ -1,0 +1,117 @@
+"""`storage.trees`: a directory under --files-dir becomes files and links."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Any
+
+from raya.butane.schema import FILE, LINK, RESOURCE
+from raya.butane.source import Path
+
+if TYPE_CHECKING:
+    from raya.butane.translate import Json, Translator
+
+_EXISTS = "matching filesystem node has existing contents or different type"
+
+
+def _walk(root: FsPath) -> Iterator[tuple[str, os.stat_result, FsPath]]:
+    """(relative path, lstat, path) in Go's filepath.Walk order: lexical, depth first."""
+    for name in sorted(os.listdir(root)):
+        child = root / name
+        info = child.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            for rel, sub_info, sub in _walk(child):
+                yield f"{name}/{rel}", sub_info, sub
+        else:
+            yield name, info, child
+
+
+def _ordered(entry: Json, order: tuple[str, ...]) -> Json:
+    return {key: entry[key] for key in order if key in entry}
+
+
+def expand(t: Translator, trees: list[Any], storage: Json, path: Path) -> None:
+    nodes: dict[str, tuple[str, int]] = {}
+    for kind in ("files", "directories", "links"):
+        for index, entry in enumerate(storage.get(kind, ())):
+            nodes.setdefault(entry.get("path", ""), (kind, index))
+    for index, tree in enumerate(trees):
+        where = (*path, "trees", index)
+        if not tree.get("local"):
+            continue  # already reported by the tree hook
+        if t.files_dir is None:
+            t.error(where, "local file paths are relative to a files directory that must be "
+                    "given with --files-dir")
+            return
+        root = t._within_files_dir(tree["local"], where)
+        if root is None:
+            continue
+        if not root.exists():
+            t.error(where, f"stat {root}: no such file or directory")
+            continue
+        if not root.is_dir():
+            t.error(where, "root of tree must be a directory")
+            continue
+        destination = tree.get("path") or "/"
+        for rel, info, source in _walk(root):
+            target = posixpath.normpath(posixpath.join(destination, rel))
+            if stat.S_ISREG(info.st_mode):
+                _add_file(t, storage, nodes, where, target, info, source)
+            elif stat.S_ISLNK(info.st_mode):
+                _add_link(t, storage, nodes, where, target, source)
+            else:
+                t.error(where, "trees may only contain files, directories, and symlinks")
+
+
+def _add_file(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
+              target: str, info: os.stat_result, source: FsPath) -> None:
+    files = storage.setdefault("files", [])
+    kind, index = nodes.get(target, ("", -1))
+    if kind == "files":
+        entry = files[index]
+        if "source" in entry.get("contents", {}):
+            t.error(where, _EXISTS)
+            return
+    elif kind:
+        t.error(where, _EXISTS)
+        return
+    else:
+        entry = {"path": target}
+        files.append(entry)
+        nodes[target] = ("files", len(files) - 1)
+        t.origins[id(entry)] = where
+    contents = dict(entry.get("contents", {}))
+    t.contents(source.read_bytes(), contents.get("compression"), contents)
+    entry["contents"] = _ordered(contents, RESOURCE.order)
+    if entry.get("mode") is None:
+        entry["mode"] = 0o755 if info.st_mode & 0o111 else 0o644
+    ordered = _ordered(entry, FILE.order)
+    entry.clear()
+    entry.update(ordered)
+
+
+def _add_link(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
+              target: str, source: FsPath) -> None:
+    links = storage.setdefault("links", [])
+    kind, index = nodes.get(target, ("", -1))
+    if kind == "links":
+        entry = links[index]
+        if entry.get("target"):
+            t.error(where, _EXISTS)
+            return
+    elif kind:
+        t.error(where, _EXISTS)
+        return
+    else:
+        entry = {"path": target}
+        links.append(entry)
+        nodes[target] = ("links", len(links) - 1)
+        t.origins[id(entry)] = where
+    entry["target"] = os.readlink(source)
+    ordered = _ordered(entry, LINK.order)
+    entry.clear()
+    entry.update(ordered)
