@@ -51,17 +51,19 @@ def full_token(server_ca_cert_pem: str, join_secret: str) -> str:
 
 def check_secrets(value: ClusterSecrets) -> None:
     """Refuse secrets k3s or GCP would reject or misread, before a node is built from them."""
-    if not _JOIN_SECRET.fullmatch(value.join_secret) or _BOOTSTRAP_TOKEN.fullmatch(
-        value.join_secret
-    ):
+    check_join_secret(value.join_secret)
+    check_certificate_authority("server_ca", value.server_ca)
+    check_certificate_authority("client_ca", value.client_ca)
+    check_service_account_key("external_dns_key", value.external_dns_key)
+    check_service_account_key("cert_manager_key", value.cert_manager_key)
+
+
+def check_join_secret(join_secret: str) -> None:
+    if not _JOIN_SECRET.fullmatch(join_secret) or _BOOTSTRAP_TOKEN.fullmatch(join_secret):
         raise RenderError(
             "secrets: join_secret is not usable; accepted: 16-256 characters of "
             "A-Z a-z 0-9 . _ ~ + / = -, not shaped like a bootstrap token (xxxxxx.xxxxxxxxxxxxxxxx)"
         )
-    check_certificate_authority("server_ca", value.server_ca)
-    check_certificate_authority("client_ca", value.client_ca)
-    _check_service_account_key("external_dns_key", value.external_dns_key)
-    _check_service_account_key("cert_manager_key", value.cert_manager_key)
 
 
 def check_certificate_authority(field: str, ca: CertificateAuthority) -> None:
@@ -103,7 +105,7 @@ def load_ca_certificate(field: str, cert_pem: str) -> x509.Certificate:
     return certificate
 
 
-def _check_service_account_key(field: str, text: str) -> None:
+def check_service_account_key(field: str, text: str) -> None:
     try:
         document = json.loads(text)
     except json.JSONDecodeError:

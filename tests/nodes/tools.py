@@ -1,0 +1,219 @@
+"""Harnesses for the real tools the node configs are proven with, and small readers."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.support import require_tool
+
+IGNITION = "/usr/lib/dracut/modules.d/30ignition/ignition"
+HOST_UNITS = Path("/usr/lib/systemd/system")
+
+
+def decode_data_url(url: str, compression: str | None) -> bytes:
+    """The bytes of an RFC 2397 `data:` URL, gunzipped if Ignition is told it is gzip."""
+    assert url.startswith("data:"), url
+    header, _, payload = url[5:].partition(",")
+    data = (
+        base64.b64decode(payload)
+        if header.endswith(";base64")
+        else urllib.parse.unquote_to_bytes(payload)
+    )
+    return gzip.decompress(data) if compression == "gzip" else data
+
+
+def ignition_files(ignition: bytes) -> dict[str, bytes]:
+    """Every inline file of an Ignition config, decoded, by path."""
+    config = json.loads(ignition)
+    return {
+        entry["path"]: decode_data_url(
+            entry["contents"]["source"], entry["contents"].get("compression")
+        )
+        for entry in config["storage"]["files"]
+        if entry.get("contents", {}).get("source", "").startswith("data:")
+    }
+
+
+def ignition_root(folder: Path) -> Path:
+    """An empty FCOS-like root the real Ignition can apply a config to (see DESIGN.md)."""
+    root = folder / "root"
+    for directory in ("etc/selinux/targeted/contexts/files", "usr", "var/usrlocal", "home"):
+        (root / directory).mkdir(parents=True)
+    (root / "usr/local").symlink_to("../var/usrlocal")  # as on FCOS
+    (root / "home").rmdir()
+    (root / "var/home").mkdir()
+    (root / "home").symlink_to("var/home")
+    for name, text in {
+        "passwd": "root:x:0:0:root:/root:/bin/bash\n",
+        "group": "root:x:0:\n",
+        "shadow": "root:*:19000:0:99999:7:::\n",
+        "gshadow": "root:*::\n",
+        # Fedora's useradd makes a group per user, which Ignition's `group: core` needs.
+        "login.defs": "USERGROUPS_ENAB yes\nUID_MIN 1000\nGID_MIN 1000\n",
+        "selinux/config": "SELINUXTYPE=targeted\n",
+        "selinux/targeted/contexts/files/file_contexts": "/.*  system_u:object_r:etc_t:s0\n",
+    }.items():
+        (root / "etc" / name).write_text(text)
+    return root
+
+
+def apply_ignition(config: bytes, root: Path) -> str:
+    """Run the real Ignition on `config` as FCOS' initramfs does, into `root`; its log.
+
+    fetch-offline first; if that says the config needs the network (remote contents),
+    fetch; then files. Every stage must end "Ignition finished successfully".
+    """
+    ignition = require_tool("ignition", IGNITION)
+    work = root.parent / "ignition-run"
+    work.mkdir()
+    (work / "config.ign").write_bytes(config)
+    environment = {**os.environ, "IGNITION_CONFIG_FILE": str(work / "config.ign")}
+    logs = []
+    stages = ["fetch-offline", "fetch", "files"]
+    for stage in stages:
+        if stage == "fetch" and not (work / "neednet").exists():
+            continue
+        result = subprocess.run(
+            [
+                ignition,
+                "-platform",
+                "file",
+                "-stage",
+                stage,
+                "-root",
+                str(root),
+                "-log-to-stdout",
+                "-config-cache",
+                str(work / "cache.json"),
+                "-state-file",
+                str(work / "state"),
+                "-neednet",
+                str(work / "neednet"),
+            ],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        log = result.stdout + result.stderr
+        logs.append(log)
+        if result.returncode != 0 or "Ignition finished successfully" not in log:
+            raise IgnitionFailed(stage, log)
+    return "\n".join(logs)
+
+
+class IgnitionFailed(AssertionError):
+    def __init__(self, stage: str, log: str) -> None:
+        lines = [line for line in log.splitlines() if "journal" not in line]
+        super().__init__(f"ignition stage {stage} failed:\n" + "\n".join(lines[-15:]))
+        self.stage = stage
+        self.log = log
+
+
+def ignition_validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [require_tool("ignition-validate"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def prepare_for_systemd(root: Path, executables: list[str]) -> None:
+    """What systemd-analyze needs besides our units: the distribution's units, and stand-ins
+    for the executables the image provides (k3s is copied in by Packer, modprobe is FCOS')."""
+    target = root / "usr/lib/systemd/system"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(HOST_UNITS, target, symlinks=True)
+    for executable in executables:
+        path = root / executable.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+
+
+def systemd_verify(root: Path, units: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [require_tool("systemd-analyze"), "verify", "--man=false", f"--root={root}", *units],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def nmcli_parse(keyfile: str) -> dict[str, dict[str, str]]:
+    """What NetworkManager understood of a keyfile, as {section: {key: value}}."""
+    result = subprocess.run(
+        [
+            require_tool("nmcli"),
+            "--offline",
+            "connection",
+            "modify",
+            "connection.autoconnect",
+            "yes",
+        ],
+        input=keyfile,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+        elif "=" in line:
+            key, _, value = line.partition("=")
+            current[key] = value
+    return sections
+
+
+Handler = Callable[[http.server.BaseHTTPRequestHandler], tuple[int, bytes]]
+
+
+@contextlib.contextmanager
+def http_server(routes: Mapping[str, bytes | Handler]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 serving `routes` (path -> body or handler); its base URL."""
+
+    class RequestHandler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path)
+            status, body = (
+                (404, b"")
+                if route is None
+                else ((200, route) if isinstance(route, bytes) else route(self))
+            )
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
