@@ -1,4 +1,4 @@
-"""Butane (`fcos` 1.4–1.6) → Ignition (3.3–3.5), held to the real Butane's output.
+"""Butane (`fcos` 1.4-1.6) → Ignition (3.3-3.5), held to the real Butane's output.
 
 `transpile` is the whole public interface: Butane YAML in, Ignition JSON text out,
 or one `ButaneDiagnostics` carrying every problem found, each with its Butane

@@ -1,4 +1,4 @@
-"""Butane `fcos` 1.4–1.6 as data: each object's YAML keys, Ignition keys and types.
+"""Butane `fcos` 1.4-1.6 as data: each object's YAML keys, Ignition keys and types.
 
 Fields are listed in the order of Ignition's Go structs, which is the order Butane
 writes them, so our JSON comes out in the same order as Butane's. `out=None` marks
@@ -50,7 +50,9 @@ class Field:
     since: int = 4
 
 
-def f(key: str, kind: Kind, out: str | None = "", *, required: bool = False, since: int = 4) -> Field:
+def f(
+    key: str, kind: Kind, out: str | None = "", *, required: bool = False, since: int = 4
+) -> Field:
     """A field whose Ignition name is the YAML name in camelCase unless given."""
     if out == "":
         head, *rest = key.split("_")
@@ -136,7 +138,10 @@ TANG = Obj(
 CLEVIS = Obj(
     "clevis",
     (
-        f("custom", Obj("clevis_custom", (f("config", STR), f("needs_network", BOOL), f("pin", STR)))),
+        f(
+            "custom",
+            Obj("clevis_custom", (f("config", STR), f("needs_network", BOOL), f("pin", STR))),
+        ),
         f("tang", ListOf(TANG)),
         f("threshold", INT),
         f("tpm2", BOOL),

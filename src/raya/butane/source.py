@@ -17,8 +17,8 @@ Path: TypeAlias = tuple[str | int, ...]
 Node: TypeAlias = yaml.Node
 
 # go-yaml v3 accepts YAML 1.1 booleans when the target is a bool.
-_TRUE = frozenset("y Y yes Yes YES on On ON true True TRUE".split())
-_FALSE = frozenset("n N no No NO off Off OFF false False FALSE".split())
+_TRUE = frozenset(["y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"])
+_FALSE = frozenset(["n", "N", "no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"])
 _NULL = frozenset(("", "~", "null", "Null", "NULL"))
 # Go's strconv.ParseInt with base 0, after go-yaml has removed underscores.
 _INT = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[1-9][0-9]*|0)")
@@ -59,7 +59,7 @@ class YamlSyntaxError(Exception):
 def compose(text: str) -> Node | None:
     """The document's root node (None for an empty document)."""
     try:
-        return yaml.compose(text, Loader=_Loader)  # type: ignore[no-any-return]
+        return yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)

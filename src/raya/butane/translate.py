@@ -25,8 +25,17 @@ from raya.butane.schema import (
     ListOf,
     Obj,
 )
-from raya.butane.source import Diagnostic, Node, Path, describe, is_null, position, width
-from raya.butane.source import as_bool, as_int
+from raya.butane.source import (
+    Diagnostic,
+    Node,
+    Path,
+    as_bool,
+    as_int,
+    describe,
+    is_null,
+    position,
+    width,
+)
 
 Json = dict[str, Any]
 _NEWLINES = re.compile(r"\r?\n")
@@ -77,8 +86,10 @@ class Translator:
             self.nodes[()] = root
             self.error((), f"a Butane config must be a mapping, not {describe(root)}")
             return None
-        self.nodes[()] = root  # type: ignore[assignment]
-        fields = {} if root is None else {k.value: v for k, v in root.value}
+        fields: dict[str, Node] = {}
+        if root is not None:
+            self.nodes[()] = root
+            fields = {k.value: v for k, v in root.value}
         variant = _scalar_text(fields.get("variant"))
         version = _scalar_text(fields.get("version"))
         for name, node in (("variant", fields.get("variant")), ("version", fields.get("version"))):
@@ -130,7 +141,7 @@ class Translator:
         return items or None
 
     def obj(self, spec: Obj, node: Node | None, path: Path) -> Json:
-        if is_null(node):
+        if node is None or is_null(node):
             node_fields: dict[str, Node] = {}
         elif not isinstance(node, yaml.MappingNode):
             self.error(path, f"expected a mapping ({spec.name}), got {describe(node)}")

@@ -117,9 +117,9 @@ def _remote(fs: Json, storage: Json) -> bool:
     device = fs.get("device", "")
     for luks in storage.get("luks", ()):
         name = luks.get("name", "")
-        if device in (f"/dev/mapper/{name}", f"/dev/disk/by-id/dm-name-{name}"):
-            if luks.get("clevis", {}).get("tang"):
-                return True
+        opened = device in (f"/dev/mapper/{name}", f"/dev/disk/by-id/dm-name-{name}")
+        if opened and luks.get("clevis", {}).get("tang"):
+            return True
     return False
 
 

@@ -31,7 +31,7 @@ def butane_command(
         ),
     ] = None,
 ) -> None:
-    """Transpile a Butane config (variant fcos 1.4.0–1.6.0) to Ignition JSON on stdout."""
+    """Transpile a Butane config (variant fcos 1.4.0-1.6.0) to Ignition JSON on stdout."""
     source = "<stdin>" if file == "-" else file
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
