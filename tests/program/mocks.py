@@ -276,7 +276,8 @@ class Run:
 
 
 def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> Run:
-    """Run `program()` (returns the stack outputs) once against `mocks`, in a fresh monitor."""
+    """Run `program()` once against `mocks`, in a fresh monitor; what it returns is taken as
+    the stack outputs."""
     mocks.resources = {}
     mocks.calls = []
     _quiet_abandoned_futures()
@@ -285,7 +286,7 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def run() -> pulumi.Output[None]:
-        return pulumi.Output.from_input(program()).apply(outputs.update)
+        return pulumi.Output.from_input(program()).apply(lambda value: outputs.update(value or {}))
 
     run()
     return Run(resources=dict(mocks.resources), outputs=outputs, calls=list(mocks.calls))

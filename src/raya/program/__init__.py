@@ -6,6 +6,7 @@ takes the renderer and the users' keys as arguments so tests run it under Pulumi
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,6 +93,9 @@ def define(
 def main(root: Path) -> None:
     """The program as Pulumi runs it: read the stack, fetch the keys, declare, export."""
     cluster, pins = load(root, pulumi.get_stack())
-    users = fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
-    for name, value in define(cluster, pins, users).items():
+    keys_url = os.environ.get(GITHUB_URL_ENV, GITHUB_URL)
+    users = fetch_keys(cluster.config.authorized_users, keys_url)
+    # Keys too many to inline are fetched at boot from the same place, pinned by hash.
+    render = functools.partial(render_node, keys_base_url=keys_url)
+    for name, value in define(cluster, pins, users, render).items():
         pulumi.export(name, value)

@@ -1,0 +1,134 @@
+"""The program as Pulumi runs it: stack config through `pulumi.Config`, the fleet and pins from
+the project, the users' keys fetched from a (local) GitHub."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from raya.errors import ConfigError
+from raya.pins import load_pins, snapshot_labels
+from raya.program import GITHUB_URL_ENV, main
+from raya.project import EXAMPLE_ROOT
+from tests.program.ignition import ignition_files
+from tests.program.mocks import ProviderMocks, Snapshot, Zone, reveal, run_program
+from tests.support import REPO
+
+KEYS = json.loads((EXAMPLE_ROOT / "keys.json").read_text())
+
+
+@pytest.fixture
+def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A GitHub serving the example users' keys pages; yields the paths asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = KEYS.get(self.path.removeprefix("/").removesuffix(".keys"))
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write((body or "Not Found").encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(GITHUB_URL_ENV, f"http://127.0.0.1:{server.server_port}")
+    yield asked
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLE_ROOT / "deploy", tmp_path / "deploy")
+    shutil.copytree(
+        REPO / "image", tmp_path / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def stack_config() -> Iterator[dict[str, str]]:
+    values = {
+        "raya:clusterName": "kube",
+        "raya:location": "hel1",
+        "raya:authorizedUsers": json.dumps(sorted(KEYS)),
+        "raya:managedSubdomain": "k8s",
+        "raya:parentZone": "example.com",
+    }
+    yield values
+    pulumi.runtime.set_all_config({})
+
+
+def mocks(root: Path) -> ProviderMocks:
+    labels = snapshot_labels(load_pins(root), "kube")
+    return ProviderMocks(
+        zones=[Zone("example-com", "example.com.")], snapshots=[Snapshot(7, labels)]
+    )
+
+
+def test_main_reads_the_stack_and_fetches_keys(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    pulumi.runtime.set_all_config(stack_config)
+    result = run_program(mocks(project), lambda: main(project))
+    assert sorted(github) == sorted(f"/{handle}.keys" for handle in KEYS)
+    inputs = {name: reveal(r.inputs) for name, r in result.resources.items()}
+    assert inputs["primary"]["dnsName"] == "k8s.example.com."
+    assert inputs["network"]["name"] == "kube"
+    assert inputs["nodes"]["networkZone"] == "eu-central"
+    servers = sorted(name for name, r in result.resources.items() if r.typ.endswith(":Server"))
+    assert servers == ["agent-0", "agent-1", "agent-2", "control-plane"]
+    assert inputs["control-plane"]["location"] == "hel1"
+    assert inputs["agent-0"]["image"] == "7"
+    # The keys GitHub served are the ones the nodes carry.
+    served = {line for body in KEYS.values() for line in body.splitlines() if line}
+    ignition = json.loads(inputs["agent-0"]["userData"])
+    carried = {
+        key for user in ignition["passwd"]["users"] for key in user.get("sshAuthorizedKeys", [])
+    }
+    files = ignition_files(inputs["agent-0"]["userData"])
+    carried |= {line.decode() for body in files.values() for line in body.splitlines()}
+    assert served <= carried
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("raya:location", "mars1", "stack test: raya:location is 'mars1'"),
+        ("raya:parentZone", None, "stack test: raya:parentZone is required"),
+        (
+            "raya:authorizedUsers",
+            '["octo-alice", "octo alice"]',
+            "'octo alice', not a GitHub login",
+        ),
+    ],
+)
+def test_main_rejects_a_bad_stack_config(
+    project: Path,
+    github: list[str],
+    stack_config: dict[str, str],
+    key: str,
+    value: str | None,
+    message: str,
+) -> None:
+    if value is None:
+        del stack_config[key]
+    else:
+        stack_config[key] = value
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    with pytest.raises(ConfigError, match=message):
+        run_program(targets, lambda: main(project))
+    assert targets.resources == {} and github == []
