@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -46,8 +47,22 @@ def ignition_files(ignition: bytes) -> dict[str, bytes]:
     }
 
 
-def ignition_root(folder: Path) -> Path:
-    """An empty FCOS-like root the real Ignition can apply a config to (see DESIGN.md)."""
+@contextlib.contextmanager
+def scratch_root() -> Iterator[Path]:
+    """An empty FCOS-like root the real Ignition can apply a config to (see DESIGN.md).
+
+    Outside pytest's private (0700) temporary tree: Ignition writes a user's SSH keys as
+    that user, who must be able to reach them.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="raya-ignition-"))
+    try:
+        folder.chmod(0o755)
+        yield _ignition_root(folder)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _ignition_root(folder: Path) -> Path:
     root = folder / "root"
     for directory in ("etc/selinux/targeted/contexts/files", "usr", "var/usrlocal", "home"):
         (root / directory).mkdir(parents=True)
@@ -117,8 +132,8 @@ def apply_ignition(config: bytes, root: Path) -> str:
 
 class IgnitionFailed(AssertionError):
     def __init__(self, stage: str, log: str) -> None:
-        lines = [line for line in log.splitlines() if "journal" not in line]
-        super().__init__(f"ignition stage {stage} failed:\n" + "\n".join(lines[-15:]))
+        lines = [line for line in log.splitlines() if line.startswith(("CRITICAL", "ERROR"))]
+        super().__init__(f"ignition stage {stage} failed:\n" + "\n".join(lines))
         self.stage = stage
         self.log = log
 
