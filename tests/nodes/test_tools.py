@@ -5,7 +5,6 @@ systemd-tmpfiles, and the public address script against a local metadata server.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
