@@ -1,1 +1,65 @@
-"""The `raya deploy` command(s)."""
+"""`raya preview | up | destroy`: deploy the stack through Pulumi's Automation API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from raya import deploy
+from raya.cli import app, err, out
+from raya.project import DEFAULT_STACK, find_root
+
+StackOption = Annotated[
+    str, typer.Option("--stack", "-s", help="Stack to deploy (Pulumi.<stack>.yaml).")
+]
+RootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        help="Project folder, holding Pulumi.yaml.",
+        show_default="the nearest one at or above the current folder",
+    ),
+]
+
+
+def _progress(line: str) -> None:
+    # Lines of the Pulumi CLI's own display, in which secrets read `[secret]`.
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _run(action: deploy.Action, stack: str, root: Path | None) -> deploy.Result:
+    result = deploy.run(action, root or find_root(Path.cwd()), stack, _progress)
+    changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
+    out.print(f"{action} of stack {stack}: {changes}", markup=False)
+    return result
+
+
+@app.command()
+def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+    """Show what `raya up` would change, without changing anything."""
+    _run("preview", stack, root)
+
+
+@app.command()
+def up(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+    """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts."""
+    result = _run("up", stack, root)
+    for name, value in result.outputs.items():
+        out.print(f"{name}: {value}", markup=False, soft_wrap=True)
+
+
+@app.command()
+def destroy(
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete every resource of the stack: servers, network, DNS zone, service accounts."""
+    if not yes and not typer.confirm(
+        f"Destroy every resource of stack {stack}, its servers and DNS zone included?", err=True
+    ):
+        err.print("nothing destroyed")
+        raise typer.Exit(1)
+    _run("destroy", stack, root)
