@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from raya.cli import app, err, out
 from raya.errors import RenderError
@@ -65,8 +64,8 @@ def render(
 ) -> None:
     """Render every node's Butane and Ignition config and print their sizes.
 
-    Secrets are always throwaway ones generated on the spot (said so in the output): the
-    real join token, CAs and service account keys exist only in the deployment's state.
+    The secrets are throwaway ones generated on the spot, and said so: the real join token,
+    CAs and service account keys exist only in the deployment's state.
     """
     if example:
         if root is not None or stack is not None:
@@ -84,20 +83,23 @@ def render(
     rendered = render_cluster(cluster, generate_example_secrets(), users, keys_base_url=github_url)
     _write(out_dir, rendered)
 
-    table = Table(title=f"{len(rendered)} nodes rendered to {out_dir}")
-    for column in ("node", "role", "private address", "DNS name"):
-        table.add_column(column)
-    table.add_column(f"Ignition size / {IGNITION_LIMIT:,} B", justify="right")
+    rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]
     for node in rendered:
         size = len(node.ignition)
-        table.add_row(
-            node.node.name,
-            node.node.role,
-            str(node.node.private_ip),
-            cluster.dns_name(node.node),
-            f"{size:,} B ({size / IGNITION_LIMIT:.0%})",
+        rows.append(
+            (
+                node.node.name,
+                node.node.role,
+                str(node.node.private_ip),
+                cluster.dns_name(node.node),
+                f"{size:,} B ({size / IGNITION_LIMIT:.0%})",
+            )
         )
-    out.print(table)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        out.print(line.rstrip(), markup=False, soft_wrap=True)
+    err.print(f"wrote {len(rendered)} nodes' .bu and .ign files to {out_dir}", markup=False)
 
 
 def _write(folder: Path, rendered: tuple[RenderedNode, ...]) -> None:
