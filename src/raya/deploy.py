@@ -98,7 +98,7 @@ def run(
         return Result(changes=_counts(destroy.summary.resource_changes), outputs={})
     except auto.CommandError as error:
         raise DeployError(
-            f"pulumi {action} of stack {stack_name} failed: {_last_line(error)} (details above)"
+            f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
         ) from None
 
 
@@ -117,5 +117,7 @@ def _printable(outputs: Mapping[str, auto.OutputValue]) -> dict[str, str]:
 
 def _last_line(error: auto.CommandError) -> str:
     """The CLI's last error line: its message, never a value (the CLI masks secrets)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip().startswith("error:")]
+    lines = [
+        line[line.index("error:") :].strip() for line in str(error).splitlines() if "error:" in line
+    ]
     return lines[-1] if lines else "see the output above"
