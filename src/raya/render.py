@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +260,11 @@ _YAML_ESCAPES = {
 _YAML_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 
+# What a literal block cannot carry as is: controls but tab and newline, and characters
+# YAML readers take for line breaks or a byte order mark.
+_NOT_LITERAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def yaml_quoted(value: object) -> str:
     """`value` as a YAML double-quoted scalar that reads back exactly."""
     return '"' + str(value).translate(_YAML_ESCAPES) + '"'
@@ -277,7 +283,7 @@ def yaml_literal(text: str, indent: int) -> str:
         not filled
         or filled[0][0] in " \t"  # would read as indentation
         or any(line.isspace() for line in lines)
-        or any(not (char.isprintable() or char == "\t") for char in body.replace("\n", ""))
+        or _NOT_LITERAL.search(body)
     ):
         return yaml_quoted(text)
     chomp = "-" if not text.endswith("\n") else "+" if text.endswith("\n\n") else ""
