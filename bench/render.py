@@ -15,12 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.nodes.fakes
 
-from raya.fleet import build_cluster  # noqa: E402
-from raya.github_keys import authorized_keys, load_keys_file  # noqa: E402
-from raya.identity import generate_example_secrets  # noqa: E402
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster  # noqa: E402
-from raya.render import IGNITION_LIMIT, INLINE_KEYS_BUDGET, render_cluster  # noqa: E402
-from tests.nodes.fakes import many_users, with_users  # noqa: E402
+from tests.nodes.fakes import many_users, with_users
+
+from raya.fleet import build_cluster
+from raya.github_keys import authorized_keys, load_keys_file
+from raya.identity import generate_example_secrets
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import IGNITION_LIMIT, INLINE_KEYS_BUDGET, render_cluster
 
 AGENTS = 200
 TARGET = 1.0
