@@ -101,6 +101,11 @@ def _check_applied_files(node: RenderedNode, root: Path) -> None:
         assert _owner(root, on_disk) == (owner, owner), path
         if path in contents:
             assert on_disk.read_bytes() == contents[path], path
+    preset = _preset(root)
+    for unit in json.loads(node.ignition)["systemd"]["units"]:
+        on_disk = root / "etc/systemd/system" / unit["name"]
+        assert on_disk.read_text() == unit["contents"]
+        assert f"{'enable' if unit['enabled'] else 'disable'} {unit['name']}" in preset
 
 
 def _preset(root: Path) -> list[str]:
