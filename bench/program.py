@@ -1,0 +1,66 @@
+"""Benchmark: the Pulumi program under mocks for a control plane + 200 agents.
+
+Run: .venv/bin/python bench/program.py
+Target: one run (every resource declared, every node's Ignition rendered) under 5 seconds.
+The mocks compute realistic outputs (real keys and certificates), as in tests/program.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.program.mocks
+
+from tests.program.mocks import ProviderMocks, Snapshot, Zone, run_program
+
+from raya.fleet import build_cluster
+from raya.github_keys import load_keys_file
+from raya.pins import load_pins, snapshot_labels
+from raya.program import define
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+
+AGENTS = 200
+TARGET = 5.0
+RUNS = 3
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
+    pins = load_pins(ROOT)
+    users = load_keys_file(EXAMPLE_ROOT / "keys.json")
+
+    def mocks() -> ProviderMocks:
+        labels = snapshot_labels(pins, cluster.config.cluster_name)
+        return ProviderMocks(
+            zones=[Zone("example-com", "example.com.")], snapshots=[Snapshot(1, labels)]
+        )
+
+    def timed(state: ProviderMocks) -> tuple[float, int]:
+        start = time.perf_counter()
+        result = run_program(state, lambda: define(cluster, pins, users))
+        return time.perf_counter() - start, len(result.resources)
+
+    first = [timed(mocks()) for _ in range(RUNS)]
+    kept = mocks()
+    timed(kept)
+    again = [timed(kept) for _ in range(RUNS)]
+    resources = first[0][1]
+    print(
+        f"program under mocks: control plane + {AGENTS} agents, "
+        f"{resources} resources, {RUNS} runs each"
+    )
+    for label, runs in (("new state", first), ("same state", again)):
+        median = statistics.median(seconds for seconds, _ in runs)
+        print(
+            f"  {label:<10}  median {median:6.2f} s  target {TARGET:.0f} s  "
+            f"ratio {median / TARGET:5.2f}  ({'ok' if median < TARGET else 'SLOWER THAN TARGET'})"
+        )
+
+
+if __name__ == "__main__":
+    main()
