@@ -278,3 +278,13 @@ def test_another_stack_selects_its_own_cluster(web: FakeWeb, bin_dir: Path, tmp_
     assert run.code == 0, run.stderr
     assert asked_selectors(web) == [label_selector(snapshot_labels(PINS, "blue"))]
     assert "would run" in run.stdout
+
+
+def test_a_missing_template_is_reported_before_asking_hetzner(
+    project: Path, web: FakeWeb, bin_dir: Path
+) -> None:
+    (project / "image" / "fcos.pkr.hcl").unlink()
+    run = raya(project, web, bin_dir)
+    assert run.code == 1
+    assert "fcos.pkr.hcl: the Packer template is missing" in run.stderr
+    assert web.requests == [] and run.calls == []

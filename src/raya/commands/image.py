@@ -102,6 +102,9 @@ def build(
     root = root or find_root(Path.cwd())
     config = load_stack_config(stack_file(root, stack))
     pins = load_pins(root)
+    template = template_path(root)
+    if not template.is_file():
+        raise ImageError(f"{template}: the Packer template is missing")
     labels = snapshot_labels(pins, config.cluster_name)
     token = os.environ.get("HCLOUD_TOKEN", "")
     if not token:
@@ -125,7 +128,7 @@ def build(
     with err.status("checking the pins against upstream..."):
         check_pins(root, pins, endpoints)
     _say(f"pins match upstream: FCOS {pins.fcos.version}, k3s {pins.k3s.version}")
-    commands = packer_commands(packer, template_path(root), packer_variables(config, endpoints))
+    commands = packer_commands(packer, template, packer_variables(config, endpoints))
     if dry_run:
         _say("would run (HCLOUD_TOKEN and HCLOUD_ENDPOINT in the environment):")
         for argv in commands:
