@@ -219,22 +219,21 @@ def _render(
     return RenderedNode(node=node, butane=butane, ignition=ignition)
 
 
-def _largest_parts(ignition: bytes, count: int = 5) -> list[str]:
-    """The Ignition entries taking the most room, as 'path (N bytes)'."""
+def _largest_parts(ignition: bytes, count: int = 4) -> list[str]:
+    """What takes the most room: files grouped by folder (50 pinned SSH key files weigh
+    more than any one file), then units and users, as 'what (N bytes)'."""
     config = json.loads(ignition)
-    parts = [
-        (
-            len(json.dumps(entry, separators=(",", ":"))),
-            f"{kind} {entry.get('path', entry.get('name'))}",
-        )
-        for kind, entries in (
-            ("file", config.get("storage", {}).get("files", [])),
-            ("unit", config.get("systemd", {}).get("units", [])),
-            ("user", config.get("passwd", {}).get("users", [])),
-        )
-        for entry in entries
-    ]
-    return [f"{name} ({size} bytes)" for size, name in sorted(parts, reverse=True)[:count]]
+    sizes: dict[str, list[int]] = {}
+    for kind, entries in (
+        ("file", config.get("storage", {}).get("files", [])),
+        ("unit", config.get("systemd", {}).get("units", [])),
+        ("user", config.get("passwd", {}).get("users", [])),
+    ):
+        for entry in entries:
+            group = f"{entry['path'].rsplit('/', 1)[0]}/*" if kind == "file" else f"{kind}s"
+            sizes.setdefault(group, []).append(len(json.dumps(entry, separators=(",", ":"))))
+    ranked = sorted(sizes.items(), key=lambda item: (-sum(item[1]), item[0]))[:count]
+    return [f"{group} ({len(each)} entries, {sum(each):,} bytes)" for group, each in ranked]
 
 
 @functools.cache

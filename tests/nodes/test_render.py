@@ -247,7 +247,8 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
     assert message.startswith("control-plane: Ignition config is ")
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > IGNITION_LIMIT
-    assert "largest parts: file /var/lib/rancher/k3s/server/manifests/" in message
+    assert "largest parts: /home/core/.ssh/authorized_keys.d/* (110 entries, " in message
+    assert "/var/lib/rancher/k3s/server/manifests/* (2 entries, " in message
 
 
 def test_users_must_be_exactly_the_configured_ones(
