@@ -71,6 +71,8 @@ def render_node(
 ) -> RenderedNode:
     """One node's config. An agent's depends only on the cluster config, that agent, the join
     secret, the server CA certificate and the users' keys."""
+    if node not in cluster.nodes:
+        raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
     _check_inputs(cluster, (node,), secrets, users)
     return _render(cluster, node, secrets, _ssh_keys(users, keys_base_url))
 

@@ -323,3 +323,11 @@ def test_quoted_scalars_read_back_exactly(text: str) -> None:
 def test_literal_blocks_read_back_exactly(text: str, indent: int) -> None:
     document = f"outer:\n  key: {yaml_literal(text, indent + 4)}\n  next: 1\n"
     assert yaml.safe_load(document) == {"outer": {"key": text, "next": 1}}
+
+
+def test_a_node_from_another_fleet_is_refused(
+    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+) -> None:
+    bigger = build_cluster(cluster.config, ("cx23",) * 5, "agents.json")
+    with pytest.raises(RenderError, match="agent-4: not a node of cluster raya"):
+        render_node(cluster, bigger.agents[4], secrets, users)
