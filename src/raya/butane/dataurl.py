@@ -8,6 +8,8 @@ import struct
 import zlib
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
+from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter
+
 # RFC 2396 unreserved characters: the ones Butane's percent-encoding leaves alone.
 _SAFE = b"-_.!~*'()"
 _UNRESERVED = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + _SAFE
@@ -41,12 +43,24 @@ def make_data_url(data: bytes, may_compress: bool) -> tuple[str, bool]:
     use_base64 = base64_len < percent_len
     best = base64_len if use_base64 else percent_len
     if may_compress and best > _GZIP_FLOOR:
-        packed = base64.b64encode(gzip_bytes(data)).decode("ascii")
-        if len(";base64,") + len(packed) + len("gzip") < best:
-            return "data:;base64," + packed, True
+        packed = _gzip_if_shorter(data, best)
+        if packed is not None:
+            return "data:;base64," + base64.b64encode(packed).decode("ascii"), True
     if use_base64:
         return "data:;base64," + base64.b64encode(data).decode("ascii"), False
     return "data:," + quote_from_bytes(data, safe=_SAFE), False
+
+
+def _gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
+    """Gzip bytes whose `;base64,` form plus len("gzip") is under budget, else None.
+
+    Up to MAX_MODELLED bytes this is Go's exact output (so the choice is Butane's);
+    beyond, where the choice is rarely close, zlib stands in for Go.
+    """
+    if len(data) <= MAX_MODELLED:
+        return gzip_if_shorter(data, budget)
+    packed = gzip_bytes(data)
+    return packed if len(";base64,") + 4 * math.ceil(len(packed) / 3) + 4 < budget else None
 
 
 def decode_data_url(url: str) -> bytes:

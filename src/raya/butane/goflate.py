@@ -1,0 +1,450 @@
+"""Go's gzip at BestCompression, reproduced: same decision, same bytes as Butane.
+
+Butane picks gzip only when Go's compressed form is shorter than the alternatives.
+zlib finds other (usually shorter) encodings than Go's compress/flate, which looks
+for matches of at least 4 bytes, so deciding with zlib would pick gzip where Butane
+does not. This module re-implements Go's level-9 compressor for one block: lazy
+matching over 4-byte hash chains, then the cheapest of a stored, fixed-Huffman or
+dynamic-Huffman block, then the empty final stored block Go's Close() writes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from bisect import bisect_right
+from dataclasses import dataclass
+from math import log2
+
+# Largest input modelled: one deflate block (Go splits at 16384 tokens).
+MAX_MODELLED = 16000
+
+_MIN_MATCH, _MAX_MATCH, _CHAIN, _NICE, _LAZY = 4, 258, 4096, 258, 258
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # XFL=2 (best), OS=255
+
+# RFC 1951 length and distance codes: first value of each code and its extra bits.
+_LENGTH_BASE = [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67,
+                83, 99, 115, 131, 163, 195, 227, 258]
+_LENGTH_EXTRA = [0] * 8 + [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4 + [5] * 4 + [0]
+_DIST_BASE = [1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769,
+              1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577]
+_DIST_EXTRA = [0, 0, 0, 0] + [n for n in range(1, 14) for _ in (0, 1)]
+_CODEGEN_ORDER = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15]
+_CODEGEN_EXTRA = {16: 2, 17: 3, 18: 7}
+_FIXED_LIT = [8] * 144 + [9] * 112 + [7] * 24 + [8] * 8
+_FIXED_OFF = [5] * 30
+
+
+@dataclass
+class Plan:
+    """What Go writes for one input: the block kind, its codes and its size."""
+
+    data: bytes
+    tokens: list[int | tuple[int, int]]  # a byte, or (length, distance)
+    kind: str  # "empty" | "stored" | "fixed" | "dynamic"
+    lit_lengths: list[int]
+    off_lengths: list[int]
+    codegen: list[tuple[int, int]]  # (code, extra value) of a dynamic header
+    codegen_lengths: list[int]
+    size: int  # bytes of the whole gzip member
+
+    def gzip(self) -> bytes:
+        out = _Bits()
+        if self.kind == "stored":
+            out.stored(self.data, final=False)
+        elif self.kind != "empty":
+            self._huffman(out)
+        out.stored(b"", final=True)
+        trailer = struct.pack("<II", zlib.crc32(self.data), len(self.data) & 0xFFFFFFFF)
+        return _GZIP_HEADER + out.bytes() + trailer
+
+    def _huffman(self, out: _Bits) -> None:
+        lit = _canonical(self.lit_lengths)
+        off = _canonical(self.off_lengths)
+        if self.kind == "fixed":
+            out.write(2, 3)
+        else:
+            out.write(4, 3)
+            out.write(len(self.lit_lengths) - 257, 5)
+            out.write(len(self.off_lengths) - 1, 5)
+            count = _codegen_count(self.codegen_lengths)
+            out.write(count - 4, 4)
+            for symbol in _CODEGEN_ORDER[:count]:
+                out.write(self.codegen_lengths[symbol], 3)
+            codes = _canonical(self.codegen_lengths)
+            for symbol, value in self.codegen:
+                out.write(*codes[symbol])
+                if symbol in _CODEGEN_EXTRA:
+                    out.write(value, _CODEGEN_EXTRA[symbol])
+        for token in self.tokens:
+            if isinstance(token, int):
+                out.write(*lit[token])
+                continue
+            length, distance = token
+            code = bisect_right(_LENGTH_BASE, length) - 1
+            out.write(*lit[257 + code])
+            out.write(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code])
+            dcode = bisect_right(_DIST_BASE, distance) - 1
+            out.write(*off[dcode])
+            out.write(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode])
+        out.write(*lit[256])
+
+
+class _Bits:
+    """An LSB-first bit writer, as deflate wants."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.acc = 0
+        self.count = 0
+
+    def write(self, value: int, bits: int) -> None:
+        self.acc |= value << self.count
+        self.count += bits
+        if self.count >= 64:
+            self.buffer += (self.acc & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
+            self.acc >>= 64
+            self.count -= 64
+
+    def align(self) -> None:
+        whole = (self.count + 7) // 8
+        self.buffer += self.acc.to_bytes(whole, "little") if whole else b""
+        self.acc = self.count = 0
+
+    def stored(self, data: bytes, *, final: bool) -> None:
+        self.write(1 if final else 0, 3)
+        self.align()
+        self.buffer += struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data
+
+    def bytes(self) -> bytes:
+        self.align()
+        return bytes(self.buffer)
+
+
+def _canonical(lengths: list[int]) -> list[tuple[int, int]]:
+    """(bit-reversed code, length) per symbol: RFC 1951's canonical Huffman codes."""
+    codes = [(0, 0)] * len(lengths)
+    code = 0
+    for bits in range(1, 16):
+        code <<= 1
+        for symbol, length in enumerate(lengths):
+            if length == bits:
+                codes[symbol] = (int(f"{code:0{bits}b}"[::-1], 2), bits)
+                code += 1
+    return codes
+
+
+def _base64_len(size: int) -> int:
+    return 4 * -(-size // 3)
+
+
+def gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
+    """Go's gzip of `data` if `;base64,<it>` plus len("gzip") is under `budget`.
+
+    Cheap bounds on Go's block size settle most inputs without building the
+    Huffman codes; only close calls pay for the exact plan.
+    """
+    if len(data) > MAX_MODELLED:
+        raise ValueError("input too large to model")
+    if not data:
+        found = plan(data)
+        return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
+    stats = _Stats(data)
+    low, high = stats.bounds()
+    if 8 + _base64_len(_member_size(low, len(data))) + 4 >= budget:
+        return None
+    if 8 + _base64_len(_member_size(high, len(data))) + 4 < budget:
+        return stats.plan().gzip()
+    found = stats.plan()
+    return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
+
+
+def _member_size(bits: int | None, n: int) -> int:
+    """gzip bytes for a block of `bits` (None: a stored block) plus Close()'s empty one."""
+    if bits is None:
+        return 10 + 5 + n + 5 + 8
+    return 10 + (bits + 3 + 7) // 8 + 4 + 8
+
+
+def plan(data: bytes) -> Plan:
+    """How Go's gzip.NewWriterLevel(w, BestCompression) encodes `data`."""
+    if len(data) > MAX_MODELLED:
+        raise ValueError("input too large to model")
+    if not data:  # only the final empty stored block Close() writes
+        return Plan(data, [], "empty", [], [], [], [], 10 + 5 + 8)
+    return _Stats(data).plan()
+
+
+class _Stats:
+    """Go's tokens for `data` and their symbol frequencies."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.tokens = _tokens(data)
+        lit_freq = [0] * 286
+        off_freq = [0] * 30
+        extra = 0
+        for token in self.tokens:
+            if isinstance(token, int):
+                lit_freq[token] += 1
+                continue
+            length, distance = token
+            code = bisect_right(_LENGTH_BASE, length) - 1
+            lit_freq[257 + code] += 1
+            extra += _LENGTH_EXTRA[code]
+            dcode = bisect_right(_DIST_BASE, distance) - 1
+            off_freq[dcode] += 1
+            extra += _DIST_EXTRA[dcode]
+        lit_freq[256] += 1  # end of block
+        self.num_lit = max(i for i, f in enumerate(lit_freq) if f) + 1
+        used_offsets = [i for i, f in enumerate(off_freq) if f]
+        self.real_off_freq = list(off_freq)
+        if used_offsets:
+            self.num_off = used_offsets[-1] + 1
+        else:  # Go counts one (unwritten) offset so that the tree can be encoded
+            off_freq[0], self.num_off = 1, 1
+        self.lit_freq, self.off_freq, self.extra = lit_freq, off_freq, extra
+        self.fixed = 3 + _cost(lit_freq, _FIXED_LIT) + _cost(off_freq, _FIXED_OFF) + extra
+        self.stored = (len(data) + 5) * 8
+
+    def bounds(self) -> tuple[int | None, int | None]:
+        """Block bits (None: stored) that Go's output surely is at least / at most."""
+        real_fixed = self.fixed - 5 * (self.off_freq[0] - self.real_off_freq[0])
+        # No prefix code beats the entropy; a dynamic header takes at least 29 bits.
+        entropy = _entropy(self.lit_freq) + _entropy(self.real_off_freq)
+        low = min(real_fixed, 29 + int(entropy) + self.extra)
+        low_size = None if self.stored <= low else low
+        high_size = None if self.stored < self.fixed else self.fixed
+        return low_size, high_size
+
+    def plan(self) -> Plan:
+        lit_lengths = _code_lengths(self.lit_freq[:self.num_lit], 15)
+        off_lengths = _code_lengths(self.off_freq[:self.num_off], 15)
+        codegen, codegen_lengths, header = _dynamic_header(lit_lengths, off_lengths)
+        dynamic = header + _cost(self.lit_freq, lit_lengths) + self.extra
+        # The decision counts Go's unwritten offset; the output does not.
+        decided = dynamic + _cost(self.off_freq, off_lengths)
+        written = dynamic + _cost(self.real_off_freq, off_lengths)
+        n = len(self.data)
+        if decided < self.fixed:
+            kind, decided_bits = "dynamic", decided
+        else:
+            kind, decided_bits = "fixed", self.fixed
+            written = self.fixed - 5 * (self.off_freq[0] - self.real_off_freq[0])
+            lit_lengths, off_lengths = _FIXED_LIT, _FIXED_OFF  # codes over all symbols
+        if self.stored < decided_bits:
+            return Plan(self.data, self.tokens, "stored", [], [], [], [], _member_size(None, n))
+        return Plan(self.data, self.tokens, kind, lit_lengths, off_lengths, codegen,
+                    codegen_lengths, _member_size(written, n))
+
+
+def _entropy(freq: list[int]) -> float:
+    total = sum(freq)
+    if not total:
+        return 0.0
+    return sum(f * log2(total / f) for f in freq if f)
+
+
+def _cost(freq: list[int], lengths: list[int]) -> int:
+    return sum(f * lengths[i] for i, f in enumerate(freq) if f and i < len(lengths))
+
+
+def _tokens(data: bytes) -> list[int | tuple[int, int]]:
+    """Go's lazy matcher: literals (ints) and (length, distance) matches, in order."""
+    n = len(data)
+    max_insert = n - (_MIN_MATCH - 1)
+    # Chains keyed by the 4 bytes themselves: Go's hash collisions only add
+    # candidates that cannot match, so the matches found are the same.
+    keys = [data[i:i + 4] for i in range(max(max_insert, 0))]
+    head: dict[bytes, int] = {}
+    prev = [0] * n  # positions are stored +1 so that 0 means "none"
+    tokens: list[int | tuple[int, int]] = []
+    index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
+    chain_head = 0
+    while True:
+        lookahead = n - index
+        if lookahead == 0:
+            if pending:
+                tokens.append(data[index - 1])
+            return tokens
+        if index < max_insert:
+            key = keys[index]
+            chain_head = head.get(key, 0)
+            prev[index] = chain_head
+            head[key] = index + 1
+        prev_length, prev_offset = length, offset
+        length, offset = _MIN_MATCH - 1, 0
+        if chain_head >= 1 and lookahead > prev_length and prev_length < _LAZY:
+            found, distance = _find_match(data, prev, index, chain_head - 1, lookahead)
+            if found:
+                length, offset = found, distance
+        if prev_length >= _MIN_MATCH and length <= prev_length:
+            tokens.append((prev_length, prev_offset))
+            end = index + prev_length - 1
+            index += 1
+            while index < end:
+                if index < max_insert:
+                    key = keys[index]
+                    prev[index] = head.get(key, 0)
+                    head[key] = index + 1
+                index += 1
+            pending, length = False, _MIN_MATCH - 1
+        else:
+            if pending:
+                tokens.append(data[index - 1])
+            index += 1
+            pending = True
+
+
+def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
+                lookahead: int) -> tuple[int, int]:
+    """Longest match (> 3 bytes) along the hash chain: (length, distance) or (0, 0)."""
+    limit = min(_MAX_MATCH, lookahead)
+    nice = min(_NICE, limit)
+    best, distance = _MIN_MATCH - 1, 0
+    tries = _CHAIN
+    i = candidate
+    end_byte = data[pos + best]
+    while tries > 0:
+        if data[i + best] == end_byte:
+            size = _match_length(data, i, pos, limit)
+            if size > best and (size > _MIN_MATCH or pos - i <= 4096):
+                best, distance = size, pos - i
+                if size >= nice:
+                    break
+                end_byte = data[pos + size]
+        if i == pos - 32768:
+            break
+        i = prev[i] - 1
+        if i < 0 or i < pos - 32768:
+            break
+        tries -= 1
+    return (best, distance) if distance else (0, 0)
+
+
+def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
+    size = 0
+    while size + 8 <= limit and data[a + size:a + size + 8] == data[b + size:b + size + 8]:
+        size += 8
+    while size < limit and data[a + size] == data[b + size]:
+        size += 1
+    return size
+
+
+def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
+    """Go's huffmanEncoder.generate: the bit length of each symbol's code."""
+    lengths = [0] * len(freq)
+    used = [(f, symbol) for symbol, f in enumerate(freq) if f]
+    if len(used) <= 2:
+        for _, symbol in used:
+            lengths[symbol] = 1
+        return lengths
+    used.sort()
+    counts = _bit_counts([f for f, _ in used], max_bits)
+    # The rarest symbols get the longest codes.
+    remaining = len(used)
+    for bits, count in enumerate(counts):
+        if bits == 0 or count == 0:
+            continue
+        for _, symbol in used[remaining - count:remaining]:
+            lengths[symbol] = bits
+        remaining -= count
+    return lengths
+
+
+_INF = 2**31 - 1
+
+
+def _bit_counts(freqs: list[int], max_bits: int) -> list[int]:
+    """How many symbols get each code length (Go's boundary package-merge)."""
+    n = len(freqs)
+    items = [*freqs, _INF]
+    max_bits = min(max_bits, n - 1)
+    # Per level: [last_freq, next_char_freq, next_pair_freq, needed]
+    levels = [[0, 0, 0, 0] for _ in range(max_bits + 2)]
+    leaf_counts = [[0] * (max_bits + 2) for _ in range(max_bits + 2)]
+    for level in range(1, max_bits + 1):
+        levels[level] = [items[1], items[2], items[0] + items[1], 0]
+        leaf_counts[level][level] = 2
+        if level == 1:
+            levels[level][2] = _INF
+    levels[max_bits][3] = 2 * n - 4
+    level = max_bits
+    while True:
+        state = levels[level]
+        if state[2] == _INF and state[1] == _INF:
+            state[3] = 0
+            levels[level + 1][2] = _INF
+            level += 1
+            continue
+        prev_freq = state[0]
+        if state[1] < state[2]:
+            count = leaf_counts[level][level] + 1
+            state[0] = state[1]
+            leaf_counts[level][level] = count
+            state[1] = items[count]
+        else:
+            state[0] = state[2]
+            leaf_counts[level][:level] = leaf_counts[level - 1][:level]
+            levels[level - 1][3] = 2
+        state[3] -= 1
+        if state[3] == 0:
+            if level == max_bits:
+                break
+            levels[level + 1][2] = prev_freq + state[0]
+            level += 1
+        else:
+            while levels[level - 1][3] > 0:
+                level -= 1
+    counts = [0] * (max_bits + 1)
+    top = leaf_counts[max_bits]
+    for bits, level in enumerate(range(max_bits, 0, -1), 1):
+        counts[bits] = top[level] - top[level - 1]
+    return counts
+
+
+def _dynamic_header(
+    lit_lengths: list[int], off_lengths: list[int]
+) -> tuple[list[tuple[int, int]], list[int], int]:
+    """A dynamic block's run-length coded code lengths, their code, and header bits."""
+    sizes = [*lit_lengths, *off_lengths]
+    codegen: list[tuple[int, int]] = []
+    i = 0
+    while i < len(sizes):
+        size = sizes[i]
+        run = 1
+        while i + run < len(sizes) and sizes[i + run] == size:
+            run += 1
+        i += run
+        if size:
+            codegen.append((size, 0))
+            run -= 1
+            while run >= 3:
+                step = min(6, run)
+                codegen.append((16, step - 3))
+                run -= step
+        else:
+            while run >= 11:
+                step = min(138, run)
+                codegen.append((18, step - 11))
+                run -= step
+            if run >= 3:
+                codegen.append((17, run - 3))
+                run = 0
+        codegen.extend([(size, 0)] * run)
+    freq = [0] * 19
+    for symbol, _ in codegen:
+        freq[symbol] += 1
+    lengths = _code_lengths(freq, 7)
+    bits = (3 + 5 + 5 + 4 + 3 * _codegen_count(lengths, freq) + _cost(freq, lengths)
+            + 2 * freq[16] + 3 * freq[17] + 7 * freq[18])
+    return codegen, lengths, bits
+
+
+def _codegen_count(lengths: list[int], freq: list[int] | None = None) -> int:
+    """How many code-length-code lengths the header lists (trailing unused ones dropped)."""
+    used = freq if freq is not None else lengths
+    count = 19
+    while count > 4 and used[_CODEGEN_ORDER[count - 1]] == 0:
+        count -= 1
+    return count
