@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import runpy
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +134,36 @@ def test_main_rejects_a_bad_stack_config(
     with pytest.raises(ConfigError, match=message):
         run_program(targets, lambda: main(project))
     assert targets.resources == {} and github == []
+
+
+PROGRAM = REPO / "src" / "raya" / "program"
+
+
+def run_as_pulumi_does(targets: ProviderMocks) -> None:
+    """Pulumi's Python host runs the `main:` folder with runpy, from the project folder."""
+
+    def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+
+    run_program(targets, program)
+
+
+def test_the_folder_pulumi_runs(
+    project: Path,
+    github: list[str],
+    stack_config: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (project / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    monkeypatch.chdir(project)
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    run_as_pulumi_does(targets)
+    assert reveal(targets.resources["primary"].inputs)["dnsName"] == "k8s.example.com."
+    assert str(PROGRAM) not in sys.path
+
+    # Bad input: Pulumi shows a RunError as its message, without a traceback.
+    stack_config["raya:location"] = "mars1"
+    pulumi.runtime.set_all_config(stack_config)
+    with pytest.raises(pulumi.RunError, match=r"^stack test: raya:location is 'mars1'"):
+        run_as_pulumi_does(mocks(project))

@@ -1,5 +1,6 @@
 """Entry point Pulumi runs (`main: src/raya/program/` in Pulumi.yaml), from the project root."""
 
+import sys
 from pathlib import Path
 
 import pulumi
@@ -7,6 +8,11 @@ import pulumi
 from raya.errors import RayaError
 from raya.program import main
 from raya.project import find_root
+
+# Running a folder puts it first on sys.path, where cluster.py, dns.py and network.py would
+# shadow top-level modules of those names (dnspython's `dns`); raya imports them by package.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent.resolve():
+    del sys.path[0]
 
 try:
     main(find_root(Path.cwd()))
