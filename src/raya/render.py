@@ -47,7 +47,8 @@ K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
 K3S_PORT = 6443
 SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
-# (file name before the first dot must be a unique DNS-1123 name, Secret name)
+# Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
+# first dot to be a unique DNS-1123 name.
 GCP_SECRETS = {
     "external_dns_key": ("raya-external-dns-credentials.yaml", "external-dns-gcp-credentials"),
     "cert_manager_key": ("raya-cert-manager-credentials.yaml", "cert-manager-gcp-credentials"),
@@ -117,6 +118,8 @@ def _ssh_keys(users: Sequence[UserKeys], base_url: str) -> dict[str, Any]:
     keys = authorized_keys(users)
     if sum(len(key.encode()) + 1 for key in keys) <= INLINE_KEYS_BUDGET:
         return {"inline": list(keys), "pinned": [], "dir": SSH_KEY_DIR}
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", base_url):
+        raise RenderError(f"keys_base_url is {base_url!r}; accepted: an http(s) URL")
     pinned = [
         {
             "handle": user.handle,

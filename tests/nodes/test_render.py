@@ -331,3 +331,9 @@ def test_a_node_from_another_fleet_is_refused(
     bigger = build_cluster(cluster.config, ("cx23",) * 5, "agents.json")
     with pytest.raises(RenderError, match="agent-4: not a node of cluster raya"):
         render_node(cluster, bigger.agents[4], secrets, users)
+
+
+def test_the_keys_base_url_must_be_http(cluster: Cluster, secrets: ClusterSecrets) -> None:
+    users = many_users(12)
+    with pytest.raises(RenderError, match="keys_base_url is 'file:///etc'"):
+        render_cluster(with_users(cluster, users), secrets, users, keys_base_url="file:///etc")
