@@ -57,11 +57,15 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where the upstream metadata and artifacts are published."""
+    """Where the upstream metadata and artifacts are published (base URLs, no trailing /)."""
 
     fcos_builds: str = FCOS_BUILDS_URL
     k3s_channels: str = K3S_CHANNELS_URL
     k3s_releases: str = K3S_RELEASES_URL
+
+    def __post_init__(self) -> None:
+        for name in ("fcos_builds", "k3s_channels", "k3s_releases"):
+            object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
 
 @dataclass(frozen=True)
@@ -237,8 +241,11 @@ def write_pins(changes: Sequence[PinChange]) -> None:
     for change in changes:
         if change.changed:
             temporary = change.path.with_name(change.path.name + ".tmp")
-            temporary.write_text(dump_pin(change.new), encoding="utf-8")
-            temporary.replace(change.path)
+            try:
+                temporary.write_text(dump_pin(change.new), encoding="utf-8")
+                temporary.replace(change.path)
+            except OSError as error:
+                raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
 
 
 def find_snapshots(

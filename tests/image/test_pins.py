@@ -14,6 +14,7 @@ from raya.image import (
     check_pins,
     latest_fcos,
     latest_k3s,
+    latest_pins,
     upstream_fcos_sha256,
     upstream_k3s_sha256,
 )
@@ -200,3 +201,13 @@ def test_check_pins_shows_both_values_of_every_mismatch(project: Path, web: Fake
     message = str(caught.value)
     for value in (FCOS.sha256, "5" * 64, K3S.sha256, "6" * 64, "fcos.pin", "k3s.pin"):
         assert value in message
+
+
+def test_endpoints_may_end_with_a_slash(web: FakeWeb) -> None:
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    slashed = Endpoints(
+        fcos_builds=web.fcos + "/",
+        k3s_channels=web.k3s_channels + "/",
+        k3s_releases=web.k3s_releases + "/",
+    )
+    assert latest_pins("stable", slashed) == Pins(NEW_FCOS, NEW_K3S)
