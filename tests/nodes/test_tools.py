@@ -50,11 +50,7 @@ def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
 def applied(rendered: dict[str, RenderedNode]) -> Iterator[dict[str, Path]]:
     """Each example node's config applied by the real Ignition to its own scratch root."""
     with contextlib.ExitStack() as stack:
-        yield {
-            name: _apply(node, stack)
-            for name, node in rendered.items()
-            if name in ("control-plane", "agent-0", "agent-2")
-        }
+        yield {name: _apply(node, stack) for name, node in rendered.items()}
 
 
 def test_ignition_validate_accepts_every_config(
@@ -101,6 +97,12 @@ def _check_applied_files(node: RenderedNode, root: Path) -> None:
         assert _owner(root, on_disk) == (owner, owner), path
         if path in contents:
             assert on_disk.read_bytes() == contents[path], path
+    for entry in json.loads(node.ignition)["storage"]["directories"]:
+        on_disk = root / entry["path"].lstrip("/")
+        assert on_disk.is_dir(), entry["path"]
+        assert on_disk.stat().st_mode & 0o7777 == entry["mode"], entry["path"]
+        owner = entry.get("user", {}).get("name", "root")
+        assert _owner(root, on_disk) == (owner, owner), entry["path"]
     preset = _preset(root)
     for unit in json.loads(node.ignition)["systemd"]["units"]:
         on_disk = root / "etc/systemd/system" / unit["name"]
@@ -138,7 +140,7 @@ def test_ignition_applies_the_control_plane(
 def test_ignition_applies_the_agents(
     rendered: dict[str, RenderedNode], applied: dict[str, Path], users: tuple[UserKeys, ...]
 ) -> None:
-    for name in ("agent-0", "agent-2"):
+    for name in ("agent-0", "agent-1", "agent-2"):
         node, root = rendered[name], applied[name]
         _check_applied_files(node, root)
         assert (root / "etc/rancher/node/password").stat().st_mode & 0o777 == 0o600
