@@ -93,4 +93,7 @@ sync
 umount "$mnt"
 losetup -d "$part"
 part=""
+# The snapshot is taken of the disk, not of any cache.
+sync
+blockdev --flushbufs "$DISK"
 echo "installed k3s in /usr/local/bin of the FCOS image on $DISK"
