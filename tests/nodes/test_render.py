@@ -6,7 +6,11 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -337,3 +341,41 @@ def test_the_keys_base_url_must_be_http(cluster: Cluster, secrets: ClusterSecret
     users = many_users(12)
     with pytest.raises(RenderError, match="keys_base_url is 'file:///etc'"):
         render_cluster(with_users(cluster, users), secrets, users, keys_base_url="file:///etc")
+
+
+RENDER_IN_A_PROCESS = """
+import hashlib, json, sys
+from raya.github_keys import load_keys_file
+from raya.identity import CertificateAuthority, ClusterSecrets
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import render_cluster
+data = json.load(open(sys.argv[1]))
+for ca in ("server_ca", "client_ca"):
+    data[ca] = CertificateAuthority(**data[ca])
+nodes = render_cluster(
+    load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK),
+    ClusterSecrets(**data),
+    load_keys_file(EXAMPLE_ROOT / "keys.json"),
+)
+print(json.dumps([hashlib.sha256(node.ignition).hexdigest() for node in nodes]))
+"""
+
+
+def test_rendering_does_not_depend_on_the_process(
+    secrets: ClusterSecrets, rendered: dict[str, RenderedNode], tmp_path: Path
+) -> None:
+    """Same bytes from fresh interpreters with different hash seeds (set and dict order)."""
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps(dataclasses.asdict(secrets)))
+    expected = [hashlib.sha256(node.ignition).hexdigest() for node in rendered.values()]
+    for seed in ("1", "2"):
+        result = subprocess.run(
+            [sys.executable, "-c", RENDER_IN_A_PROCESS, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == expected
