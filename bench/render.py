@@ -7,7 +7,6 @@ Target: the whole 201-node fleet in under 1 second.
 from __future__ import annotations
 
 import gzip
-import json
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ from raya.fleet import build_cluster
 from raya.github_keys import authorized_keys, load_keys_file
 from raya.identity import generate_example_secrets
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import IGNITION_LIMIT, INLINE_KEYS_BUDGET, render_cluster
+from raya.render import IGNITION_LIMIT, INLINE_KEYS_BUDGET, keys_inline, render_cluster
 
 AGENTS = 200
 TARGET = 1.0
@@ -62,7 +61,6 @@ def size_table() -> None:
             cluster = with_users(example, users)
             nodes = render_cluster(cluster, secrets, users)
             text = "".join(key + "\n" for key in authorized_keys(users)).encode()
-            inline = "sshAuthorizedKeys" in json.loads(nodes[0].ignition)["passwd"]["users"][0]
             cp, agent = len(nodes[0].ignition), len(nodes[1].ignition)
             rows.append(
                 (
@@ -70,7 +68,7 @@ def size_table() -> None:
                     f"{len(users[0].handle)} chars",
                     f"{len(text):,} B",
                     f"{len(gzip.compress(text, 9, mtime=0)):,} B",
-                    "inline" if inline else "pinned",
+                    "inline" if keys_inline(users) else "pinned",
                     f"{cp:,} B ({cp / IGNITION_LIMIT:.0%})",
                     f"{agent:,} B ({agent / IGNITION_LIMIT:.0%})",
                 )

@@ -113,11 +113,15 @@ def _check_inputs(
         load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
 
 
+def keys_inline(users: Sequence[UserKeys]) -> bool:
+    """Whether the users' keys are carried inline (else fetched at first boot, pinned)."""
+    return sum(len(key.encode()) + 1 for key in authorized_keys(users)) <= INLINE_KEYS_BUDGET
+
+
 def _ssh_keys(users: Sequence[UserKeys], base_url: str) -> dict[str, Any]:
     """Inline keys if their text fits the budget, else one hash-pinned fetch per user."""
-    keys = authorized_keys(users)
-    if sum(len(key.encode()) + 1 for key in keys) <= INLINE_KEYS_BUDGET:
-        return {"inline": list(keys), "pinned": [], "dir": SSH_KEY_DIR}
+    if keys_inline(users):
+        return {"inline": list(authorized_keys(users)), "pinned": [], "dir": SSH_KEY_DIR}
     if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", base_url):
         raise RenderError(f"keys_base_url is {base_url!r}; accepted: an http(s) URL")
     pinned = [

@@ -83,6 +83,7 @@ def test_example_renders_offline_and_prints_no_secret(tmp_path: Path) -> None:
     for row, node in zip(rows, NODES, strict=True):
         assert row[4] == f"{(out / f'{node}.ign').stat().st_size:,}"
     assert "THROWAWAY" in result.stderr
+    assert "SSH keys: 3 keys of 2 users inline" in result.stderr
     printed = result.stdout + result.stderr
     secrets = _secrets_in(out)
     assert len(secrets) == 7
@@ -112,6 +113,9 @@ def test_keys_come_from_the_github_url_and_pin_it(tmp_path: Path) -> None:
     with http_server(routes) as url:
         result = raya("render", "-s", "staging", "--github-url", url, cwd=project)
     assert result.returncode == 0, result.stderr
+    assert f"36 keys of 12 users, too many to carry inline: fetched at first boot from {url}/" in (
+        result.stderr
+    )
     files = json.loads((project / "out/agent-1.ign").read_bytes())["storage"]["files"]
     sources = sorted(f["contents"]["source"] for f in files if "authorized_keys.d" in f["path"])
     assert sources == sorted(f"{url}/{user.handle}.keys" for user in users)

@@ -13,7 +13,7 @@ from raya.errors import RenderError
 from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
 from raya.identity import generate_example_secrets
 from raya.project import DEFAULT_STACK, EXAMPLE_ROOT, EXAMPLE_STACK, find_root, load_cluster
-from raya.render import IGNITION_LIMIT, RenderedNode, render_cluster
+from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluster
 
 EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"
 THROWAWAY = (
@@ -99,6 +99,15 @@ def render(
     for row in rows:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         out.print(line.rstrip(), markup=False, soft_wrap=True)
+    keys = sum(len(user.keys) for user in users)
+    if keys_inline(users):
+        how = f"{keys} keys of {len(users)} users inline"
+    else:
+        how = (
+            f"{keys} keys of {len(users)} users, too many to carry inline: fetched at first "
+            f"boot from {github_url.rstrip('/')}/<handle>.keys, pinned by sha256"
+        )
+    err.print(f"SSH keys: {how}", markup=False, soft_wrap=True)
     err.print(f"wrote {len(rendered)} nodes' .bu and .ign files to {out_dir}", markup=False)
 
 
