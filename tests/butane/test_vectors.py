@@ -1,0 +1,91 @@
+"""The real Butane's outputs and errors (../shared/butane-vectors) are ours too."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from raya.cli import app
+from tests.butane.helpers import decoded, vectors
+
+CASES = sorted(p.stem for p in (vectors() / "cases").glob("*.bu"))
+OK = [c for c in CASES if (vectors() / "expected" / f"{c}.ign").exists()]
+FAILING = [c for c in CASES if (vectors() / "expected" / f"{c}.err").exists()]
+_HEAD = re.compile(r"^(error|warning)\[(\$[^\]]*)\]:\n\s+--> [^:]+:(\d+):(\d+)", re.M)
+
+
+def _run(case: str, *extra: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    # Butane ran in the vectors directory with `--files-dir files`; so do we, so that
+    # file names in messages come out the same.
+    monkeypatch.chdir(vectors())
+    result = CliRunner().invoke(
+        app, ["butane", "--strict", *extra, "--files-dir", "files", f"cases/{case}.bu"]
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_every_case_has_an_expectation() -> None:
+    assert sorted(OK + FAILING) == CASES and OK and FAILING
+
+
+@pytest.mark.parametrize("case", OK)
+def test_output_equals_butane_once_data_urls_are_decoded(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, stdout, stderr = _run(case, monkeypatch=monkeypatch)
+    assert code == 0, stderr
+    expected = json.loads((vectors() / "expected" / f"{case}.ign").read_text())
+    assert decoded(json.loads(stdout)) == decoded(expected)
+
+
+@pytest.mark.parametrize("case", OK)
+def test_pretty_output_is_byte_identical_to_butane(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stronger than required: same key order, same escaping, same gzip bytes.
+    code, stdout, _ = _run(case, "--pretty", monkeypatch=monkeypatch)
+    assert code == 0
+    assert stdout == (vectors() / "expected" / f"{case}.ign").read_text()
+
+
+@pytest.mark.parametrize("case", FAILING)
+def test_errors_name_the_same_paths_and_positions_as_butane(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, stdout, stderr = _run(case, monkeypatch=monkeypatch)
+    assert code == 1 and stdout == ""
+    expected = set(_HEAD.findall((vectors() / "expected" / f"{case}.err").read_text()))
+    assert expected
+    assert set(_HEAD.findall(stderr)) == expected
+
+
+def test_missing_local_message_matches_butane(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, stderr = _run("e10-missing-local", monkeypatch=monkeypatch)
+    assert "open files/does-not-exist.txt: no such file or directory" in stderr
+
+
+def test_report_quotes_the_yaml_like_butane(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, stderr = _run("e02-relative-path", monkeypatch=monkeypatch)
+    expected = (vectors() / "expected" / "e02-relative-path.err").read_text()
+    block = expected.split("Error translating")[0].rstrip()
+    assert stderr.startswith(block)
+
+
+def test_library_reports_all_findings_at_once() -> None:
+    from raya.butane import ButaneDiagnostics, transpile
+
+    text = (vectors() / "cases" / "e07-unit-no-suffix.bu").read_text()
+    with pytest.raises(ButaneDiagnostics) as caught:
+        transpile(text, Path("files"), source="e07.bu")
+    assert caught.value.diagnostics == [
+        ("$.systemd.units.0.name", 5, 13,
+         caught.value.diagnostics[0][3]),
+        ("$.systemd.units.0.contents", 7, 17,
+         'unit "k3s" is enabled, but has no install section so enable does nothing'),
+    ]
+    assert caught.value.diagnostics[0][3].startswith("invalid systemd unit extension")
+    assert "e07.bu:5:13: error[$.systemd.units.0.name]" in str(caught.value)
