@@ -68,6 +68,7 @@ class Snapshot:
     labels: dict[str, str]
     architecture: str = "x86"
     created: str = "2026-11-01T00:00:00+00:00"
+    status: str = "available"
 
 
 class ProviderMocks(pulumi.runtime.Mocks):
@@ -109,15 +110,15 @@ class ProviderMocks(pulumi.runtime.Mocks):
         raise AssertionError(f"unexpected invoke {args.token}")
 
     def _images(self, query: dict[str, Any]) -> list[dict[str, Any]]:
+        """Hetzner's filtering; the order is unspecified, whatever `mostRecent` says."""
         wanted = dict(pair.split("=", 1) for pair in query["withSelector"].split(","))
         found = [
             snapshot
             for snapshot in self.snapshots
             if wanted.items() <= snapshot.labels.items()
             and snapshot.architecture in query.get("withArchitectures", [snapshot.architecture])
+            and snapshot.status in query.get("withStatuses", [snapshot.status])
         ]
-        if query.get("mostRecent"):
-            found.sort(key=lambda snapshot: snapshot.created, reverse=True)
         return [
             {
                 "id": snapshot.id,

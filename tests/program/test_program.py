@@ -40,6 +40,9 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
         snapshots=[
             Snapshot(41, LABELS, created="2026-10-01T00:00:00+00:00"),
             Snapshot(42, LABELS, created="2026-11-01T00:00:00+00:00"),
+            Snapshot(40, LABELS, created="2026-09-01T00:00:00+00:00"),
+            # Newer, but still being written by a build.
+            Snapshot(45, LABELS, created="2026-11-04T00:00:00+00:00", status="creating"),
             # Newer, but ARM: the x86 servers cannot boot it.
             Snapshot(43, LABELS, architecture="arm", created="2026-11-02T00:00:00+00:00"),
             Snapshot(
@@ -103,7 +106,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
     (lookup,) = [
         args for token, args in result.calls if token == "hcloud:index/getImages:getImages"
     ]
-    assert lookup["withArchitectures"] == ["x86"] and lookup["mostRecent"] is True
+    assert lookup["withArchitectures"] == ["x86"] and lookup["withStatuses"] == ["available"]
     assert dict(pair.split("=") for pair in lookup["withSelector"].split(",")) == LABELS
 
     expected_servers = {
@@ -240,8 +243,8 @@ def test_parent_zone_missing_or_ambiguous(zones: list[Zone], found: str) -> None
 
 def test_missing_snapshot_says_to_build_the_image() -> None:
     mocks = provider_mocks()
-    # Only an ARM snapshot and one of other pins: neither can serve.
-    mocks.snapshots = [s for s in mocks.snapshots if s.id in (43, 44)]
+    # Only an ARM snapshot, one of other pins, one still being created: none can serve.
+    mocks.snapshots = [s for s in mocks.snapshots if s.id in (43, 44, 45)]
     with pytest.raises(DeployError, match=r"run `raya image build`") as error:
         run(mocks)
     assert "x86" in str(error.value) and "fcos_version=" in str(error.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import pulumi
 import pulumi_hcloud as hcloud
@@ -21,17 +22,22 @@ Renderer = Callable[[Cluster, Node, ClusterSecrets, Sequence[UserKeys]], Rendere
 
 
 def find_snapshot(pins: Pins, cluster_name: str) -> str:
-    """The id of the newest x86 snapshot the image build stamped for these pins."""
+    """The id of the newest available x86 snapshot the image build stamped for these pins."""
     selector = label_selector(snapshot_labels(pins, cluster_name))
     images = hcloud.get_images(
-        with_selector=selector, with_architectures=[ARCHITECTURE], most_recent=True
+        with_selector=selector,
+        with_architectures=[ARCHITECTURE],
+        with_statuses=["available"],  # not one still being written by a build
+        most_recent=True,
     ).images
     if not images:
         raise DeployError(
-            f"image/fcos.pin, image/k3s.pin: no {ARCHITECTURE} snapshot labelled {selector} "
-            "in the Hetzner project; run `raya image build` first"
+            f"image/fcos.pin, image/k3s.pin: no available {ARCHITECTURE} snapshot labelled "
+            f"{selector} in the Hetzner project; run `raya image build` first"
         )
-    return str(images[0].id)
+    # The provider's sort order is not documented: choose by creation time explicitly.
+    newest = max(images, key=lambda image: datetime.fromisoformat(image.created))
+    return str(newest.id)
 
 
 def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
