@@ -16,6 +16,7 @@ from raya.fleet import Cluster, build_cluster
 from raya.github_keys import load_keys_file
 from raya.pins import load_pins, snapshot_labels
 from raya.program import define
+from raya.program.dns import zone_resource_name
 from raya.program.identity import account_id
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from tests.program.ignition import ignition_files
@@ -139,6 +140,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
     zone = result.resources["primary"]
     assert inputs["primary"]["dnsName"] == "raya.example.com."
     assert inputs["primary"]["name"] == "raya-example-com"
+    assert inputs["primary"]["forceDestroy"] is True
     assert inputs["delegation"] == {
         "managedZone": "example-com",
         "name": "raya.example.com.",
@@ -292,3 +294,22 @@ def test_service_account_ids_fit_gcp_rules(cluster_name: str) -> None:
     for value in ids:
         assert re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", value), value
     assert account_id(cluster_name + "b", "cert-manager") not in ids
+
+
+@pytest.mark.parametrize(
+    ("dns_name", "expected"),
+    [
+        ("raya.example.com.", "raya-example-com"),
+        ("1k8s.example.com.", "z-1k8s-example-com"),
+        ("a" * 40 + "." + "b" * 40 + ".example.com.", None),
+    ],
+)
+def test_zone_names_fit_cloud_dns_rules(dns_name: str, expected: str | None) -> None:
+    name = zone_resource_name(dns_name)
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,61}[a-z0-9]", name), name
+    if expected is not None:
+        assert name == expected
+    else:
+        # Long names that only differ past the cut still get different zone names.
+        other = zone_resource_name(dns_name.replace(".com.", ".org."))
+        assert name.startswith("a" * 40) and other.startswith("a" * 40) and name != other

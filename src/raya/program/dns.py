@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 import pulumi_gcp as gcp
@@ -11,11 +12,19 @@ from raya.errors import DeployError
 from raya.fleet import Cluster
 
 TTL = 300  # short: a re-created server's new address is seen within minutes
+_ZONE_NAME_MAX = 63
 
 
 def zone_resource_name(dns_name: str) -> str:
-    """Cloud DNS zone names are labels: `raya.example.com.` becomes `raya-example-com`."""
-    return dns_name.rstrip(".").replace(".", "-")
+    """A Cloud DNS zone name (1-63 of a-z 0-9 -, a letter first) for `dns_name`:
+    `raya.example.com.` becomes `raya-example-com`."""
+    name = dns_name.rstrip(".").replace(".", "-")
+    if not name[0].isalpha():
+        name = f"z-{name}"
+    if len(name) > _ZONE_NAME_MAX:
+        digest = hashlib.sha256(dns_name.encode()).hexdigest()[:8]
+        name = f"{name[: _ZONE_NAME_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+    return name
 
 
 def find_parent_zone(parent_dns_name: str) -> str:
@@ -40,6 +49,9 @@ def define_zone(cluster: Cluster, parent: str) -> gcp.dns.ManagedZone:
         dns_name=config.zone_dns_name,
         description=f"Names of the {config.cluster_name} cluster",
         labels={"managed_by": config.cluster_name},
+        # The zone is the cluster's alone, and external-dns adds records Pulumi does not
+        # know of: without this, `raya destroy` could never delete it.
+        force_destroy=True,
     )
     gcp.dns.RecordSet(
         "delegation",
