@@ -77,10 +77,12 @@ def run(
     stack_name: str,
     on_output: OnOutput,
 ) -> Result:
-    """Run `action` on the stack. The stack file, fleet and pins are validated first, so bad
-    input fails here, in one line, before Pulumi starts."""
-    load_cluster(root, stack_name)
-    load_pins(root)
+    """Run `action` on the stack. Before a preview or an update, the stack file, fleet and
+    pins are validated, so bad input fails here, in one line, before Pulumi starts; a destroy
+    does not run the program, and must work whatever state those files are in."""
+    if action != "destroy":
+        load_cluster(root, stack_name)
+        load_pins(root)
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
     # The CLI's own display, where secrets read `[secret]`; plain text, raya prints it.

@@ -121,7 +121,10 @@ def test_preview_counts_changes(project: Path, opened: list[Any]) -> None:
     assert opened[0][3].calls[0][0] == "preview"
 
 
-def test_destroy_never_creates_a_stack(project: Path, opened: list[Any]) -> None:
+def test_destroy_never_creates_a_stack_nor_needs_valid_files(
+    project: Path, opened: list[Any]
+) -> None:
+    (project / "deploy" / "fleet" / "agents.json").write_text("{}")
     result = deploy.run("destroy", project, "prod", lambda line: None)
     assert opened[0][2] is False
     assert result.changes == {"delete": 21}
