@@ -49,88 +49,69 @@ class Plan:
     size: int  # bytes of the whole gzip member
 
     def gzip(self) -> bytes:
-        out = _Bits()
-        if self.kind == "stored":
-            out.stored(self.data, final=False)
-        elif self.kind != "empty":
-            self._huffman(out)
-        out.stored(b"", final=True)
-        trailer = struct.pack("<II", zlib.crc32(self.data), len(self.data) & 0xFFFFFFFF)
-        return _GZIP_HEADER + out.bytes() + trailer
-
-    def _huffman(self, out: _Bits) -> None:
-        lit = _canonical(self.lit_lengths)
-        off = _canonical(self.off_lengths)
-        if self.kind == "fixed":
-            out.write(2, 3)
+        if self.kind == "empty":
+            deflate = b""
+        elif self.kind == "stored":
+            deflate = b"\x00" + struct.pack("<HH", len(self.data), len(self.data) ^ 0xFFFF)
+            deflate += self.data
         else:
-            out.write(4, 3)
-            out.write(len(self.lit_lengths) - 257, 5)
-            out.write(len(self.off_lengths) - 1, 5)
+            # Bits in stream order, then Close()'s final stored header (BFINAL=1, 00).
+            stream = self._huffman() + "100"
+            stream += "0" * (-len(stream) % 8)
+            deflate = int(stream[::-1], 2).to_bytes(len(stream) // 8, "little")
+        deflate += b"\x01" if self.kind in ("empty", "stored") else b""
+        deflate += b"\x00\x00\xff\xff"  # LEN 0, NLEN
+        trailer = struct.pack("<II", zlib.crc32(self.data), len(self.data) & 0xFFFFFFFF)
+        return _GZIP_HEADER + deflate + trailer
+
+    def _huffman(self) -> str:
+        """The block as a string of bits in the order deflate sends them."""
+        lit = _codes(self.lit_lengths)
+        off = _codes(self.off_lengths)
+        parts = []
+        if self.kind == "fixed":
+            parts.append("010")  # BFINAL=0, BTYPE=01 (sent LSB first)
+        else:
             count = _codegen_count(self.codegen_lengths)
-            out.write(count - 4, 4)
-            for symbol in _CODEGEN_ORDER[:count]:
-                out.write(self.codegen_lengths[symbol], 3)
-            codes = _canonical(self.codegen_lengths)
+            parts += ["001", _lsb(len(self.lit_lengths) - 257, 5),
+                      _lsb(len(self.off_lengths) - 1, 5), _lsb(count - 4, 4)]
+            parts += [_lsb(self.codegen_lengths[s], 3) for s in _CODEGEN_ORDER[:count]]
+            codes = _codes(self.codegen_lengths)
             for symbol, value in self.codegen:
-                out.write(*codes[symbol])
+                parts.append(codes[symbol])
                 if symbol in _CODEGEN_EXTRA:
-                    out.write(value, _CODEGEN_EXTRA[symbol])
+                    parts.append(_lsb(value, _CODEGEN_EXTRA[symbol]))
         for token in self.tokens:
             if isinstance(token, int):
-                out.write(*lit[token])
+                parts.append(lit[token])
                 continue
             length, distance = token
             code = bisect_right(_LENGTH_BASE, length) - 1
-            out.write(*lit[257 + code])
-            out.write(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code])
+            parts.append(lit[257 + code])
+            if _LENGTH_EXTRA[code]:
+                parts.append(_lsb(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code]))
             dcode = bisect_right(_DIST_BASE, distance) - 1
-            out.write(*off[dcode])
-            out.write(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode])
-        out.write(*lit[256])
+            parts.append(off[dcode])
+            if _DIST_EXTRA[dcode]:
+                parts.append(_lsb(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode]))
+        parts.append(lit[256])
+        return "".join(parts)
 
 
-class _Bits:
-    """An LSB-first bit writer, as deflate wants."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.acc = 0
-        self.count = 0
-
-    def write(self, value: int, bits: int) -> None:
-        self.acc |= value << self.count
-        self.count += bits
-        if self.count >= 64:
-            self.buffer += (self.acc & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
-            self.acc >>= 64
-            self.count -= 64
-
-    def align(self) -> None:
-        whole = (self.count + 7) // 8
-        self.buffer += self.acc.to_bytes(whole, "little") if whole else b""
-        self.acc = self.count = 0
-
-    def stored(self, data: bytes, *, final: bool) -> None:
-        self.write(1 if final else 0, 3)
-        self.align()
-        self.buffer += struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data
-
-    def bytes(self) -> bytes:
-        self.align()
-        return bytes(self.buffer)
+def _lsb(value: int, bits: int) -> str:
+    """`value` as `bits` bits, least significant first (how deflate sends numbers)."""
+    return f"{value:0{bits}b}"[::-1]
 
 
-def _canonical(lengths: list[int]) -> list[tuple[int, int]]:
-    """(bit-reversed code, length) per symbol: RFC 1951's canonical Huffman codes."""
-    codes = [(0, 0)] * len(lengths)
-    code = 0
-    for bits in range(1, 16):
-        code <<= 1
-        for symbol, length in enumerate(lengths):
-            if length == bits:
-                codes[symbol] = (int(f"{code:0{bits}b}"[::-1], 2), bits)
-                code += 1
+def _codes(lengths: list[int]) -> list[str]:
+    """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
+    codes = [""] * len(lengths)
+    code = previous = 0
+    for length, symbol in sorted((n, s) for s, n in enumerate(lengths) if n):
+        code <<= length - previous
+        previous = length
+        codes[symbol] = f"{code:0{length}b}"
+        code += 1
     return codes
 
 
