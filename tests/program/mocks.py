@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.sync_await import _ensure_event_loop
 
 PROJECT = "raya-tests"
@@ -54,6 +55,7 @@ class Registered:
     inputs: dict[str, Any]  # as the mock saw them: secrets still wrapped
     id: str
     outputs: dict[str, Any]
+    secret_outputs: frozenset[str]  # additional_secret_outputs, as the engine receives them
 
 
 @dataclass
@@ -71,6 +73,22 @@ class Snapshot:
     status: str = "available"
 
 
+class RecordingMonitor(MockMonitor):
+    """The mock monitor, also keeping each registration's `additionalSecretOutputs`: the
+    option the engine applies to state and previews, which the mocks alone never see."""
+
+    def __init__(self, mocks: ProviderMocks) -> None:
+        super().__init__(mocks)
+        self.provider_mocks = mocks
+
+    def RegisterResource(self, request: Any) -> Any:
+        with self.provider_mocks._lock:
+            self.provider_mocks.secret_outputs[request.name] = frozenset(
+                request.additionalSecretOutputs
+            )
+        return super().RegisterResource(request)  # type: ignore[no-untyped-call]
+
+
 class ProviderMocks(pulumi.runtime.Mocks):
     """The providers raya uses, faked realistically; `state` is what `pulumi up` keeps."""
 
@@ -81,6 +99,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
         # as the engine does for an unchanged resource.
         self.state: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
         self.resources: dict[str, Registered] = {}  # this run's resources by name
+        self.secret_outputs: dict[str, frozenset[str]] = {}  # by resource name
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._serial = 1000
@@ -146,7 +165,9 @@ class ProviderMocks(pulumi.runtime.Mocks):
                 self._serial += 1
                 self.state[key] = self._create(args.typ, args.name, reveal(args.inputs))
             id_, outputs = self.state[key]
-            self.resources[args.name] = Registered(args.typ, args.name, args.inputs, id_, outputs)
+            self.resources[args.name] = Registered(
+                args.typ, args.name, args.inputs, id_, outputs, self.secret_outputs[args.name]
+            )
         return id_, outputs
 
     def _create(self, typ: str, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -280,9 +301,12 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
     """Run `program()` once against `mocks`, in a fresh monitor; what it returns is taken as
     the stack outputs."""
     mocks.resources = {}
+    mocks.secret_outputs = {}
     mocks.calls = []
     _quiet_abandoned_futures()
-    pulumi.runtime.set_mocks(mocks, project="raya", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(
+        mocks, project="raya", stack=stack, preview=False, monitor=RecordingMonitor(mocks)
+    )
     outputs: dict[str, Any] = {}
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]

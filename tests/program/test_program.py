@@ -197,6 +197,20 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
         assert b"PRIVATE KEY" not in everything and b"service_account" not in everything
 
 
+def test_the_engine_is_told_which_outputs_are_secret() -> None:
+    result = run(provider_mocks())
+    expected = {
+        SERVER: "userData",
+        "random:index/randomPassword:RandomPassword": "result",
+        "tls:index/privateKey:PrivateKey": "privateKeyPem",
+        "gcp:serviceaccount/key:Key": "privateKey",
+    }
+    for resource in result.resources.values():
+        if resource.typ in expected:
+            assert expected[resource.typ] in resource.secret_outputs, resource.name
+    assert sum(r.typ in expected for r in result.resources.values()) == 4 + 1 + 2 + 2
+
+
 def test_same_state_gives_identical_user_data_and_fresh_state_does_not() -> None:
     mocks = provider_mocks()
     first, second = run(mocks), run(mocks)
