@@ -224,3 +224,34 @@ def test_raya_destroy_asks_first(project: Path, opened: list[Any]) -> None:
     yes = CliRunner().invoke(app, ["destroy", "--yes", "--root", str(project)])
     assert yes.exit_code == 0
     assert [stack.calls[0][0] for *_, stack in opened] == ["destroy", "destroy"]
+
+
+def logging_pulumi(folder: Path, log: Path) -> None:
+    """A `pulumi` that logs its arguments and knows exactly one stack, prod."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "pulumi"
+    script.write_text(
+        f"""#!/bin/sh
+echo "$(pwd): $*" >> {log}
+case "$*" in
+  version) echo v3.200.0 ;;
+  *"--stack prod"*) ;;
+  *) echo "error: no stack named 'other' found" >&2; exit 255 ;;
+esac
+"""
+    )
+    script.chmod(0o755)
+
+
+def test_open_stack_drives_the_cli_in_the_project(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "pulumi.log"
+    logging_pulumi(tmp_path / "bin", log)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    stack = deploy.open_stack(project, "prod", True)
+    assert stack.name == "prod"
+    assert stack.workspace.work_dir == str(project)
+    assert f"{project}: --non-interactive stack select --stack prod" in log.read_text().splitlines()
+    with pytest.raises(DeployError, match="stack other does not exist in the Pulumi backend"):
+        deploy.open_stack(project, "other", False)
