@@ -123,7 +123,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         assert server["serverType"] == server_type
         assert server["location"] == "nbg1"
         assert server["labels"] == {"managed_by": "raya", "role": role}
-        assert server["networks"] == [{"networkId": int(network.id), "ip": ip}]
+        assert server["networks"] == [{"networkId": int(network.id), "ip": ip, "aliasIps": []}]
         assert server["publicNets"] == [{"ipv4Enabled": True, "ipv6Enabled": True}]
         assert server["userData"].startswith("{")
 

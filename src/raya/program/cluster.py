@@ -70,7 +70,15 @@ def define_server(
         server_type=node.server_type,
         location=cluster.config.location,
         labels=server_labels(cluster.config.cluster_name, node),
-        networks=[hcloud.ServerNetworkArgs(network_id=network.network_id, ip=str(node.private_ip))],
+        networks=[
+            hcloud.ServerNetworkArgs(
+                network_id=network.network_id,
+                ip=str(node.private_ip),
+                # Unset, the provider sees a change on every run and re-attaches the network
+                # (its documented workaround: an explicit empty list).
+                alias_ips=[],
+            )
+        ],
         public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
         user_data=user_data,
         opts=pulumi.ResourceOptions(
