@@ -118,7 +118,9 @@ class ProviderMocks(pulumi.runtime.Mocks):
                         "dnsName": zone.dns_name,
                         "description": "",
                         "id": f"projects/{PROJECT}/managedZones/{zone.name}",
-                        "managedZoneId": str(abs(hash(zone.name))),
+                        "managedZoneId": str(
+                            int(hashlib.sha256(zone.name.encode()).hexdigest()[:12], 16)
+                        ),
                         "nameServers": _name_servers(zone.name),
                         "visibility": "public",
                         "project": PROJECT,
