@@ -4,6 +4,8 @@ raya asks of the Automation API; the CLI detection runs against stand-in `pulumi
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import urllib.error
 from pathlib import Path
 from typing import Any
@@ -255,3 +257,26 @@ def test_open_stack_drives_the_cli_in_the_project(
     assert f"{project}: --non-interactive stack select --stack prod" in log.read_text().splitlines()
     with pytest.raises(DeployError, match="stack other does not exist in the Pulumi backend"):
         deploy.open_stack(project, "other", False)
+
+
+def test_without_pulumi_packages_raya_works_and_deploying_says_what_to_install(
+    project: Path,
+) -> None:
+    """The base install has no Pulumi packages: the CLI still starts, `raya up` explains."""
+    blocked = (
+        "import sys; sys.modules['pulumi'] = None; sys.argv = ['raya', *sys.argv[1:]]; "
+        "from raya.cli import main; main()"
+    )
+
+    def raya(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", blocked, *args], capture_output=True, text=True, cwd=project
+        )
+
+    assert raya("--help").returncode == 0
+    result = raya("up")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: raya up needs the Pulumi packages (pulumi is missing): install raya's [deploy] "
+        "extra, e.g. `scripts/bootstrap deploy`"
+    ]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from raya import deploy
 from raya.cli import app, err, out
+from raya.errors import DeployError
 from raya.project import DEFAULT_STACK, find_root
+
+if TYPE_CHECKING:
+    from raya.deploy import Action, Result
 
 StackOption = Annotated[
     str, typer.Option("--stack", "-s", help="Stack to deploy (Pulumi.<stack>.yaml).")
@@ -29,7 +32,15 @@ def _progress(line: str) -> None:
     out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _run(action: deploy.Action, stack: str, root: Path | None) -> deploy.Result:
+def _run(action: Action, stack: str, root: Path | None) -> Result:
+    # Imported here: the rest of raya works without Pulumi's packages (the [deploy] extra).
+    try:
+        from raya import deploy
+    except ImportError as error:
+        raise DeployError(
+            f"raya {action} needs the Pulumi packages ({error.name} is missing): "
+            "install raya's [deploy] extra, e.g. `scripts/bootstrap deploy`"
+        ) from None
     result = deploy.run(action, root or find_root(Path.cwd()), stack, _progress)
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
