@@ -13,8 +13,10 @@ from __future__ import annotations
 import struct
 import zlib
 from bisect import bisect_right
+from itertools import groupby
 from dataclasses import dataclass
 from math import log2
+from operator import mul
 
 # Largest input modelled: one deflate block (Go splits at 16384 tokens).
 MAX_MODELLED = 16000
@@ -33,6 +35,8 @@ _CODEGEN_ORDER = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 
 _CODEGEN_EXTRA = {16: 2, 17: 3, 18: 7}
 _FIXED_LIT = [8] * 144 + [9] * 112 + [7] * 24 + [8] * 8
 _FIXED_OFF = [5] * 30
+_LENGTH_CODE = [0, 0, 0] + [bisect_right(_LENGTH_BASE, n) - 1 for n in range(3, 259)]
+_MATCH = 1 << 25  # a token at or above this is a match: _MATCH | length << 16 | distance
 
 
 @dataclass
@@ -40,7 +44,7 @@ class Plan:
     """What Go writes for one input: the block kind, its codes and its size."""
 
     data: bytes
-    tokens: list[int | tuple[int, int]]  # a byte, or (length, distance)
+    tokens: list[int]  # a byte, or _MATCH | length << 16 | distance
     kind: str  # "empty" | "stored" | "fixed" | "dynamic"
     lit_lengths: list[int]
     off_lengths: list[int]
@@ -81,26 +85,30 @@ class Plan:
                 parts.append(codes[symbol])
                 if symbol in _CODEGEN_EXTRA:
                     parts.append(_lsb(value, _CODEGEN_EXTRA[symbol]))
+        append = parts.append
+        lengths: dict[int, str] = {}  # length → its code and extra bits, per block
         for token in self.tokens:
-            if isinstance(token, int):
-                parts.append(lit[token])
+            if token < _MATCH:
+                append(lit[token])
                 continue
-            length, distance = token
-            code = bisect_right(_LENGTH_BASE, length) - 1
-            parts.append(lit[257 + code])
-            if _LENGTH_EXTRA[code]:
-                parts.append(_lsb(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code]))
+            length, distance = token >> 16 & 0x1FF, token & 0xFFFF
+            sent = lengths.get(length)
+            if sent is None:
+                code = _LENGTH_CODE[length]
+                sent = lit[257 + code] + _lsb(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code])
+                lengths[length] = sent
+            append(sent)
             dcode = bisect_right(_DIST_BASE, distance) - 1
-            parts.append(off[dcode])
+            append(off[dcode])
             if _DIST_EXTRA[dcode]:
-                parts.append(_lsb(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode]))
-        parts.append(lit[256])
+                append(_lsb(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode]))
+        append(lit[256])
         return "".join(parts)
 
 
 def _lsb(value: int, bits: int) -> str:
     """`value` as `bits` bits, least significant first (how deflate sends numbers)."""
-    return f"{value:0{bits}b}"[::-1]
+    return f"{value:0{bits}b}"[::-1] if bits else ""
 
 
 def _codes(lengths: list[int]) -> list[str]:
@@ -130,6 +138,8 @@ def gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
     if not data:
         found = plan(data)
         return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
+    if 8 + _base64_len(_quick_floor(data)) + 4 >= budget:
+        return None
     stats = _Stats(data)
     low, high = stats.bounds()
     if 8 + _base64_len(_member_size(low, len(data))) + 4 >= budget:
@@ -138,6 +148,17 @@ def gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
         return stats.plan().gzip()
     found = stats.plan()
     return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
+
+
+def _quick_floor(data: bytes) -> int:
+    """A lower bound on Go's gzip size, from the distinct bytes alone.
+
+    The first occurrence of each byte value must be a literal, and d distinct
+    codes take at least d*log2(d) bits (Kraft); fixed codes take 8 bits per literal.
+    """
+    distinct = len(set(data))
+    dynamic = 29 + distinct + int(distinct * log2(distinct))
+    return min(_member_size(None, len(data)), _member_size(min(8 * distinct, dynamic), 0))
 
 
 def _member_size(bits: int | None, n: int) -> int:
@@ -166,18 +187,18 @@ class _Stats:
         off_freq = [0] * 30
         extra = 0
         for token in self.tokens:
-            if isinstance(token, int):
+            if token < _MATCH:
                 lit_freq[token] += 1
                 continue
-            length, distance = token
-            code = bisect_right(_LENGTH_BASE, length) - 1
+            length, distance = token >> 16 & 0x1FF, token & 0xFFFF
+            code = _LENGTH_CODE[length]
             lit_freq[257 + code] += 1
             extra += _LENGTH_EXTRA[code]
             dcode = bisect_right(_DIST_BASE, distance) - 1
             off_freq[dcode] += 1
             extra += _DIST_EXTRA[dcode]
         lit_freq[256] += 1  # end of block
-        self.num_lit = max(i for i, f in enumerate(lit_freq) if f) + 1
+        self.num_lit = next(i for i in range(285, -1, -1) if lit_freq[i]) + 1
         used_offsets = [i for i, f in enumerate(off_freq) if f]
         self.real_off_freq = list(off_freq)
         if used_offsets:
@@ -227,10 +248,10 @@ def _entropy(freq: list[int]) -> float:
 
 
 def _cost(freq: list[int], lengths: list[int]) -> int:
-    return sum(f * lengths[i] for i, f in enumerate(freq) if f and i < len(lengths))
+    return sum(map(mul, freq, lengths))
 
 
-def _tokens(data: bytes) -> list[int | tuple[int, int]]:
+def _tokens(data: bytes) -> list[int]:
     """Go's lazy matcher: literals (ints) and (length, distance) matches, in order."""
     n = len(data)
     max_insert = n - (_MIN_MATCH - 1)
@@ -239,7 +260,9 @@ def _tokens(data: bytes) -> list[int | tuple[int, int]]:
     keys = [data[i:i + 4] for i in range(max(max_insert, 0))]
     head: dict[bytes, int] = {}
     prev = [0] * n  # positions are stored +1 so that 0 means "none"
-    tokens: list[int | tuple[int, int]] = []
+    tokens: list[int] = []
+    append = tokens.append
+    get = head.get
     index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
     chain_head = 0
     while True:
@@ -250,7 +273,7 @@ def _tokens(data: bytes) -> list[int | tuple[int, int]]:
             return tokens
         if index < max_insert:
             key = keys[index]
-            chain_head = head.get(key, 0)
+            chain_head = get(key, 0)
             prev[index] = chain_head
             head[key] = index + 1
         prev_length, prev_offset = length, offset
@@ -260,19 +283,19 @@ def _tokens(data: bytes) -> list[int | tuple[int, int]]:
             if found:
                 length, offset = found, distance
         if prev_length >= _MIN_MATCH and length <= prev_length:
-            tokens.append((prev_length, prev_offset))
+            append(_MATCH | prev_length << 16 | prev_offset)
             end = index + prev_length - 1
             index += 1
             while index < end:
                 if index < max_insert:
                     key = keys[index]
-                    prev[index] = head.get(key, 0)
+                    prev[index] = get(key, 0)
                     head[key] = index + 1
                 index += 1
             pending, length = False, _MIN_MATCH - 1
         else:
             if pending:
-                tokens.append(data[index - 1])
+                append(data[index - 1])
             index += 1
             pending = True
 
@@ -321,7 +344,10 @@ def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
             lengths[symbol] = 1
         return lengths
     used.sort()
-    counts = _bit_counts([f for f, _ in used], max_bits)
+    freqs = [f for f, _ in used]
+    counts = _huffman_counts(freqs)
+    if len(counts) > max_bits + 1:  # too deep: Go's length-limited construction decides
+        counts = _bit_counts(freqs, max_bits)
     # The rarest symbols get the longest codes.
     remaining = len(used)
     for bits, count in enumerate(counts):
@@ -334,6 +360,38 @@ def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
 
 
 _INF = 2**31 - 1
+
+
+def _huffman_counts(freqs: list[int]) -> list[int]:
+    """Symbols per code length of a Huffman tree over ascending `freqs`.
+
+    Two queues (leaves, then merged nodes in order of creation); on equal weights
+    the merged node goes first. When no code exceeds the length limit this gives
+    the same counts as Go's package-merge (tests compare the two), much faster.
+    """
+    n = len(freqs)
+    weight = [*freqs, *([0] * (n - 1))]
+    parent = [0] * (2 * n - 1)
+    leaf, merged, created = 0, n, n
+    for _ in range(n - 1):
+        pair = []
+        for _ in (0, 1):
+            if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
+                pair.append(leaf)
+                leaf += 1
+            else:
+                pair.append(merged)
+                merged += 1
+        weight[created] = weight[pair[0]] + weight[pair[1]]
+        parent[pair[0]] = parent[pair[1]] = created
+        created += 1
+    depth = [0] * created
+    for node in range(created - 2, -1, -1):
+        depth[node] = depth[parent[node]] + 1
+    counts = [0] * (max(depth[:n]) + 1)
+    for node in range(n):
+        counts[depth[node]] += 1
+    return counts
 
 
 def _bit_counts(freqs: list[int], max_bits: int) -> list[int]:
@@ -388,15 +446,9 @@ def _dynamic_header(
     lit_lengths: list[int], off_lengths: list[int]
 ) -> tuple[list[tuple[int, int]], list[int], int]:
     """A dynamic block's run-length coded code lengths, their code, and header bits."""
-    sizes = [*lit_lengths, *off_lengths]
     codegen: list[tuple[int, int]] = []
-    i = 0
-    while i < len(sizes):
-        size = sizes[i]
-        run = 1
-        while i + run < len(sizes) and sizes[i + run] == size:
-            run += 1
-        i += run
+    for size, group in groupby([*lit_lengths, *off_lengths]):
+        run = len(list(group))
         if size:
             codegen.append((size, 0))
             run -= 1

@@ -151,9 +151,12 @@ class Translator:
         raw: Json = {}
         for f in spec.fields:
             child = node_fields.get(f.key)
+            if child is None:  # absent: Go's zero value, written only if required
+                if f.required and f.out is not None:
+                    raw[f.out] = _zero(f.kind)
+                continue
             if f.out is None:
-                if child is not None:
-                    raw[f.key] = self.value(f.kind, child, (*path, f.key))
+                raw[f.key] = self.value(f.kind, child, (*path, f.key))
                 continue
             found = self.value(f.kind, child, (*path, f.key))
             if found is None or found == {}:

@@ -1,0 +1,148 @@
+"""Benchmark: how many node-sized Butane configs per second `raya.butane` transpiles.
+
+Not a test: it prints figures and ratios. Target: 1,000 node configs per second on
+one core (the real `butane` binary, started once per config, manages about 150/s).
+
+    .venv/bin/python bench/butane.py [--nodes 200] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from pathlib import Path
+
+from raya.butane import transpile
+
+TARGET = 1000.0
+REAL_BUTANE = 150.0
+VECTORS = Path(__file__).resolve().parents[2] / "shared" / "butane-vectors"
+
+# Shaped like 16-full-agent.bu plus the private NIC keyfile every raya node carries.
+NODE = """\
+variant: fcos
+version: 1.4.0
+passwd:
+  users:
+    - name: core
+      ssh_authorized_keys:
+        - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{key} alice@example
+storage:
+  files:
+    - path: /etc/hostname
+      mode: 0644
+      overwrite: true
+      contents:
+        inline: agent-{i}
+    - path: /etc/rancher/k3s/config.yaml
+      mode: 0600
+      contents:
+        inline: |
+          server: https://10.0.1.10:6443
+          token: "K10{ca}::server:{secret}"
+          node-name: agent-{i}
+          node-ip: 10.0.{hi}.{lo}
+          flannel-iface: enp7s0
+    - path: /etc/rancher/node/password
+      mode: 0600
+      contents:
+        inline: "{password}\\n"
+    - path: /etc/NetworkManager/system-connections/enp7s0.nmconnection
+      mode: 0600
+      contents:
+        inline: |
+          [connection]
+          id=enp7s0
+          type=ethernet
+          interface-name=enp7s0
+
+          [ethernet]
+          mtu=1450
+
+          [ipv4]
+          method=manual
+          address1=10.0.{hi}.{lo}/24
+          route1=10.0.0.0/8,10.0.0.1
+          route1_options=onlink=true
+          may-fail=false
+          never-default=true
+
+          [ipv6]
+          method=disabled
+    - path: /etc/tmpfiles.d/k3s.conf
+      mode: 0644
+      contents:
+        inline: |
+          Z /var/usrlocal/bin/k3s - - -
+systemd:
+  units:
+    - name: k3s-agent.service
+      enabled: true
+      contents: |
+        [Unit]
+        Description=Lightweight Kubernetes (agent)
+        Wants=network-online.target
+        After=network-online.target
+
+        [Service]
+        Type=notify
+        ExecStart=/usr/local/bin/k3s agent
+        Restart=always
+        RestartSec=5s
+
+        [Install]
+        WantedBy=multi-user.target
+    - name: zincati.service
+      enabled: false
+"""
+
+
+def node_configs(count: int) -> list[str]:
+    def digest(*parts: object) -> str:
+        return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
+
+    return [
+        NODE.format(i=i, hi=1 + (20 + i) // 250, lo=(20 + i) % 250 + 2, ca=digest("ca"),
+                    secret=digest("secret")[:32], password=digest("password", i)[:32],
+                    key=digest("key", i)[:24])
+        for i in range(count)
+    ]
+
+
+def rate(texts: list[str], files_dir: Path | None, rounds: int) -> float:
+    """Configs per second, best of `rounds` passes over all texts."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for text in texts:
+            transpile(text, files_dir)
+        best = min(best, time.perf_counter() - start)
+    return len(texts) / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=200, help="node configs to generate")
+    parser.add_argument("--rounds", type=int, default=5, help="passes; the best one counts")
+    args = parser.parse_args()
+
+    nodes = node_configs(args.nodes)
+    size = sum(len(transpile(text)) for text in nodes) / len(nodes)
+    node_rate = rate(nodes, None, args.rounds)
+    print(f"node configs: {args.nodes} x ~{size:,.0f} bytes of Ignition")
+    print(f"  {node_rate:,.0f} configs/s ({1000 / node_rate:.2f} ms each)")
+    print(f"  {node_rate / TARGET:.2f}x the {TARGET:,.0f}/s target, "
+          f"{node_rate / REAL_BUTANE:.1f}x the real butane (~{REAL_BUTANE:.0f}/s)")
+
+    if VECTORS.is_dir():
+        cases = [p for p in sorted((VECTORS / "cases").glob("*.bu"))
+                 if (VECTORS / "expected" / f"{p.stem}.ign").exists()]
+        texts = [p.read_text() for p in cases]
+        vector_rate = rate(texts * 20, VECTORS / "files", args.rounds)
+        print(f"butane vectors: {len(texts)} cases, {vector_rate:,.0f} configs/s "
+              f"(includes 6 KB and 1 KB local files)")
+
+
+if __name__ == "__main__":
+    main()
