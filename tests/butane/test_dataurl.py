@@ -87,3 +87,16 @@ def test_same_input_same_bytes() -> None:
     data = b"[Unit]\nDescription=x\n" * 40
     assert make_data_url(data, True) == make_data_url(data, True)
     assert make_data_url(data, True)[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=400), min_size=3, max_size=120))
+def test_fast_huffman_counts_equal_gos_package_merge(freqs: list[int]) -> None:
+    # The fast path is only taken when no code exceeds Go's limit; there it must agree.
+    from raya.butane.goflate import _bit_counts, _huffman_counts
+
+    freqs = sorted(freqs)
+    fast = _huffman_counts(freqs)
+    if len(fast) <= 16:
+        go = _bit_counts(freqs, 15)
+        assert fast == go[:len(fast)] and not any(go[len(fast):])

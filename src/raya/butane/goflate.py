@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 import zlib
 from bisect import bisect_right
-from itertools import groupby
 from dataclasses import dataclass
+from itertools import groupby
 from math import log2
 from operator import mul
 
