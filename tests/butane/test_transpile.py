@@ -324,3 +324,22 @@ def test_go_style_escaping_of_html_characters() -> None:
     out = transpile("variant: fcos\nversion: 1.4.0\nsystemd:\n  units:\n"
                     "    - name: a.service\n      contents: \"[Unit]\\nX=a<b>&c\\n\"\n")
     assert "X=a\\u003cb\\u003e\\u0026c\\n" in out
+
+
+def test_yaml_anchors_and_merge_keys_work_like_go_yaml() -> None:
+    out = config("storage:\n  files:\n    - &base\n      path: /etc/a\n      mode: 0600\n"
+                 "    - <<: *base\n      path: /etc/b\n")
+    assert out["storage"]["files"] == [{"path": "/etc/a", "mode": 384},
+                                       {"path": "/etc/b", "mode": 384}]
+
+
+def test_paths_must_be_clean_the_way_go_cleans_them() -> None:
+    assert findings("storage:\n  directories:\n    - path: //etc/x\n    - path: /etc/../x\n") == [
+        ("$.storage.directories.0.path", 5, 13), ("$.storage.directories.1.path", 6, 13)]
+
+
+def test_reserved_partition_labels_warn_unless_the_table_is_wiped() -> None:
+    body = ("storage:\n  disks:\n    - device: /dev/sda\n{wipe}      partitions:\n"
+            "        - label: root\n          number: 5\n")
+    assert findings(body.format(wipe="")) == [("$.storage.disks.0.partitions.0.label", 7, 18)]
+    assert config(body.format(wipe="      wipe_table: true\n"))

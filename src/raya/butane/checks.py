@@ -119,8 +119,14 @@ def abs_path(t: Translator, value: str | None, path: Path) -> None:
         t.error(path, "path is required (an absolute path such as /etc/example)")
     elif not value.startswith("/"):
         t.error(path, "path not absolute")
-    elif posixpath.normpath(value) != value and value != "//":
-        t.error(path, f"path is not fully simplified (use {posixpath.normpath(value)})")
+    elif go_clean(value) != value:
+        t.error(path, f"path is not fully simplified (use {go_clean(value)})")
+
+
+def go_clean(value: str) -> str:
+    """Go's path.Clean (unlike POSIX normpath, it also folds a leading "//")."""
+    cleaned = posixpath.normpath(value)
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
 
 
 def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> None:
@@ -166,6 +172,21 @@ def storage(t: Translator, out: Json, path: Path) -> None:
         unique(t, out.get(kind, ()), key, (*path, kind))
     for index, disk in enumerate(out.get("disks", ())):
         abs_path(t, disk.get("device"), (*path, "disks", index, "device"))
+        if not disk.get("wipeTable"):
+            _reserved_labels(t, disk, (*path, "disks", index))
+
+
+# FCOS's own partitions: reusing a label with another number makes a new partition.
+_RESERVED_LABELS = {"BIOS-BOOT": 1, "PowerPC-PReP-boot": 1, "EFI-SYSTEM": 2, "boot": 3, "root": 4}
+
+
+def _reserved_labels(t: Translator, disk: Json, path: Path) -> None:
+    for index, partition in enumerate(disk.get("partitions", ())):
+        number = _RESERVED_LABELS.get(partition.get("label", ""))
+        if number is not None and partition.get("number", 0) != number:
+            t.warn((*path, "partitions", index, "label"),
+                   f"incorrect partition number; a new partition will be created using "
+                   f"reserved label {partition['label']} (its number is {number})")
 
 
 def unique(t: Translator, entries: Any, key: str, path: Path) -> None:

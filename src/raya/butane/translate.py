@@ -173,7 +173,7 @@ class Translator:
     def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
         found: dict[str, Node] = {}
-        for key_node, value_node in node.value:
+        for key_node, value_node in _merged(node):
             if not isinstance(key_node, yaml.ScalarNode):
                 self.nodes[path] = key_node
                 self.error(path, "mapping keys must be strings")
@@ -244,6 +244,26 @@ def _zero(kind: Kind) -> Any:
     if isinstance(kind, ListOf):
         return []
     return {"str": "", "int": 0, "bool": False}[kind]
+
+
+def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
+    """Entries with YAML merge keys (`<<: *anchor`) applied, as go-yaml applies them:
+    the mapping's own keys win, then earlier merged mappings over later ones."""
+    own = [(k, v) for k, v in node.value if k.tag != "tag:yaml.org,2002:merge"]
+    sources = [v for k, v in node.value if k.tag == "tag:yaml.org,2002:merge"]
+    if not sources:
+        return own
+    seen = {k.value for k, _ in own if isinstance(k, yaml.ScalarNode)}
+    merged = []
+    for source in sources:
+        for mapping in source.value if isinstance(source, yaml.SequenceNode) else [source]:
+            if not isinstance(mapping, yaml.MappingNode):
+                continue
+            for k, v in _merged(mapping):
+                if isinstance(k, yaml.ScalarNode) and k.value not in seen:
+                    seen.add(k.value)
+                    merged.append((k, v))
+    return merged + own
 
 
 def _scalar_text(node: Node | None) -> str | None:

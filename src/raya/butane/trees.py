@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
+from raya.butane.checks import go_clean
 from raya.butane.schema import FILE, LINK, RESOURCE
 from raya.butane.source import Path
 
@@ -58,7 +59,7 @@ def expand(t: Translator, trees: list[Any], storage: Json, path: Path) -> None:
             continue
         destination = tree.get("path") or "/"
         for rel, info, source in _walk(root):
-            target = posixpath.normpath(posixpath.join(destination, rel))
+            target = go_clean(posixpath.join(destination, rel))
             if stat.S_ISREG(info.st_mode):
                 _add_file(t, storage, nodes, where, target, info, source)
             elif stat.S_ISLNK(info.st_mode):
