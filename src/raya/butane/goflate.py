@@ -252,57 +252,45 @@ def _cost(freq: list[int], lengths: list[int]) -> int:
 
 
 def _tokens(data: bytes) -> list[int]:
-    """Go's lazy matcher: literals (ints) and (length, distance) matches, in order."""
+    """Go's lazy matcher: literal bytes and (_MATCH | length << 16 | distance), in order."""
     n = len(data)
     max_insert = n - (_MIN_MATCH - 1)
-    # Chains keyed by the 4 bytes themselves: Go's hash collisions only add
-    # candidates that cannot match, so the matches found are the same.
-    keys = [data[i:i + 4] for i in range(max(max_insert, 0))]
-    head: dict[bytes, int] = {}
-    prev = [0] * n  # positions are stored +1 so that 0 means "none"
+    # Go inserts every position into its hash chains exactly once, in order, so the
+    # chains can be built up front. They are keyed by the 4 bytes themselves: Go's
+    # hash collisions only add candidates that cannot match.
+    prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
+    last: dict[bytes, int] = {}
+    for i in range(max(max_insert, 0)):
+        key = data[i:i + 4]
+        prev[i] = last.get(key, 0)
+        last[key] = i + 1
     tokens: list[int] = []
     append = tokens.append
-    get = head.get
     index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
-    chain_head = 0
-    while True:
-        lookahead = n - index
-        if lookahead == 0:
-            if pending:
-                tokens.append(data[index - 1])
-            return tokens
-        if index < max_insert:
-            key = keys[index]
-            chain_head = get(key, 0)
-            prev[index] = chain_head
-            head[key] = index + 1
+    while index < n:
+        chain_head = prev[index]
         prev_length, prev_offset = length, offset
         length, offset = _MIN_MATCH - 1, 0
-        if chain_head >= 1 and lookahead > prev_length and prev_length < _LAZY:
-            found, distance = _find_match(data, prev, index, chain_head - 1, lookahead)
-            if found:
-                length, offset = found, distance
+        lookahead = n - index
+        if chain_head and lookahead > prev_length and prev_length < _LAZY:
+            length, offset = _find_match(data, prev, index, chain_head - 1, lookahead)
         if prev_length >= _MIN_MATCH and length <= prev_length:
             append(_MATCH | prev_length << 16 | prev_offset)
-            end = index + prev_length - 1
-            index += 1
-            while index < end:
-                if index < max_insert:
-                    key = keys[index]
-                    prev[index] = get(key, 0)
-                    head[key] = index + 1
-                index += 1
+            index += prev_length - 1
             pending, length = False, _MIN_MATCH - 1
         else:
             if pending:
                 append(data[index - 1])
             index += 1
             pending = True
+    if pending:
+        append(data[n - 1])
+    return tokens
 
 
 def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
                 lookahead: int) -> tuple[int, int]:
-    """Longest match (> 3 bytes) along the hash chain: (length, distance) or (0, 0)."""
+    """Longest match along the hash chain: (length, distance), or (3, 0) for none."""
     limit = min(_MAX_MATCH, lookahead)
     nice = min(_NICE, limit)
     best, distance = _MIN_MATCH - 1, 0
@@ -323,7 +311,7 @@ def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
         if i < 0 or i < pos - 32768:
             break
         tries -= 1
-    return (best, distance) if distance else (0, 0)
+    return best, distance  # (3, 0) when nothing longer than 3 bytes was found
 
 
 def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
