@@ -19,13 +19,13 @@ _FORMATS = ("ext4", "btrfs", "xfs", "vfat", "swap", "none", "")
 _NODE_LISTS = ("files", "directories", "links")
 
 
-def resource(t: Translator, out: Json, path: Path) -> None:
+def resource(t: Translator, out: Json, path: Path, *, check_source: bool = True) -> None:
     compression = out.get("compression")
     if compression not in (None, "", "gzip"):
         t.error((*path, "compression"), "invalid compression method (accepted: gzip, or none)")
     source = out.get("source")
-    scheme = None
-    if source is not None:
+    scheme = "data" if source is not None and not check_source else None
+    if source is not None and check_source:
         match = _SCHEME.match(source)
         scheme = match.group(1).lower() if match else ""
         if scheme not in _SCHEMES:

@@ -24,10 +24,44 @@ _NULL = frozenset(("", "~", "null", "Null", "NULL"))
 _INT = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[1-9][0-9]*|0)")
 _INT_BASES = {"x": 16, "X": 16, "o": 8, "O": 8, "b": 2, "B": 2}
 
+_TAGS = {yaml.ScalarNode: "tag:yaml.org,2002:str", yaml.SequenceNode: "tag:yaml.org,2002:seq",
+         yaml.MappingNode: "tag:yaml.org,2002:map"}
+
+
+class _Untyped(yaml.resolver.BaseResolver):
+    """No implicit typing: go-yaml's rules are applied per field, later."""
+
+    def descend_resolver(self, current_node: object, current_index: object) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+    def resolve(self, kind: type, value: object, implicit: object) -> str:
+        return _TAGS[kind]
+
+
 try:  # libyaml is several times faster; both report the same marks
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _Loader = yaml.SafeLoader
+    from yaml._yaml import CParser
+
+    class _Loader(CParser, _Untyped):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            _Untyped.__init__(self)
+
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml.composer import Composer
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Loader(Reader, Scanner, Parser, Composer, _Untyped):  # type: ignore[no-redef]
+        def __init__(self, stream: str) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            Composer.__init__(self)
+            _Untyped.__init__(self)
 
 
 @dataclass(frozen=True)
@@ -59,7 +93,11 @@ class YamlSyntaxError(Exception):
 def compose(text: str) -> Node | None:
     """The document's root node (None for an empty document)."""
     try:
-        return yaml.compose(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:
+            return loader.get_single_node()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)

@@ -249,8 +249,8 @@ def _zero(kind: Kind) -> Any:
 def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
     """Entries with YAML merge keys (`<<: *anchor`) applied, as go-yaml applies them:
     the mapping's own keys win, then earlier merged mappings over later ones."""
-    own = [(k, v) for k, v in node.value if k.tag != "tag:yaml.org,2002:merge"]
-    sources = [v for k, v in node.value if k.tag == "tag:yaml.org,2002:merge"]
+    own = [(k, v) for k, v in node.value if not _is_merge(k)]
+    sources = [v for k, v in node.value if _is_merge(k)]
     if not sources:
         return own
     seen = {k.value for k, _ in own if isinstance(k, yaml.ScalarNode)}
@@ -264,6 +264,10 @@ def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
                     seen.add(k.value)
                     merged.append((k, v))
     return merged + own
+
+
+def _is_merge(key: Node) -> bool:
+    return isinstance(key, yaml.ScalarNode) and key.value == "<<" and not key.style
 
 
 def _scalar_text(node: Node | None) -> str | None:
@@ -287,7 +291,8 @@ def _resource(t: Translator, out: Json, path: Path) -> None:
             t.contents(data, out.get("compression"), out)
     if inline is not None:
         t.contents(inline.encode("utf-8"), out.get("compression"), out)
-    checks.resource(t, out, path)
+    # A source we made from inline or local contents is a valid data URL already.
+    checks.resource(t, out, path, check_source=local is None and inline is None)
 
 
 def _file(t: Translator, out: Json, path: Path) -> None:
