@@ -19,7 +19,7 @@ EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
     "keys); these configs show what the nodes get but cannot join a real cluster. "
-    "`raya deploy` renders with the stack's own secrets."
+    "`raya up` renders with the stack's own secrets."
 )
 
 
