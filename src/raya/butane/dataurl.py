@@ -6,13 +6,14 @@ import base64
 import math
 import struct
 import zlib
-from urllib.parse import quote_from_bytes, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter
 
 # RFC 2396 unreserved characters: the ones Butane's percent-encoding leaves alone.
 _SAFE = b"-_.!~*'()"
 _UNRESERVED = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + _SAFE
+_PERCENT = [chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in range(256)]
 # Go's gzip header at BestCompression: no name, no mtime, XFL=2, OS=255 (unknown).
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
 # The smallest gzip member is 20 bytes (header, empty deflate block, trailer), so
@@ -48,7 +49,7 @@ def make_data_url(data: bytes, may_compress: bool) -> tuple[str, bool]:
             return "data:;base64," + base64.b64encode(packed).decode("ascii"), True
     if use_base64:
         return "data:;base64," + base64.b64encode(data).decode("ascii"), False
-    return "data:," + quote_from_bytes(data, safe=_SAFE), False
+    return "data:," + "".join(map(_PERCENT.__getitem__, data)), False
 
 
 def _gzip_if_shorter(data: bytes, budget: int) -> bytes | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from dataclasses import dataclass
 from itertools import groupby
 from math import log2
@@ -254,21 +255,34 @@ def _cost(freq: list[int], lengths: list[int]) -> int:
 def _tokens(data: bytes) -> list[int]:
     """Go's lazy matcher: literal bytes and (_MATCH | length << 16 | distance), in order."""
     n = len(data)
-    max_insert = n - (_MIN_MATCH - 1)
     # Go inserts every position into its hash chains exactly once, in order, so the
     # chains can be built up front. They are keyed by the 4 bytes themselves: Go's
     # hash collisions only add candidates that cannot match.
+    keys = [data[i:i + 4] for i in range(n - (_MIN_MATCH - 1))]
+    seen = Counter(keys)
     prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
+    hits = []  # positions that have a previous occurrence, ascending
     last: dict[bytes, int] = {}
-    for i in range(max(max_insert, 0)):
-        key = data[i:i + 4]
-        prev[i] = last.get(key, 0)
+    for i in [i for i, key in enumerate(keys) if seen[key] > 1]:
+        key = keys[i]
+        before = last.get(key)
+        if before:
+            prev[i] = before
+            hits.append(i)
         last[key] = i + 1
     tokens: list[int] = []
     append = tokens.append
     index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
     while index < n:
         chain_head = prev[index]
+        if not chain_head and length < _MIN_MATCH:
+            # Nothing to match here and nothing pending: literals up to the next
+            # position that has candidates.
+            after = bisect_left(hits, index)
+            stop = hits[after] if after < len(hits) else n
+            tokens.extend(data[index - 1 if pending else index:stop - 1])
+            index, offset, pending = stop, 0, True
+            continue
         prev_length, prev_offset = length, offset
         length, offset = _MIN_MATCH - 1, 0
         lookahead = n - index

@@ -249,10 +249,10 @@ def _zero(kind: Kind) -> Any:
 def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
     """Entries with YAML merge keys (`<<: *anchor`) applied, as go-yaml applies them:
     the mapping's own keys win, then earlier merged mappings over later ones."""
+    if not any(k.value == "<<" for k, _ in node.value):
+        return node.value  # type: ignore[no-any-return]
     own = [(k, v) for k, v in node.value if not _is_merge(k)]
     sources = [v for k, v in node.value if _is_merge(k)]
-    if not sources:
-        return own
     seen = {k.value for k, _ in own if isinstance(k, yaml.ScalarNode)}
     merged = []
     for source in sources:
