@@ -11,6 +11,7 @@ from raya.fleet import Cluster, build_cluster, fleet_file, load_fleet
 DEFAULT_STACK = "prod"
 EXAMPLE_ROOT = Path(__file__).parent / "example"
 EXAMPLE_STACK = "example"
+EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"
 
 
 def find_root(start: Path) -> Path:

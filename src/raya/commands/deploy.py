@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from raya.cli import app, err, out
+from raya.commands.options import RootOption, project_root
 from raya.errors import DeployError
-from raya.project import DEFAULT_STACK, find_root
+from raya.project import DEFAULT_STACK
 
 if TYPE_CHECKING:
     from raya.deploy import Action, Result
@@ -17,14 +18,7 @@ if TYPE_CHECKING:
 StackOption = Annotated[
     str, typer.Option("--stack", "-s", help="Stack to deploy (Pulumi.<stack>.yaml).")
 ]
-RootOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--root",
-        help="Project folder, holding Pulumi.yaml.",
-        show_default="the nearest one at or above the current folder",
-    ),
-]
+
 
 
 def _progress(line: str) -> None:
@@ -41,7 +35,7 @@ def _run(action: Action, stack: str, root: Path | None) -> Result:
             f"raya {action} needs the Pulumi packages ({error.name} is missing): "
             "install raya's [deploy] extra, e.g. `scripts/bootstrap deploy`"
         ) from None
-    result = deploy.run(action, root or find_root(Path.cwd()), stack, _progress)
+    result = deploy.run(action, project_root(root), stack, _progress)
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
     return result

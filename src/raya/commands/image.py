@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from raya.cli import app, err, out
+from raya.commands.options import RootOption, project_root
 from raya.config import load_stack_config, stack_file
 from raya.errors import ImageError
 from raya.image import (
@@ -31,7 +31,7 @@ from raya.image import (
     write_pins,
 )
 from raya.pins import FCOS_STREAMS, FcosPin, K3sPin, label_selector, load_pins, snapshot_labels
-from raya.project import DEFAULT_STACK, find_root
+from raya.project import DEFAULT_STACK
 
 image = typer.Typer(
     help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",
@@ -39,14 +39,6 @@ image = typer.Typer(
 )
 app.add_typer(image, name="image")
 
-Root = Annotated[
-    Path | None,
-    typer.Option(
-        "--root",
-        help="Project folder, holding Pulumi.yaml and image/.",
-        show_default="the nearest one at or above the current folder",
-    ),
-]
 FcosBuildsUrl = Annotated[
     str,
     typer.Option(
@@ -83,7 +75,7 @@ def build(
             "instead of running them.",
         ),
     ] = False,
-    root: Root = None,
+    root: RootOption = None,
     hcloud_endpoint: Annotated[
         str,
         typer.Option(
@@ -99,7 +91,7 @@ def build(
 
     Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
     """
-    root = root or find_root(Path.cwd())
+    root = project_root(root)
     config = load_stack_config(stack_file(root, stack))
     pins = load_pins(root)
     template = template_path(root)
@@ -159,7 +151,7 @@ def pins(
             show_default="the pinned stream",
         ),
     ] = None,
-    root: Root = None,
+    root: RootOption = None,
     fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
     k3s_channels_url: Annotated[
         str,
@@ -179,7 +171,7 @@ def pins(
         raise typer.BadParameter(
             f"{stream!r}; accepted: {', '.join(FCOS_STREAMS)}", param_hint="--stream"
         )
-    root = root or find_root(Path.cwd())
+    root = project_root(root)
     current = load_pins(root)
     endpoints = Endpoints(
         fcos_builds=fcos_builds_url, k3s_channels=k3s_channels_url, k3s_releases=k3s_releases_url

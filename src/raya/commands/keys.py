@@ -8,20 +8,18 @@ from typing import Annotated
 import typer
 
 from raya.cli import app, err, out
+from raya.commands.options import (
+    ExampleOption,
+    GithubUrlOption,
+    KeysFileOption,
+    RootOption,
+    resolve_users,
+    select_project,
+)
 from raya.config import load_stack_config, stack_file
 from raya.errors import KeysError
-from raya.github_keys import (
-    GITHUB_URL,
-    UserKeys,
-    dump_keys_file,
-    fetch_keys,
-    key_info,
-    load_keys_file,
-    select_users,
-)
-from raya.project import DEFAULT_STACK, EXAMPLE_ROOT, EXAMPLE_STACK, find_root
-
-EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"
+from raya.github_keys import GITHUB_URL, dump_keys_file, key_info
+from raya.project import DEFAULT_STACK
 
 
 @app.command()
@@ -35,52 +33,20 @@ def keys(
             show_default=DEFAULT_STACK,
         ),
     ] = None,
-    root: Annotated[
-        Path | None,
-        typer.Option(
-            "--root",
-            help="Project folder, holding Pulumi.yaml.",
-            show_default="the nearest one at or above the current folder",
-        ),
-    ] = None,
-    example: Annotated[
-        bool,
-        typer.Option(
-            "--example", help="Use the bundled example project and its keys file (offline)."
-        ),
-    ] = False,
-    keys_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--keys-file",
-            help="Read the keys from this file (written by --save) instead of GitHub.",
-        ),
-    ] = None,
+    root: RootOption = None,
+    example: ExampleOption = False,
+    keys_file: KeysFileOption = None,
     save: Annotated[
         Path | None,
         typer.Option(
             "--save", help="Also write the keys to this file, for `raya render --keys-file`."
         ),
     ] = None,
-    github_url: Annotated[
-        str,
-        typer.Option(
-            "--github-url", help="Base URL serving <handle>.keys (a mirror, or a test server)."
-        ),
-    ] = GITHUB_URL,
+    github_url: GithubUrlOption = GITHUB_URL,
 ) -> None:
     """Print each authorized user's SSH keys with their type, fingerprint and comment."""
-    if example:
-        if root is not None or stack is not None:
-            raise typer.BadParameter("--example is its own project; it takes no --root or --stack")
-        root, stack, keys_file = EXAMPLE_ROOT, EXAMPLE_STACK, keys_file or EXAMPLE_KEYS
-    config = load_stack_config(stack_file(root or find_root(Path.cwd()), stack or DEFAULT_STACK))
-    users: tuple[UserKeys, ...]
-    if keys_file is not None:
-        users = select_users(load_keys_file(keys_file), config.authorized_users, str(keys_file))
-    else:
-        with err.status(f"fetching the keys of {len(config.authorized_users)} users..."):
-            users = fetch_keys(config.authorized_users, github_url)
+    root, stack, keys_file = select_project(root, stack, example, keys_file)
+    users = resolve_users(load_stack_config(stack_file(root, stack)), keys_file, github_url)
     width = max(len(user.handle) for user in users)
     for user in users:
         for key in user.keys:

@@ -9,13 +9,20 @@ from typing import Annotated
 import typer
 
 from raya.cli import app, err, out
+from raya.commands.options import (
+    ExampleOption,
+    GithubUrlOption,
+    KeysFileOption,
+    RootOption,
+    resolve_users,
+    select_project,
+)
 from raya.errors import RenderError
-from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
+from raya.github_keys import GITHUB_URL
 from raya.identity import generate_example_secrets
-from raya.project import DEFAULT_STACK, EXAMPLE_ROOT, EXAMPLE_STACK, find_root, load_cluster
+from raya.project import DEFAULT_STACK, load_cluster
 from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluster
 
-EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
     "keys); these configs show what the nodes get but cannot join a real cluster. "
@@ -29,56 +36,22 @@ def render(
         str | None,
         typer.Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
     ] = None,
-    root: Annotated[
-        Path | None,
-        typer.Option(
-            "--root",
-            help="Project folder, holding Pulumi.yaml.",
-            show_default="the nearest one at or above the current folder",
-        ),
-    ] = None,
+    root: RootOption = None,
     out_dir: Annotated[
         Path, typer.Option("--out", "-o", help="Folder to write <node>.bu and <node>.ign to.")
     ] = Path("out"),
-    keys_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--keys-file",
-            help="Read the SSH keys from this file (`raya keys --save`) instead of GitHub.",
-        ),
-    ] = None,
-    example: Annotated[
-        bool,
-        typer.Option(
-            "--example",
-            help="Render the bundled example (control plane + 3 agents, example keys); "
-            "no account, no network.",
-        ),
-    ] = False,
-    github_url: Annotated[
-        str,
-        typer.Option(
-            "--github-url", help="Base URL serving <handle>.keys (a mirror, or a test server)."
-        ),
-    ] = GITHUB_URL,
+    keys_file: KeysFileOption = None,
+    example: ExampleOption = False,
+    github_url: GithubUrlOption = GITHUB_URL,
 ) -> None:
     """Render every node's Butane and Ignition config and print their sizes.
 
     The secrets are throwaway ones generated on the spot, and said so: the real join token,
     CAs and service account keys exist only in the deployment's state.
     """
-    if example:
-        if root is not None or stack is not None:
-            raise typer.BadParameter("--example is its own project; it takes no --root or --stack")
-        root, stack, keys_file = EXAMPLE_ROOT, EXAMPLE_STACK, keys_file or EXAMPLE_KEYS
-    cluster = load_cluster(root or find_root(Path.cwd()), stack or DEFAULT_STACK)
-    users: tuple[UserKeys, ...]
-    if keys_file is not None:
-        handles = cluster.config.authorized_users
-        users = select_users(load_keys_file(keys_file), handles, str(keys_file))
-    else:
-        with err.status(f"fetching the keys of {len(cluster.config.authorized_users)} users..."):
-            users = fetch_keys(cluster.config.authorized_users, github_url)
+    root, stack, keys_file = select_project(root, stack, example, keys_file)
+    cluster = load_cluster(root, stack)
+    users = resolve_users(cluster.config, keys_file, github_url)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
     rendered = render_cluster(cluster, generate_example_secrets(), users, keys_base_url=github_url)
     _write(out_dir, rendered)
