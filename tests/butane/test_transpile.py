@@ -343,3 +343,11 @@ def test_reserved_partition_labels_warn_unless_the_table_is_wiped() -> None:
             "        - label: root\n          number: 5\n")
     assert findings(body.format(wipe="")) == [("$.storage.disks.0.partitions.0.label", 7, 18)]
     assert config(body.format(wipe="      wipe_table: true\n"))
+
+
+def test_enabled_instance_of_a_template_without_install_warns_from_ignition_3_4() -> None:
+    body = ("systemd:\n  units:\n    - name: a@.service\n"
+            "      contents: \"[Service]\\nExecStart=/bin/true\\n\"\n"
+            "    - name: a@x.service\n      enabled: true\n")
+    assert config(body, "1.4.0")  # Ignition 3.3 has no such check
+    assert findings(body, "1.5.0") == [("$.systemd.units.1.contents", 7, 7)]

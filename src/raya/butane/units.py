@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import TYPE_CHECKING
 
 from raya.butane.checks import unique
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
 
 UNIT_EXTENSIONS = (".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target",
                    ".path", ".timer", ".snapshot", ".slice", ".scope")
+_INSTANCE = re.compile(r"(.+?)@(.+?)\.service")
 _ESCAPE_SAFE = frozenset(b":_.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
@@ -23,7 +25,8 @@ def check_unit(t: Translator, out: Json, path: Path, contents_key: str) -> None:
                 f"invalid systemd unit extension (accepted: {', '.join(UNIT_EXTENSIONS)})")
     contents = out.get("contents")
     sections = _option_sections(t, contents, (*path, contents_key))
-    if out.get("enabled") and contents and "Install" not in sections:
+    # Unparseable contents already have an error; Ignition adds no warning then.
+    if out.get("enabled") and contents and sections is not None and "Install" not in sections:
         t.warn((*path, contents_key),
                f'unit "{name}" is enabled, but has no install section so enable does nothing')
     dropins = out.get("dropins", ())
@@ -36,8 +39,8 @@ def check_dropin(t: Translator, out: Json, path: Path, contents_key: str) -> Non
     _option_sections(t, out.get("contents"), (*path, contents_key))
 
 
-def _option_sections(t: Translator, contents: str | None, path: Path) -> set[str]:
-    """Sections that hold at least one option, reporting lines systemd cannot parse."""
+def _option_sections(t: Translator | None, contents: str | None, path: Path) -> set[str] | None:
+    """Sections that hold at least one option; None (reported) if systemd cannot parse it."""
     sections: set[str] = set()
     if not contents:
         return sections
@@ -52,13 +55,15 @@ def _option_sections(t: Translator, contents: str | None, path: Path) -> set[str
             continue
         if line[0] == "[":
             if not line.endswith("]"):
-                t.error(path, f"invalid unit content: line {number}: unable to find end of "
-                        "section (expected [Section])")
-                return sections
+                if t is not None:
+                    t.error(path, f"invalid unit content: line {number}: unable to find end "
+                            "of section (expected [Section])")
+                return None
             section = line[1:-1]
         elif "=" not in line:
-            t.error(path, f"invalid unit content: line {number}: expected Key=value")
-            return sections
+            if t is not None:
+                t.error(path, f"invalid unit content: line {number}: expected Key=value")
+            return None
         elif section is not None:
             sections.add(section)
             continued = line.endswith("\\")
@@ -123,10 +128,27 @@ def _remote(fs: Json, storage: Json) -> bool:
     return False
 
 
+def check_templates(t: Translator, units: list[Json]) -> None:
+    """Ignition 3.4+: an enabled instance (a@b.service) of a template without [Install]."""
+    by_name = {unit.get("name"): unit for unit in units}
+    for index, unit in enumerate(units):
+        match = _INSTANCE.match(unit.get("name", ""))
+        if not match or not unit.get("enabled"):
+            continue
+        template = f"{match.group(1)}@.service"
+        contents = by_name.get(template, {}).get("contents")
+        sections = _option_sections(None, contents, ())
+        if contents and sections is not None and "Install" not in sections:
+            t.warn(("systemd", "units", index, "contents"),
+                   f'template unit "{template}" for "{unit["name"]}" doesn\'t have Install section')
+
+
 def add_mount_units(t: Translator, out: Json) -> None:
     """Generated units come first; a user unit of the same name is merged over one."""
     user_units = out.get("systemd", {}).get("units", [])
     unique(t, user_units, "name", ("systemd", "units"))
+    if t.minor >= 5:
+        check_templates(t, user_units)
     if not t.mounts:
         return
     storage = out.get("storage", {})
