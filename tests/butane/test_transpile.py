@@ -351,3 +351,10 @@ def test_enabled_instance_of_a_template_without_install_warns_from_ignition_3_4(
             "    - name: a@x.service\n      enabled: true\n")
     assert config(body, "1.4.0")  # Ignition 3.3 has no such check
     assert findings(body, "1.5.0") == [("$.systemd.units.1.contents", 7, 7)]
+
+
+def test_files_may_not_take_the_place_of_units_or_dropins() -> None:
+    assert findings("storage:\n  files:\n    - path: /etc/systemd/system/a.service.d/x.conf\n"
+                    "systemd:\n  units:\n    - name: a.service\n      dropins:\n"
+                    "        - name: x.conf\n          contents: \"[Service]\\n\"\n") == [
+        ("$.storage.files.0.path", 5, 13)]

@@ -198,7 +198,28 @@ def unique(t: Translator, entries: Any, key: str, path: Path) -> None:
         seen.add(value)
 
 
+def _systemd_conflicts(t: Translator, out: Json) -> None:
+    """Ignition writes units and drop-ins itself: no storage node may claim their paths."""
+    taken = set()
+    for unit in out.get("systemd", {}).get("units", ()):
+        if unit.get("contents"):
+            taken.add(f"/etc/systemd/system/{unit.get('name', '')}")
+        for dropin in unit.get("dropins", ()):
+            if dropin.get("contents"):
+                taken.add(f"/etc/systemd/system/{unit.get('name', '')}.d/{dropin.get('name', '')}")
+    if not taken:
+        return
+    storage = out.get("storage", {})
+    for kind in _NODE_LISTS:
+        for index, entry in enumerate(storage.get(kind, ())):
+            if entry.get("path") in taken:
+                where = t.origins.get(id(entry), ("storage", kind, index, "path"))
+                t.error(where, "path conflicts with systemd unit or dropin (write it as a unit "
+                        "or drop-in in systemd.units instead)")
+
+
 def config(t: Translator, out: Json) -> None:
+    _systemd_conflicts(t, out)
     passwd = out.get("passwd", {})
     unique(t, passwd.get("users", ()), "name", ("passwd", "users"))
     unique(t, passwd.get("groups", ()), "name", ("passwd", "groups"))
