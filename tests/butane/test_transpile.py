@@ -358,3 +358,8 @@ def test_files_may_not_take_the_place_of_units_or_dropins() -> None:
                     "systemd:\n  units:\n    - name: a.service\n      dropins:\n"
                     "        - name: x.conf\n          contents: \"[Service]\\n\"\n") == [
         ("$.storage.files.0.path", 5, 13)]
+
+
+def test_proxies_must_be_http_urls() -> None:
+    assert findings("ignition:\n  proxy:\n    https_proxy: socks5://x:1080\n") == [
+        ("$.ignition.proxy.https_proxy", 5, 18)]

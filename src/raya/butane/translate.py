@@ -303,6 +303,13 @@ def _directory(t: Translator, out: Json, path: Path) -> None:
     checks.mode(t, out.get("mode"), (*path, "mode"), directory=True)
 
 
+def _proxy(t: Translator, out: Json, path: Path) -> None:
+    for key, field in (("httpProxy", "http_proxy"), ("httpsProxy", "https_proxy")):
+        value = out.get(key)
+        if value is not None and not value.startswith(("http://", "https://")):
+            t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
+
+
 def _tree(t: Translator, out: Json, path: Path) -> None:
     if not out.get("local"):
         t.error(path, "local is required (a directory under --files-dir)")
@@ -384,6 +391,7 @@ HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
     "file": _file,
     "directory": _directory,
     "tree": _tree,
+    "proxy": _proxy,
     "user": _user,
     "group": _group,
     "node_user": _owner,

@@ -38,6 +38,8 @@ def butane_command(
     except (OSError, UnicodeDecodeError) as error:
         raise ButaneError(f"cannot read Butane config {source}: {error}") from error
     result = translate(text, files_dir)
+    # Plain writes, not rich: the JSON must go out byte for byte, and Butane's
+    # "error[$.path]" headers would be read as rich markup.
     failing = [d for d in result.diagnostics if strict or d.severity == "error"]
     if result.diagnostics:
         sys.stderr.write(render(source, text, result.diagnostics))
