@@ -91,12 +91,25 @@ def test_same_input_same_bytes() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=400), min_size=3, max_size=120))
-def test_fast_huffman_counts_equal_gos_package_merge(freqs: list[int]) -> None:
+def test_fast_huffman_lengths_equal_gos_package_merge(freqs: list[int]) -> None:
     # The fast path is only taken when no code exceeds Go's limit; there it must agree.
-    from raya.butane.goflate import _bit_counts, _huffman_counts
+    from raya.butane.goflate import _bit_counts, _huffman_depths
 
     freqs = sorted(freqs)
-    fast = _huffman_counts(freqs)
-    if len(fast) <= 16:
-        go = _bit_counts(freqs, 15)
-        assert fast == go[:len(fast)] and not any(go[len(fast):])
+    fast = _huffman_depths(freqs)
+    if fast[0] <= 15:
+        counts = _bit_counts(freqs, 15)
+        go = [bits for bits in range(len(counts) - 1, 0, -1) for _ in range(counts[bits])]
+        assert fast == go
+
+
+def test_length_limited_codes_when_huffman_would_go_deeper_than_15() -> None:
+    # Fibonacci frequencies make the deepest possible Huffman tree.
+    fib = [1, 1]
+    while len(fib) < 20:
+        fib.append(fib[-1] + fib[-2])
+    data = b"".join(bytes([65 + i]) * f for i, f in enumerate(fib))  # 17,710 bytes: too many
+    data = data[:15000]
+    modelled = plan(data)
+    packed = modelled.gzip()
+    assert gzip.decompress(packed) == data and len(packed) == modelled.size

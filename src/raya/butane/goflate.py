@@ -340,60 +340,55 @@ def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
 def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
     """Go's huffmanEncoder.generate: the bit length of each symbol's code."""
     lengths = [0] * len(freq)
-    used = [(f, symbol) for symbol, f in enumerate(freq) if f]
+    used = sorted((f, symbol) for symbol, f in enumerate(freq) if f)
     if len(used) <= 2:
         for _, symbol in used:
             lengths[symbol] = 1
         return lengths
-    used.sort()
     freqs = [f for f, _ in used]
-    counts = _huffman_counts(freqs)
-    if len(counts) > max_bits + 1:  # too deep: Go's length-limited construction decides
+    depths = _huffman_depths(freqs)
+    if depths[0] > max_bits:  # too deep: Go's length-limited construction decides
         counts = _bit_counts(freqs, max_bits)
-    # The rarest symbols get the longest codes.
-    remaining = len(used)
-    for bits, count in enumerate(counts):
-        if bits == 0 or count == 0:
-            continue
-        for _, symbol in used[remaining - count:remaining]:
-            lengths[symbol] = bits
-        remaining -= count
+        depths = [bits for bits in range(len(counts) - 1, 0, -1) for _ in range(counts[bits])]
+    # Longest codes to the rarest symbols, as Go assigns them.
+    for (_, symbol), depth in zip(used, depths, strict=True):
+        lengths[symbol] = depth
     return lengths
 
 
 _INF = 2**31 - 1
 
 
-def _huffman_counts(freqs: list[int]) -> list[int]:
-    """Symbols per code length of a Huffman tree over ascending `freqs`.
+def _huffman_depths(freqs: list[int]) -> list[int]:
+    """Code lengths of a Huffman tree over ascending `freqs`, longest first.
 
     Two queues (leaves, then merged nodes in order of creation); on equal weights
     the merged node goes first. When no code exceeds the length limit this gives
-    the same counts as Go's package-merge (tests compare the two), much faster.
+    the same lengths as Go's package-merge (tests compare the two), much faster.
     """
     n = len(freqs)
     weight = [*freqs, *([0] * (n - 1))]
     parent = [0] * (2 * n - 1)
-    leaf, merged, created = 0, n, n
-    for _ in range(n - 1):
-        pair = []
-        for _ in (0, 1):
-            if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
-                pair.append(leaf)
-                leaf += 1
-            else:
-                pair.append(merged)
-                merged += 1
-        weight[created] = weight[pair[0]] + weight[pair[1]]
-        parent[pair[0]] = parent[pair[1]] = created
-        created += 1
-    depth = [0] * created
-    for node in range(created - 2, -1, -1):
+    leaf, merged = 0, n
+    for created in range(n, 2 * n - 1):
+        if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
+            first = leaf
+            leaf += 1
+        else:
+            first = merged
+            merged += 1
+        if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
+            second = leaf
+            leaf += 1
+        else:
+            second = merged
+            merged += 1
+        weight[created] = weight[first] + weight[second]
+        parent[first] = parent[second] = created
+    depth = [0] * (2 * n - 1)
+    for node in range(2 * n - 3, -1, -1):
         depth[node] = depth[parent[node]] + 1
-    counts = [0] * (max(depth[:n]) + 1)
-    for node in range(n):
-        counts[depth[node]] += 1
-    return counts
+    return sorted(depth[:n], reverse=True)
 
 
 def _bit_counts(freqs: list[int], max_bits: int) -> list[int]:
