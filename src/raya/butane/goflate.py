@@ -109,14 +109,20 @@ class Plan:
 
 def _lsb(value: int, bits: int) -> str:
     """`value` as `bits` bits, least significant first (how deflate sends numbers)."""
-    return f"{value:0{bits}b}"[::-1] if bits else ""
+    return _LSB[bits][value]
+
+
+# Every extra-bits value deflate can send, precomputed: _LSB[bits][value].
+_LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)]
+        for bits in range(14)]
 
 
 def _codes(lengths: list[int]) -> list[str]:
     """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
     codes = [""] * len(lengths)
     code = previous = 0
-    for length, symbol in sorted((n, s) for s, n in enumerate(lengths) if n):
+    ordered = sorted(zip(lengths, range(len(lengths)), strict=True))
+    for length, symbol in ordered[bisect_left(ordered, (1, 0)):]:
         code <<= length - previous
         previous = length
         codes[symbol] = f"{code:0{length}b}"
@@ -340,7 +346,8 @@ def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
 def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
     """Go's huffmanEncoder.generate: the bit length of each symbol's code."""
     lengths = [0] * len(freq)
-    used = sorted((f, symbol) for symbol, f in enumerate(freq) if f)
+    used = sorted(zip(freq, range(len(freq)), strict=True))
+    del used[:bisect_left(used, (1, 0))]  # the unused symbols sort first
     if len(used) <= 2:
         for _, symbol in used:
             lengths[symbol] = 1
