@@ -110,28 +110,34 @@ def node_configs(count: int) -> list[str]:
     ]
 
 
-def rate(texts: list[str], files_dir: Path | None, rounds: int) -> float:
-    """Configs per second, best of `rounds` passes over all texts."""
-    best = float("inf")
+def rate(texts: list[str], files_dir: Path | None, rounds: int) -> tuple[float, float]:
+    """Configs per second of CPU time and of wall-clock time, best of `rounds` passes.
+
+    CPU time is the figure for "one core": on a shared machine the wall clock also
+    counts the time other processes held the core.
+    """
+    best_cpu = best_wall = float("inf")
     for _ in range(rounds):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         for text in texts:
             transpile(text, files_dir)
-        best = min(best, time.perf_counter() - start)
-    return len(texts) / best
+        best_cpu = min(best_cpu, time.process_time() - cpu)
+        best_wall = min(best_wall, time.perf_counter() - wall)
+    return len(texts) / best_cpu, len(texts) / best_wall
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=200, help="node configs to generate")
-    parser.add_argument("--rounds", type=int, default=5, help="passes; the best one counts")
+    parser.add_argument("--rounds", type=int, default=9, help="passes; the best one counts")
     args = parser.parse_args()
 
     nodes = node_configs(args.nodes)
     size = sum(len(transpile(text)) for text in nodes) / len(nodes)
-    node_rate = rate(nodes, None, args.rounds)
+    node_rate, node_wall = rate(nodes, None, args.rounds)
     print(f"node configs: {args.nodes} x ~{size:,.0f} bytes of Ignition")
-    print(f"  {node_rate:,.0f} configs/s ({1000 / node_rate:.2f} ms each)")
+    print(f"  {node_rate:,.0f} configs/s of CPU time ({1000 / node_rate:.2f} ms each), "
+          f"{node_wall:,.0f}/s wall clock")
     print(f"  {node_rate / TARGET:.2f}x the {TARGET:,.0f}/s target, "
           f"{node_rate / REAL_BUTANE:.1f}x the real butane (~{REAL_BUTANE:.0f}/s)")
 
@@ -139,8 +145,8 @@ def main() -> None:
         cases = [p for p in sorted((VECTORS / "cases").glob("*.bu"))
                  if (VECTORS / "expected" / f"{p.stem}.ign").exists()]
         texts = [p.read_text() for p in cases]
-        vector_rate = rate(texts * 20, VECTORS / "files", args.rounds)
-        print(f"butane vectors: {len(texts)} cases, {vector_rate:,.0f} configs/s "
+        vector_rate, _ = rate(texts * 20, VECTORS / "files", args.rounds)
+        print(f"butane vectors: {len(texts)} cases, {vector_rate:,.0f} configs/s of CPU time "
               f"(includes 6 KB and 1 KB local files)")
 
 
