@@ -70,7 +70,11 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
     except YamlSyntaxError as error:
         return Result(None, [error.diagnostic])
     translator = Translator(files_dir)
-    config = translator.config(root)
+    try:
+        config = translator.config(root)
+    except RecursionError:  # an alias that contains itself, or absurd nesting
+        return Result(None, [Diagnostic("error", (), 0, 0, "YAML nested too deeply (or an "
+                                        "alias refers to itself)")])
     diagnostics = sorted(translator.diagnostics, key=lambda d: (d.line, d.column))
     if config is None or any(d.severity == "error" for d in diagnostics):
         return Result(None, diagnostics)

@@ -8,7 +8,7 @@ _CONTEXT = 2  # lines shown before and after the one at fault
 
 
 def render(source: str, text: str, findings: list[Diagnostic]) -> str:
-    lines = text.split("\n")
+    lines = text.encode("utf-8", "backslashreplace").decode("utf-8").split("\n")
     blocks = []
     for d in findings:
         head = f"{d.severity}[{d.json_path}]"

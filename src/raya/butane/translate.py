@@ -39,6 +39,8 @@ from raya.butane.source import (
 
 Json = dict[str, Any]
 _NEWLINES = re.compile(r"\r?\n")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INT64 = (-(2**63), 2**63 - 1)
 # Keys of Butane's fcos variant that raya's transpiler does not implement.
 _UNSUPPORTED = {"boot_device", "grub"}
 
@@ -58,6 +60,8 @@ class Translator:
 
     def report(self, severity: str, path: Path, message: str, *, key: bool = False) -> None:
         """A diagnostic at `path`, placed on the nearest YAML node we know."""
+        if not message.isascii():  # keep it printable even if the YAML held odd escapes
+            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         probe = path
         table = self.keys if key else self.nodes
         while probe and probe not in table:
@@ -89,7 +93,7 @@ class Translator:
         fields: dict[str, Node] = {}
         if root is not None:
             self.nodes[()] = root
-            fields = {k.value: v for k, v in root.value}
+            fields = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
         variant = _scalar_text(fields.get("variant"))
         version = _scalar_text(fields.get("version"))
         for name, node in (("variant", fields.get("variant")), ("version", fields.get("version"))):
@@ -120,10 +124,17 @@ class Translator:
             self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
             return None
         if kind == "str":
-            return node.value
+            text = node.value
+            if not text.isascii() and _SURROGATE.search(text):
+                self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not text")
+                return None
+            return text
         found = as_int(node) if kind == "int" else as_bool(node)
         if found is None:
             self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
+        elif kind == "int" and not _INT64[0] <= found <= _INT64[1]:
+            self.error(path, f"integer out of range (a 64-bit signed integer), got {found}")
+            return None
         return found
 
     def list(self, kind: ListOf, node: Node | None, path: Path) -> list[Any] | None:
@@ -217,6 +228,9 @@ class Translator:
 
     def _within_files_dir(self, name: str, path: Path) -> FsPath | None:
         assert self.files_dir is not None
+        if "\0" in name:
+            self.error(path, "invalid local file name (contains a NUL byte)")
+            return None
         # Like Go's filepath.Join: a leading "/" does not escape the files directory.
         target = FsPath(os.path.normpath(f"{self.files_dir}/{name}"))
         base = os.path.abspath(self.files_dir)

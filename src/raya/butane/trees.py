@@ -58,14 +58,17 @@ def expand(t: Translator, trees: list[Any], storage: Json, path: Path) -> None:
             t.error(where, "root of tree must be a directory")
             continue
         destination = tree.get("path") or "/"
-        for rel, info, source in _walk(root):
-            target = go_clean(posixpath.join(destination, rel))
-            if stat.S_ISREG(info.st_mode):
-                _add_file(t, storage, nodes, where, target, info, source)
-            elif stat.S_ISLNK(info.st_mode):
-                _add_link(t, storage, nodes, where, target, source)
-            else:
-                t.error(where, "trees may only contain files, directories, and symlinks")
+        try:
+            for rel, info, source in _walk(root):
+                target = go_clean(posixpath.join(destination, rel))
+                if stat.S_ISREG(info.st_mode):
+                    _add_file(t, storage, nodes, where, target, info, source)
+                elif stat.S_ISLNK(info.st_mode):
+                    _add_link(t, storage, nodes, where, target, source)
+                else:
+                    t.error(where, "trees may only contain files, directories, and symlinks")
+        except OSError as error:
+            t.error(where, f"cannot read tree {root}: {error.strerror or error}")
 
 
 def _add_file(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
