@@ -363,3 +363,12 @@ def test_files_may_not_take_the_place_of_units_or_dropins() -> None:
 def test_proxies_must_be_http_urls() -> None:
     assert findings("ignition:\n  proxy:\n    https_proxy: socks5://x:1080\n") == [
         ("$.ignition.proxy.https_proxy", 5, 18)]
+
+
+def test_control_characters_are_escaped_like_butanes_json_encoder() -> None:
+    from raya.butane import to_json
+
+    for value in ["a\bb\fc", "x\\b", "x\\\bq", "\\\\f"]:
+        out = to_json({"k": value})
+        assert json.loads(out) == {"k": value}
+        assert "\\b" not in out.replace("\\\\", "") and "\\f" not in out.replace("\\\\", "")

@@ -8,6 +8,7 @@ JSON path (`$.storage.files.0.path`) and its line:column in the YAML.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ __all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", 
 _GO_ESCAPES = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 )
+
+
+# An escaped \b or \f: an odd run of backslashes before the letter.
+_SHORT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\([bf])")
+_LONG = {"b": "\\u0008", "f": "\\u000c"}
 
 
 class ButaneDiagnostics(ButaneError):
@@ -87,7 +93,11 @@ def to_json(config: dict[str, Any], *, pretty: bool = False) -> str:
         text = json.dumps(config, ensure_ascii=False, indent=2)
     else:
         text = json.dumps(config, ensure_ascii=False, separators=(",", ":"))
-    return text.translate(_GO_ESCAPES)
+    text = text.translate(_GO_ESCAPES)
+    if "\\b" in text or "\\f" in text:
+        # Butane's JSON encoder (Go's, before 1.22) writes these two as \u0008 and \u000c.
+        text = _SHORT_ESCAPE.sub(lambda m: m.group(1) + _LONG[m.group(2)], text)
+    return text
 
 
 def transpile(text: str, files_dir: Path | None = None, *, strict: bool = True,
