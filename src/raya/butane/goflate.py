@@ -86,24 +86,16 @@ class Plan:
                 parts.append(codes[symbol])
                 if symbol in _CODEGEN_EXTRA:
                     parts.append(_lsb(value, _CODEGEN_EXTRA[symbol]))
-        append = parts.append
-        lengths: dict[int, str] = {}  # length → its code and extra bits, per block
-        for token in self.tokens:
-            if token < _MATCH:
-                append(lit[token])
-                continue
+
+        def match(token: int) -> str:
             length, distance = token >> 16 & 0x1FF, token & 0xFFFF
-            sent = lengths.get(length)
-            if sent is None:
-                code = _LENGTH_CODE[length]
-                sent = lit[257 + code] + _lsb(length - _LENGTH_BASE[code], _LENGTH_EXTRA[code])
-                lengths[length] = sent
-            append(sent)
+            code = _LENGTH_CODE[length]
             dcode = bisect_right(_DIST_BASE, distance) - 1
-            append(off[dcode])
-            if _DIST_EXTRA[dcode]:
-                append(_lsb(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode]))
-        append(lit[256])
+            return (lit[257 + code] + _LSB[_LENGTH_EXTRA[code]][length - _LENGTH_BASE[code]]
+                    + off[dcode] + _LSB[_DIST_EXTRA[dcode]][distance - _DIST_BASE[dcode]])
+
+        parts += [lit[token] if token < _MATCH else match(token) for token in self.tokens]
+        parts.append(lit[256])
         return "".join(parts)
 
 
@@ -193,17 +185,16 @@ class _Stats:
         lit_freq = [0] * 286
         off_freq = [0] * 30
         extra = 0
-        for token in self.tokens:
+        for token, times in Counter(self.tokens).items():
             if token < _MATCH:
-                lit_freq[token] += 1
+                lit_freq[token] += times
                 continue
             length, distance = token >> 16 & 0x1FF, token & 0xFFFF
             code = _LENGTH_CODE[length]
-            lit_freq[257 + code] += 1
-            extra += _LENGTH_EXTRA[code]
+            lit_freq[257 + code] += times
             dcode = bisect_right(_DIST_BASE, distance) - 1
-            off_freq[dcode] += 1
-            extra += _DIST_EXTRA[dcode]
+            off_freq[dcode] += times
+            extra += times * (_LENGTH_EXTRA[code] + _DIST_EXTRA[dcode])
         lit_freq[256] += 1  # end of block
         self.num_lit = next(i for i in range(285, -1, -1) if lit_freq[i]) + 1
         used_offsets = [i for i, f in enumerate(off_freq) if f]
