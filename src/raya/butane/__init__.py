@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raya.butane.report import render
 from raya.butane.source import Diagnostic, YamlSyntaxError, compose
 from raya.butane.translate import Translator
 from raya.errors import ButaneError
@@ -49,8 +50,6 @@ class ButaneDiagnostics(ButaneError):
 
     def report(self) -> str:
         """Butane-style report: each finding with the YAML lines around it."""
-        from raya.butane.report import render
-
         return render(self.source, self.text, self.findings)
 
 

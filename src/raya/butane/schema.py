@@ -9,7 +9,7 @@ a Butane-only key (sugar that a hook in translate.py turns into Ignition fields)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TypeAlias
 
 
@@ -270,8 +270,3 @@ CONFIG = Obj(
 
 # fcos spec version → Ignition spec version it produces.
 VERSIONS = {"1.4.0": (4, "3.3.0"), "1.5.0": (5, "3.4.0"), "1.6.0": (6, "3.5.0")}
-
-
-@cache
-def supported() -> str:
-    return ", ".join(VERSIONS)

@@ -124,10 +124,6 @@ def _plain(node: yaml.ScalarNode) -> bool:
     return not node.style
 
 
-def as_str(node: yaml.ScalarNode) -> str:
-    return str(node.value)
-
-
 def as_bool(node: yaml.ScalarNode) -> bool | None:
     if _plain(node):
         if node.value in _TRUE:

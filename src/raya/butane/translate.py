@@ -20,7 +20,6 @@ from raya.butane.dataurl import make_data_url
 from raya.butane.schema import (
     CONFIG,
     VERSIONS,
-    Field,
     Kind,
     ListOf,
     Obj,
@@ -36,6 +35,7 @@ from raya.butane.source import (
     position,
     width,
 )
+from raya.butane.trees import expand
 
 Json = dict[str, Any]
 _NEWLINES = re.compile(r"\r?\n")
@@ -386,8 +386,6 @@ def _filesystem(t: Translator, out: Json, path: Path) -> None:
 def _storage(t: Translator, out: Json, path: Path) -> None:
     trees = out.pop("trees", None)
     if trees:
-        from raya.butane.trees import expand
-
         expand(t, trees, out, path)
     checks.storage(t, out, path)
 
@@ -416,5 +414,3 @@ HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
     "storage": _storage,
     "config": _config,
 }
-
-__all__ = ["Field", "Translator"]
