@@ -1,0 +1,3 @@
+module gogzip
+
+go 1.19
