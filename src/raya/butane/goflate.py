@@ -3,9 +3,11 @@
 Butane picks gzip only when Go's compressed form is shorter than the alternatives.
 zlib finds other (usually shorter) encodings than Go's compress/flate, which looks
 for matches of at least 4 bytes, so deciding with zlib would pick gzip where Butane
-does not. This module re-implements Go's level-9 compressor for one block: lazy
-matching over 4-byte hash chains, then the cheapest of a stored, fixed-Huffman or
-dynamic-Huffman block, then the empty final stored block Go's Close() writes.
+does not. This module re-implements Go's level-9 compressor: lazy matching over
+4-byte hash chains, blocks of at most 16384 tokens each written as the cheapest of a
+stored, fixed-Huffman or dynamic-Huffman block, then the empty final stored block
+Go's Close() writes. Inputs up to 64 KiB (Go's window buffer, filled in one go) are
+modelled exactly.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from itertools import groupby
 from math import log2
 from operator import mul
 
-# Largest input modelled: one deflate block (Go splits at 16384 tokens).
-MAX_MODELLED = 16000
+# Largest input modelled: what Go's window takes in one fill (no window shifts).
+MAX_MODELLED = 2 * 32768
+_BLOCK_TOKENS = 1 << 14  # Go's maxFlateBlockTokens
 
 _MIN_MATCH, _MAX_MATCH, _CHAIN, _NICE, _LAZY = 4, 258, 4096, 258, 258
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # XFL=2 (best), OS=255
@@ -41,33 +44,32 @@ _MATCH = 1 << 25  # a token at or above this is a match: _MATCH | length << 16 |
 
 
 @dataclass
-class Plan:
-    """What Go writes for one input: the block kind, its codes and its size."""
+class BlockPlan:
+    """One deflate block as Go writes it: its kind, codes and written size in bits."""
 
-    data: bytes
+    data: bytes  # the input bytes the block covers
     tokens: list[int]  # a byte, or _MATCH | length << 16 | distance
-    kind: str  # "empty" | "stored" | "fixed" | "dynamic"
+    kind: str  # "stored" | "fixed" | "dynamic"
     lit_lengths: list[int]
     off_lengths: list[int]
     codegen: list[tuple[int, int]]  # (code, extra value) of a dynamic header
     codegen_lengths: list[int]
-    size: int  # bytes of the whole gzip member
+    bits: int  # written bits (stored blocks: header and alignment are added in place)
 
-    def gzip(self) -> bytes:
-        if self.kind == "empty":
-            deflate = b""
-        elif self.kind == "stored":
-            deflate = b"\x00" + struct.pack("<HH", len(self.data), len(self.data) ^ 0xFFFF)
-            deflate += self.data
-        else:
-            # Bits in stream order, then Close()'s final stored header (BFINAL=1, 00).
-            stream = self._huffman() + "100"
-            stream += "0" * (-len(stream) % 8)
-            deflate = int(stream[::-1], 2).to_bytes(len(stream) // 8, "little")
-        deflate += b"\x01" if self.kind in ("empty", "stored") else b""
-        deflate += b"\x00\x00\xff\xff"  # LEN 0, NLEN
-        trailer = struct.pack("<II", zlib.crc32(self.data), len(self.data) & 0xFFFFFFFF)
-        return _GZIP_HEADER + deflate + trailer
+    def advance(self, position: int) -> int:
+        """The bit position after this block, starting at `position`."""
+        if self.kind == "stored":
+            return -(-(position + 3) // 8) * 8 + 32 + 8 * len(self.data)
+        return position + self.bits
+
+    def stream(self, position: int) -> str:
+        """The block's bits in the order deflate sends them, starting at `position`."""
+        if self.kind != "stored":
+            return self._huffman()
+        header = "000" + "0" * (-(position + 3) % 8)  # BFINAL=0, BTYPE=00, then align
+        size = len(self.data)
+        return (header + _LSB[16][size] + _LSB[16][size ^ 0xFFFF]
+                + "".join(map(_LSB[8].__getitem__, self.data)))
 
     def _huffman(self) -> str:
         """The block as a string of bits in the order deflate sends them."""
@@ -99,6 +101,38 @@ class Plan:
         return "".join(parts)
 
 
+@dataclass
+class Plan:
+    """What Go's gzip writer produces for one input: its blocks and total size."""
+
+    data: bytes
+    blocks: list[BlockPlan]
+    size: int  # bytes of the whole gzip member
+
+    @property
+    def kind(self) -> str:
+        return "empty" if not self.blocks else "+".join(b.kind for b in self.blocks)
+
+    def gzip(self) -> bytes:
+        parts, position = [], 0
+        for block in self.blocks:
+            parts.append(block.stream(position))
+            position = block.advance(position)
+        # Close()'s final empty stored block: BFINAL=1, BTYPE=00, align, LEN 0, NLEN.
+        stream = "".join(parts) + "100"
+        stream += "0" * (-len(stream) % 8)
+        deflate = int(stream[::-1], 2).to_bytes(len(stream) // 8, "little")
+        trailer = struct.pack("<II", zlib.crc32(self.data), len(self.data) & 0xFFFFFFFF)
+        return _GZIP_HEADER + deflate + b"\x00\x00\xff\xff" + trailer
+
+
+def _member(data: bytes, blocks: list[BlockPlan]) -> Plan:
+    position = 0
+    for block in blocks:
+        position = block.advance(position)
+    return Plan(data, blocks, 10 + -(-(position + 3) // 8) + 4 + 8)
+
+
 def _lsb(value: int, bits: int) -> str:
     """`value` as `bits` bits, least significant first (how deflate sends numbers)."""
     return _LSB[bits][value]
@@ -106,7 +140,7 @@ def _lsb(value: int, bits: int) -> str:
 
 # Every extra-bits value deflate can send, precomputed: _LSB[bits][value].
 _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)]
-        for bits in range(14)]
+        for bits in range(17)]
 
 
 def _codes(lengths: list[int]) -> list[str]:
@@ -134,18 +168,19 @@ def gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
     """
     if len(data) > MAX_MODELLED:
         raise ValueError("input too large to model")
-    if not data:
-        found = plan(data)
-        return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
-    if 8 + _base64_len(_quick_floor(data)) + 4 >= budget:
+    if data and 8 + _base64_len(_quick_floor(data)) + 4 >= budget:
         return None
-    stats = _Stats(data)
-    low, high = stats.bounds()
-    if 8 + _base64_len(_member_size(low, len(data))) + 4 >= budget:
-        return None
-    if 8 + _base64_len(_member_size(high, len(data))) + 4 < budget:
-        return stats.plan().gzip()
-    found = stats.plan()
+    tokens, boundaries = _tokens(data)
+    if data and not boundaries:  # one block: bound it before building codes
+        block = _Block(data, tokens)
+        low, high = block.bounds()
+        if 8 + _base64_len(_member_size(low, len(data))) + 4 >= budget:
+            return None
+        if 8 + _base64_len(_member_size(high, len(data))) + 4 < budget:
+            return _member(data, [block.plan()]).gzip()
+        found = _member(data, [block.plan()])
+    else:
+        found = _plan(data, tokens, boundaries)
     return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
 
 
@@ -161,7 +196,7 @@ def _quick_floor(data: bytes) -> int:
 
 
 def _member_size(bits: int | None, n: int) -> int:
-    """gzip bytes for a block of `bits` (None: a stored block) plus Close()'s empty one."""
+    """gzip bytes for one block of `bits` (None: stored) plus Close()'s empty one."""
     if bits is None:
         return 10 + 5 + n + 5 + 8
     return 10 + (bits + 3 + 7) // 8 + 4 + 8
@@ -171,21 +206,29 @@ def plan(data: bytes) -> Plan:
     """How Go's gzip.NewWriterLevel(w, BestCompression) encodes `data`."""
     if len(data) > MAX_MODELLED:
         raise ValueError("input too large to model")
-    if not data:  # only the final empty stored block Close() writes
-        return Plan(data, [], "empty", [], [], [], [], 10 + 5 + 8)
-    return _Stats(data).plan()
+    return _plan(data, *_tokens(data))
 
 
-class _Stats:
-    """Go's tokens for `data` and their symbol frequencies."""
+def _plan(data: bytes, tokens: list[int], boundaries: list[tuple[int, int]]) -> Plan:
+    blocks, token_start, input_start = [], 0, 0
+    for token_end, input_end in [*boundaries, (len(tokens), len(data))]:
+        if token_end > token_start:  # Close() writes no block for no tokens
+            chunk = data[input_start:input_end]
+            blocks.append(_Block(chunk, tokens[token_start:token_end]).plan())
+        token_start, input_start = token_end, input_end
+    return _member(data, blocks)
 
-    def __init__(self, data: bytes) -> None:
+
+class _Block:
+    """One block's tokens and their symbol frequencies."""
+
+    def __init__(self, data: bytes, tokens: list[int]) -> None:
         self.data = data
-        self.tokens = _tokens(data)
+        self.tokens = tokens
         lit_freq = [0] * 286
         off_freq = [0] * 30
         extra = 0
-        for token, times in Counter(self.tokens).items():
+        for token, times in Counter(tokens).items():
             if token < _MATCH:
                 lit_freq[token] += times
                 continue
@@ -217,7 +260,7 @@ class _Stats:
         high_size = None if self.stored < self.fixed else self.fixed
         return low_size, high_size
 
-    def plan(self) -> Plan:
+    def plan(self) -> BlockPlan:
         lit_lengths = _code_lengths(self.lit_freq[:self.num_lit], 15)
         off_lengths = _code_lengths(self.off_freq[:self.num_off], 15)
         codegen, codegen_lengths, header = _dynamic_header(lit_lengths, off_lengths)
@@ -225,7 +268,6 @@ class _Stats:
         # The decision counts Go's unwritten offset; the output does not.
         decided = dynamic + _cost(self.off_freq, off_lengths)
         written = dynamic + _cost(self.real_off_freq, off_lengths)
-        n = len(self.data)
         if decided < self.fixed:
             kind, decided_bits = "dynamic", decided
         else:
@@ -233,9 +275,9 @@ class _Stats:
             written = self.fixed - 5 * (self.off_freq[0] - self.real_off_freq[0])
             lit_lengths, off_lengths = _FIXED_LIT, _FIXED_OFF  # codes over all symbols
         if self.stored < decided_bits:
-            return Plan(self.data, self.tokens, "stored", [], [], [], [], _member_size(None, n))
-        return Plan(self.data, self.tokens, kind, lit_lengths, off_lengths, codegen,
-                    codegen_lengths, _member_size(written, n))
+            return BlockPlan(self.data, self.tokens, "stored", [], [], [], [], self.stored)
+        return BlockPlan(self.data, self.tokens, kind, lit_lengths, off_lengths, codegen,
+                         codegen_lengths, written)
 
 
 def _entropy(freq: list[int]) -> float:
@@ -249,8 +291,9 @@ def _cost(freq: list[int], lengths: list[int]) -> int:
     return sum(map(mul, freq, lengths))
 
 
-def _tokens(data: bytes) -> list[int]:
-    """Go's lazy matcher: literal bytes and (_MATCH | length << 16 | distance), in order."""
+def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
+    """Go's lazy matcher: literal bytes and (_MATCH | length << 16 | distance), in order,
+    and where Go cuts blocks: (tokens so far, input bytes so far) at each full block."""
     n = len(data)
     # Go inserts every position into its hash chains exactly once, in order, so the
     # chains can be built up front. They are keyed by the 4 bytes themselves: Go's
@@ -268,16 +311,26 @@ def _tokens(data: bytes) -> list[int]:
             hits.append(i)
         last[key] = i + 1
     tokens: list[int] = []
+    boundaries: list[tuple[int, int]] = []
     append = tokens.append
     index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
     while index < n:
         chain_head = prev[index]
+        if chain_head and chain_head <= index - 32768:  # out of Go's window
+            chain_head = 0
         if not chain_head and length < _MIN_MATCH:
             # Nothing to match here and nothing pending: literals up to the next
             # position that has candidates.
-            after = bisect_left(hits, index)
+            after = bisect_right(hits, index)  # this position may be an out-of-window hit
             stop = hits[after] if after < len(hits) else n
-            tokens.extend(data[index - 1 if pending else index:stop - 1])
+            first = index - 1 if pending else index
+            count = len(tokens)
+            tokens.extend(data[first:stop - 1])
+            # A block ends right after the literal that makes it full.
+            cut = count - count % _BLOCK_TOKENS + _BLOCK_TOKENS
+            while cut <= len(tokens):
+                boundaries.append((cut, first + cut - count))
+                cut += _BLOCK_TOKENS
             index, offset, pending = stop, 0, True
             continue
         prev_length, prev_offset = length, offset
@@ -289,14 +342,18 @@ def _tokens(data: bytes) -> list[int]:
             append(_MATCH | prev_length << 16 | prev_offset)
             index += prev_length - 1
             pending, length = False, _MIN_MATCH - 1
+            if not len(tokens) % _BLOCK_TOKENS:
+                boundaries.append((len(tokens), index))
         else:
             if pending:
                 append(data[index - 1])
+                if not len(tokens) % _BLOCK_TOKENS:
+                    boundaries.append((len(tokens), index))
             index += 1
             pending = True
     if pending:
         append(data[n - 1])
-    return tokens
+    return tokens, boundaries
 
 
 def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
