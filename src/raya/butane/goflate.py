@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import compress, groupby
 from math import log2
 from operator import mul
 
@@ -145,15 +145,21 @@ _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)
 
 def _codes(lengths: list[int]) -> list[str]:
     """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
+    counts = Counter(lengths)
+    counts[0] = 0
+    next_code, code = [0] * 16, 0
+    for bits in range(1, 16):
+        code = (code + counts[bits - 1]) << 1
+        next_code[bits] = code
     codes = [""] * len(lengths)
-    code = previous = 0
-    ordered = sorted(zip(lengths, range(len(lengths)), strict=True))
-    for length, symbol in ordered[bisect_left(ordered, (1, 0)):]:
-        code <<= length - previous
-        previous = length
-        codes[symbol] = f"{code:0{length}b}"
-        code += 1
+    for symbol in compress(range(len(lengths)), lengths):
+        bits = lengths[symbol]
+        codes[symbol] = _BINARY[bits](next_code[bits])
+        next_code[bits] += 1
     return codes
+
+
+_BINARY = [f"{{:0{bits}b}}".format for bits in range(16)]  # [0] is never used
 
 
 def _base64_len(size: int) -> int:
@@ -394,8 +400,8 @@ def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
 def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
     """Go's huffmanEncoder.generate: the bit length of each symbol's code."""
     lengths = [0] * len(freq)
-    used = sorted(zip(freq, range(len(freq)), strict=True))
-    del used[:bisect_left(used, (1, 0))]  # the unused symbols sort first
+    symbols = list(compress(range(len(freq)), freq))
+    used = sorted(zip(map(freq.__getitem__, symbols), symbols, strict=True))
     if len(used) <= 2:
         for _, symbol in used:
             lengths[symbol] = 1
