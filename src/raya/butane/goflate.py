@@ -505,27 +505,32 @@ def _dynamic_header(
 ) -> tuple[list[tuple[int, int]], list[int], int]:
     """A dynamic block's run-length coded code lengths, their code, and header bits."""
     codegen: list[tuple[int, int]] = []
+    append = codegen.append
+    freq = [0] * 19
     for size, group in groupby([*lit_lengths, *off_lengths]):
         run = len(list(group))
         if size:
-            codegen.append((size, 0))
+            append((size, 0))
+            freq[size] += 1
             run -= 1
             while run >= 3:
                 step = min(6, run)
-                codegen.append((16, step - 3))
+                append((16, step - 3))
+                freq[16] += 1
                 run -= step
         else:
             while run >= 11:
                 step = min(138, run)
-                codegen.append((18, step - 11))
+                append((18, step - 11))
+                freq[18] += 1
                 run -= step
             if run >= 3:
-                codegen.append((17, run - 3))
+                append((17, run - 3))
+                freq[17] += 1
                 run = 0
-        codegen.extend([(size, 0)] * run)
-    freq = [0] * 19
-    for symbol, _ in codegen:
-        freq[symbol] += 1
+        if run:
+            codegen.extend([(size, 0)] * run)
+            freq[size] += run
     lengths = _code_lengths(freq, 7)
     bits = (3 + 5 + 5 + 4 + 3 * _codegen_count(lengths, freq) + _cost(freq, lengths)
             + 2 * freq[16] + 3 * freq[17] + 7 * freq[18])
