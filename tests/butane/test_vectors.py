@@ -89,3 +89,26 @@ def test_library_reports_all_findings_at_once() -> None:
     ]
     assert caught.value.diagnostics[0][3].startswith("invalid systemd unit extension")
     assert "e07.bu:5:13: error[$.systemd.units.0.name]" in str(caught.value)
+
+
+def test_same_bytes_from_fresh_interpreters_with_different_hash_seeds() -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import pathlib, sys\n"
+        "from raya.butane import transpile\n"
+        "root = pathlib.Path(sys.argv[1])\n"
+        "for case in sorted((root / 'cases').glob('*.bu')):\n"
+        "    try:\n"
+        "        print(transpile(case.read_text(), root / 'files'))\n"
+        "    except Exception as error:\n"
+        "        print(type(error).__name__, error)\n"
+    )
+    outputs = {
+        subprocess.run([sys.executable, "-c", script, str(vectors())], capture_output=True,
+                       text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("0", "1", "12345")
+    }
+    assert len(outputs) == 1 and next(iter(outputs))
