@@ -1,9 +1,15 @@
-"""Test helpers. In CI a missing real tool fails the test; elsewhere it skips it."""
+"""Test helpers. In CI a missing real tool fails the test; elsewhere it skips it.
+Remote APIs are played by `http_server` on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import ssl
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,3 +38,56 @@ def require_shared(relative: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+# A request's answer: (status, body) or (status, body, Content-Type); None sends nothing, for
+# a server that holds the request past the client's timeout.
+Reply = tuple[int, bytes] | tuple[int, bytes, str] | None
+Respond = Callable[[BaseHTTPRequestHandler], Reply]
+
+
+@contextlib.contextmanager
+def http_server(respond: Respond, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """A server on 127.0.0.1 answering every GET with `respond`, over `tls` if given; its
+    base URL (http:// or https://127.0.0.1:<port>)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            reply = respond(self)
+            if reply is None:
+                return
+            status, body, *kind = reply
+            self.send_response(status)
+            if kind:
+                self.send_header("Content-Type", kind[0])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"{'http' if tls is None else 'https'}://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def routes(mapping: Mapping[str, bytes | Respond]) -> Respond:
+    """Answers by path: a body (200) or a responder; 404 for any other path. `mapping` is
+    read at each request, so a test may change it while the server runs."""
+
+    def respond(request: BaseHTTPRequestHandler) -> Reply:
+        route = mapping.get(request.path)
+        if route is None:
+            return 404, b""
+        return (200, route) if isinstance(route, bytes) else route(request)
+
+    return respond

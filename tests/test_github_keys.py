@@ -36,7 +36,7 @@ from raya.github_keys import (
     select_users,
 )
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK
-from tests.support import REPO, require_tool
+from tests.support import REPO, http_server, require_tool
 
 
 def openssh(
@@ -270,35 +270,24 @@ class KeyServer:
     last one again and again; every request is counted."""
 
     def __init__(self) -> None:
+        self.url = ""
         self.script: dict[str, list[Answer]] = {}
         self.hits: Counter[str] = Counter()
         self.barrier: threading.Barrier | None = None
         self.release = threading.Event()
         self.lock = threading.Lock()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with server.lock:
-                    server.hits[self.path] += 1
-                    answers = server.script.get(self.path, [Answer(404, b"Not Found")])
-                    answer = answers.pop(0) if len(answers) > 1 else answers[0]
-                if server.barrier is not None:
-                    server.barrier.wait()
-                if answer.hold:
-                    server.release.wait(30)
-                    return
-                self.send_response(answer.status)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+    def respond(self, request: BaseHTTPRequestHandler) -> tuple[int, bytes] | None:
+        with self.lock:
+            self.hits[request.path] += 1
+            answers = self.script.get(request.path, [Answer(404, b"Not Found")])
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if self.barrier is not None:
+            self.barrier.wait()
+        if answer.hold:
+            self.release.wait(30)
+            return None
+        return answer.status, answer.body
 
     def serve(self, handle: str, *answers: Answer) -> None:
         self.script[f"/{handle}.keys"] = list(answers)
@@ -317,12 +306,10 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def server() -> Iterator[KeyServer]:
     keys = KeyServer()
-    thread = threading.Thread(target=keys.httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield keys
-    keys.release.set()
-    keys.httpd.shutdown()
-    keys.httpd.server_close()
+    with http_server(keys.respond) as url:
+        keys.url = url
+        yield keys
+        keys.release.set()
 
 
 class Sleeps(list[float]):

@@ -4,10 +4,9 @@ build server, k3s' channel server and release downloads, and Hetzner's API."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -16,6 +15,7 @@ import pytest
 
 from raya.image import fcos_image_name
 from raya.pins import FcosPin, K3sPin, Pins, dump_pin
+from tests.support import http_server
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_DIR = REPO / "image"
@@ -165,6 +165,20 @@ class FakeWeb:
             },
         }
 
+    def respond(self, request: BaseHTTPRequestHandler) -> tuple[int, bytes, str]:
+        """The answer to `request`: Hetzner's API, or one of `files`."""
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        self.requests.append((parts.path, query, dict(request.headers.items())))
+        if parts.path == "/v1/images":
+            if request.headers.get("Authorization") != "Bearer test-token":
+                body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
+                return 401, json.dumps(body).encode(), "application/json"
+            return 200, json.dumps(self.images(query)).encode(), "application/json"
+        if parts.path in self.files:
+            return 200, self.files[parts.path], "application/octet-stream"
+        return 404, b"not found\n", "text/plain"
+
 
 def _image(snapshot: Snapshot) -> dict[str, Any]:
     return {
@@ -189,47 +203,12 @@ def _image(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _handler(web: FakeWeb) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            parts = urlsplit(self.path)
-            query = parse_qs(parts.query)
-            web.requests.append((parts.path, query, dict(self.headers.items())))
-            if parts.path == "/v1/images":
-                if self.headers.get("Authorization") != "Bearer test-token":
-                    body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
-                    self._send(401, json.dumps(body).encode(), "application/json")
-                else:
-                    self._send(200, json.dumps(web.images(query)).encode(), "application/json")
-            elif parts.path in web.files:
-                self._send(200, web.files[parts.path], "application/octet-stream")
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def _send(self, status: int, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
-
-
 @pytest.fixture
 def web() -> Iterator[FakeWeb]:
     fake = FakeWeb()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with http_server(fake.respond) as url:
+        fake.url = url
+        yield fake
 
 
 STACK = """\

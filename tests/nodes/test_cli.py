@@ -15,7 +15,8 @@ from raya.github_keys import dump_keys_file
 from raya.project import EXAMPLE_ROOT
 from raya.render import IGNITION_LIMIT
 from tests.nodes.fakes import many_users
-from tests.nodes.tools import http_server, ignition_files
+from tests.nodes.tools import ignition_files
+from tests.support import http_server, routes
 
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
 
@@ -109,8 +110,8 @@ def test_keys_come_from_the_github_url_and_pin_it(tmp_path: Path) -> None:
     stack = yaml.safe_load((project / "Pulumi.example.yaml").read_text())
     stack["config"]["raya:authorizedUsers"] = [user.handle for user in users]
     (project / "Pulumi.staging.yaml").write_text(yaml.safe_dump(stack))
-    routes = {f"/{user.handle}.keys": user.raw.encode() for user in users}
-    with http_server(routes) as url:
+    pages = {f"/{user.handle}.keys": user.raw.encode() for user in users}
+    with http_server(routes(pages)) as url:
         result = raya("render", "-s", "staging", "--github-url", url, cwd=project)
     assert result.returncode == 0, result.stderr
     assert f"36 keys of 12 users, too many to carry inline: fetched at first boot from {url}/" in (

@@ -11,16 +11,13 @@ import base64
 import contextlib
 import datetime
 import hashlib
-import http.server
 import ipaddress
 import re
 import ssl
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -32,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from raya.identity import CertificateAuthority, generate_example_secrets
 from raya.render import RenderedNode
 from tests.nodes.tools import ignition_files
+from tests.support import http_server, routes
 
 TLS = "/var/lib/rancher/k3s/server/tls"
 CONFIG = "/etc/rancher/k3s/config.yaml"
@@ -75,39 +73,19 @@ def serving_certificate(ca: CertificateAuthority, folder: Path) -> tuple[Path, P
     return cert_path, key_path
 
 
-@contextlib.contextmanager
-def k3s_like_server(serving: tuple[Path, Path], cacerts: bytes, secret: str) -> Iterator[str]:
+def k3s_like_server(
+    serving: tuple[Path, Path], cacerts: bytes, secret: str
+) -> contextlib.AbstractContextManager[str]:
     """HTTPS on 127.0.0.1: /cacerts for anyone, /v1-k3s/config for `node:<secret>`."""
     expected = "Basic " + base64.b64encode(f"node:{secret}".encode()).decode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/cacerts":
-                status, body = 200, cacerts
-            elif self.path == "/v1-k3s/config":
-                authorized = self.headers.get("Authorization") == expected
-                status, body = (200, b"welcome") if authorized else (401, b"Unauthorized")
-            else:
-                status, body = 404, b""
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def config(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+        authorized = request.headers.get("Authorization") == expected
+        return (200, b"welcome") if authorized else (401, b"Unauthorized")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*serving)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return http_server(routes({"/cacerts": cacerts, "/v1-k3s/config": config}), tls=context)
 
 
 def join(url: str, token: str) -> bytes:

@@ -22,7 +22,6 @@ from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import (
     IgnitionFailed,
     apply_ignition,
-    http_server,
     ignition_files,
     ignition_validate,
     nmcli_parse,
@@ -30,7 +29,7 @@ from tests.nodes.tools import (
     scratch_root,
     systemd_verify,
 )
-from tests.support import require_tool
+from tests.support import http_server, require_tool, routes
 
 pytestmark = pytest.mark.tools
 
@@ -178,7 +177,7 @@ def test_ignition_fetches_pinned_keys_and_checks_them(
     pinned: tuple[Cluster, tuple[UserKeys, ...]], secrets: ClusterSecrets, tmp_path: Path
 ) -> None:
     cluster, users = pinned
-    with contextlib.ExitStack() as stack, http_server(_keys_server_routes(users)) as url:
+    with contextlib.ExitStack() as stack, http_server(routes(_keys_server_routes(users))) as url:
         nodes = render_cluster(cluster, secrets, users, keys_base_url=url)
         for node in nodes[:2]:
             path = tmp_path / f"{node.node.name}.ign"
@@ -200,11 +199,11 @@ def test_ignition_refuses_keys_that_changed_since_rendering(
     pinned: tuple[Cluster, tuple[UserKeys, ...]], secrets: ClusterSecrets, tmp_path: Path
 ) -> None:
     cluster, users = pinned
-    routes = _keys_server_routes(users)
-    with http_server(routes) as url:
+    pages = _keys_server_routes(users)
+    with http_server(routes(pages)) as url:
         agent = render_cluster(cluster, secrets, users, keys_base_url=url)[1]
         first = f"/{users[0].handle}.keys"
-        routes[first] = routes[first] + b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIntruder\n"
+        pages[first] = pages[first] + b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIntruder\n"
         with pytest.raises(IgnitionFailed) as caught, contextlib.ExitStack() as stack:
             _apply(agent, stack)
     assert caught.value.stage == "files"
@@ -317,7 +316,7 @@ def test_public_address_script_retries_until_it_has_an_address(
     handler: Callable[..., tuple[int, bytes]] = metadata
     executable = applied["agent-0"] / "var/usrlocal/bin" / Path(script).name
     output = tmp_path / "50-node-external-ip.yaml"
-    with http_server({"/hetzner/v1/metadata/public-ipv4": handler}) as url:
+    with http_server(routes({"/hetzner/v1/metadata/public-ipv4": handler})) as url:
         result = subprocess.run(
             [str(executable), f"{url}/hetzner/v1/metadata/public-ipv4", str(output)],
             capture_output=True,

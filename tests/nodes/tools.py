@@ -5,17 +5,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from tests.support import require_tool
 
@@ -198,37 +195,3 @@ def nmcli_parse(keyfile: str) -> dict[str, dict[str, str]]:
             key, _, value = line.partition("=")
             current[key] = value
     return sections
-
-
-Handler = Callable[[http.server.BaseHTTPRequestHandler], tuple[int, bytes]]
-
-
-@contextlib.contextmanager
-def http_server(routes: Mapping[str, bytes | Handler]) -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 serving `routes` (path -> body or handler); its base URL."""
-
-    class RequestHandler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            route = routes.get(self.path)
-            status, body = (
-                (404, b"")
-                if route is None
-                else ((200, route) if isinstance(route, bytes) else route(self))
-            )
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

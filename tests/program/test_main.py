@@ -3,13 +3,12 @@ the project, the users' keys fetched from a (local) GitHub."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import runpy
 import shutil
 import sys
-import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pulumi
@@ -21,7 +20,7 @@ from raya.program import GITHUB_URL_ENV, main
 from raya.project import EXAMPLE_ROOT
 from tests.program.ignition import ignition_files
 from tests.program.mocks import ProviderMocks, Snapshot, Zone, reveal, run_program
-from tests.support import REPO
+from tests.support import REPO, http_server
 
 KEYS = json.loads((EXAMPLE_ROOT / "keys.json").read_text())
 
@@ -31,24 +30,14 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A GitHub serving the example users' keys pages; yields the paths asked for."""
     asked: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(self.path)
-            body = KEYS.get(self.path.removeprefix("/").removesuffix(".keys"))
-            self.send_response(200 if body else 404)
-            self.end_headers()
-            self.wfile.write((body or "Not Found").encode())
+    def keys_page(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+        asked.append(request.path)
+        body = KEYS.get(request.path.removeprefix("/").removesuffix(".keys"))
+        return (200, body.encode()) if body else (404, b"Not Found")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv(GITHUB_URL_ENV, f"http://127.0.0.1:{server.server_port}")
-    yield asked
-    server.shutdown()
-    server.server_close()
+    with http_server(keys_page) as url:
+        monkeypatch.setenv(GITHUB_URL_ENV, url)
+        yield asked
 
 
 @pytest.fixture
