@@ -91,7 +91,7 @@ def test_dump_round_trips(tmp_path: Path) -> None:
         ),
         ({**FCOS, "arch": "x86_64"}, "unknown field(s) arch; accepted: stream, version, sha256"),
         ([], "expected a JSON object with stream, version, sha256"),
-        ("{", "not a JSON object: "),
+        ("{", "not JSON: "),
     ],
 )
 def test_bad_fcos_pin(tmp_path: Path, fcos: object, message: str) -> None:
@@ -122,8 +122,8 @@ def test_bad_k3s_pin(tmp_path: Path, k3s: object, message: str) -> None:
 def test_missing_pin_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_k3s_pin(tmp_path / "k3s.pin")
-    assert str(caught.value) == f"{tmp_path / 'k3s.pin'}: file not found"
-    with pytest.raises(ConfigError, match=r"fcos\.pin: file not found$"):
+    assert str(caught.value) == f"{tmp_path / 'k3s.pin'}: pin file not found"
+    with pytest.raises(ConfigError, match=r"fcos\.pin: pin file not found$"):
         parse_fcos_pin(tmp_path / "fcos.pin")
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from raya.config import StackConfig, server_type_problem
 from raya.errors import ConfigError
+from raya.jsonfile import read_json
 
 AGENT_HOST_OFFSET = 20
 CONTROL_PLANE_NAME = "control-plane"
@@ -55,12 +55,7 @@ def fleet_file(root: Path) -> Path:
 
 def load_fleet(path: Path) -> tuple[str, ...]:
     """The agents' server types, in position order."""
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: fleet file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not JSON: {error}") from None
+    data = read_json(path, "fleet", ConfigError)
     if not isinstance(data, dict) or "agents" not in data:
         raise ConfigError(f'{path}: expected {{"agents": ["cx23", ...]}}')
     unknown = sorted(set(data) - {"agents"})

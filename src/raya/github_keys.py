@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from raya.config import GITHUB_LOGIN
 from raya.errors import KeysError
+from raya.jsonfile import read_json
 
 GITHUB_URL = "https://github.com"
 # Key types GitHub accepts, with the number of SSH strings in their wire-format blob.
@@ -236,14 +236,7 @@ def authorized_keys(users: Sequence[UserKeys]) -> tuple[str, ...]:
 
 def load_keys_file(path: Path) -> tuple[UserKeys, ...]:
     """A keys file written by `raya keys --save`: `{"<handle>": "<keys page>", ...}`."""
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KeysError(
-            f"{path}: keys file not found (write one with `raya keys --save`)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise KeysError(f"{path}: not JSON: {error}") from None
+    data = read_json(path, "keys", KeysError, " (write one with `raya keys --save`)")
     if not isinstance(data, dict) or not data:
         raise KeysError(f'{path}: expected a JSON object {{"<GitHub handle>": "<keys>", ...}}')
     _check_handles(list(data), str(path))

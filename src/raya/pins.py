@@ -10,9 +10,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from raya.errors import ConfigError
+from raya.jsonfile import read_json
 
 FCOS_STREAMS = ("stable", "testing", "next")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -50,12 +50,7 @@ def k3s_pin_path(root: Path) -> Path:
 
 
 def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not a JSON object: {error}") from None
+    data = read_json(path, "pin", ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object with {', '.join(fields)}")
     unknown = sorted(set(data) - set(fields))
