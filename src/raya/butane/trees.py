@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
@@ -71,51 +71,50 @@ def expand(t: Translator, trees: list[Any], storage: Json, path: Path) -> None:
             t.error(where, f"cannot read tree {root}: {error.strerror or error}")
 
 
+def _entry(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
+           target: str, kind: str, has_contents: Callable[[Json], bool]) -> Json | None:
+    """The `kind` entry at `target` for a tree to fill: an existing one without contents of
+    its own, or a new one; None (and an error) where another node is already there."""
+    entries = storage.setdefault(kind, [])
+    found, index = nodes.get(target, ("", -1))
+    if found == kind and not has_contents(entries[index]):
+        existing: Json = entries[index]
+        return existing
+    if found:
+        t.error(where, _EXISTS)
+        return None
+    entry = {"path": target}
+    entries.append(entry)
+    nodes[target] = (kind, len(entries) - 1)
+    t.origins[id(entry)] = where
+    return entry
+
+
+def _reorder(entry: Json, order: tuple[str, ...]) -> None:
+    ordered = _ordered(entry, order)
+    entry.clear()
+    entry.update(ordered)
+
+
 def _add_file(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
               target: str, info: os.stat_result, source: FsPath) -> None:
-    files = storage.setdefault("files", [])
-    kind, index = nodes.get(target, ("", -1))
-    if kind == "files":
-        entry = files[index]
-        if "source" in entry.get("contents", {}):
-            t.error(where, _EXISTS)
-            return
-    elif kind:
-        t.error(where, _EXISTS)
+    entry = _entry(t, storage, nodes, where, target, "files",
+                   lambda found: "source" in found.get("contents", {}))
+    if entry is None:
         return
-    else:
-        entry = {"path": target}
-        files.append(entry)
-        nodes[target] = ("files", len(files) - 1)
-        t.origins[id(entry)] = where
     contents = dict(entry.get("contents", {}))
     t.contents(source.read_bytes(), contents.get("compression"), contents)
     entry["contents"] = _ordered(contents, RESOURCE.order)
     if entry.get("mode") is None:
         entry["mode"] = 0o755 if info.st_mode & 0o111 else 0o644
-    ordered = _ordered(entry, FILE.order)
-    entry.clear()
-    entry.update(ordered)
+    _reorder(entry, FILE.order)
 
 
 def _add_link(t: Translator, storage: Json, nodes: dict[str, tuple[str, int]], where: Path,
               target: str, source: FsPath) -> None:
-    links = storage.setdefault("links", [])
-    kind, index = nodes.get(target, ("", -1))
-    if kind == "links":
-        entry = links[index]
-        if entry.get("target"):
-            t.error(where, _EXISTS)
-            return
-    elif kind:
-        t.error(where, _EXISTS)
+    entry = _entry(t, storage, nodes, where, target, "links",
+                   lambda found: bool(found.get("target")))
+    if entry is None:
         return
-    else:
-        entry = {"path": target}
-        links.append(entry)
-        nodes[target] = ("links", len(links) - 1)
-        t.origins[id(entry)] = where
     entry["target"] = os.readlink(source)
-    ordered = _ordered(entry, LINK.order)
-    entry.clear()
-    entry.update(ordered)
+    _reorder(entry, LINK.order)
