@@ -130,8 +130,12 @@ def generate_example_secrets() -> ClusterSecrets:
         join_secret=secrets.token_hex(32),
         server_ca=_example_ca("raya-example-server-ca"),
         client_ca=_example_ca("raya-example-client-ca"),
-        external_dns_key=_example_service_account_key("external-dns"),
-        cert_manager_key=_example_service_account_key("cert-manager"),
+        external_dns_key=example_service_account_key(
+            "external-dns@raya-example.iam.gserviceaccount.com", "raya-example"
+        ),
+        cert_manager_key=example_service_account_key(
+            "cert-manager@raya-example.iam.gserviceaccount.com", "raya-example"
+        ),
     )
 
 
@@ -174,14 +178,13 @@ def _example_ca(common_name: str) -> CertificateAuthority:
     )
 
 
-def _example_service_account_key(account: str) -> str:
+def example_service_account_key(email: str, project: str) -> str:
     """Shaped like GCP's key file (and as large: an RSA-2048 key), valid for nothing."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    email = f"{account}@raya-example.iam.gserviceaccount.com"
     certs = "https://www.googleapis.com/robot/v1/metadata/x509/"
     document = {
         "type": "service_account",
-        "project_id": "raya-example",
+        "project_id": project,
         "private_key_id": secrets.token_hex(20),
         "private_key": key.private_bytes(
             serialization.Encoding.PEM,

@@ -22,11 +22,13 @@ from typing import Any
 import pulumi
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.sync_await import _ensure_event_loop
+
+from raya.identity import example_service_account_key
 
 PROJECT = "raya-tests"
 SECRET_SIG = (rpc._special_sig_key, rpc._special_secret_sig)
@@ -272,21 +274,7 @@ def _self_signed(inputs: dict[str, Any]) -> str:
 def _service_account_key(account_name: str) -> str:
     """A key file as GCP returns it: base64 of the JSON document."""
     email = account_name.rsplit("/", 1)[-1]
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    document = {
-        "type": "service_account",
-        "project_id": PROJECT,
-        "private_key_id": secrets.token_hex(20),
-        "private_key": key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ).decode(),
-        "client_email": email,
-        "client_id": str(secrets.randbelow(10**21)),
-        "token_uri": "https://oauth2.googleapis.com/token",
-    }
-    return base64.b64encode(json.dumps(document, indent=2).encode()).decode()
+    return base64.b64encode(example_service_account_key(email, PROJECT).encode()).decode()
 
 
 @dataclass
