@@ -17,7 +17,7 @@ from raya.butane import transpile
 
 TARGET = 1000.0
 REAL_BUTANE = 150.0
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "butane-vectors"
+VECTORS = Path(__file__).resolve().parents[1] / "tests" / "butane" / "vectors"
 
 # Shaped like 16-full-agent.bu plus the private NIC keyfile every raya node carries.
 NODE = """\

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 
 def require_tool(name: str, path: str | None = None) -> str:
@@ -28,16 +27,6 @@ def require_tool(name: str, path: str | None = None) -> str:
         pytest.fail(message)
     pytest.skip(message)
 
-
-def require_shared(relative: str) -> Path:
-    """A path under ../shared (the spec's vectors and schemas); CI fails without it."""
-    path = SHARED / relative
-    if not path.exists():
-        message = f"{path} is missing"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 # A request's answer: (status, body) or (status, body, Content-Type); None sends nothing, for

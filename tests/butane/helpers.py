@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from raya.butane.dataurl import decode_data_url
-from tests.support import require_shared
 
 SCHEMAS = {"3.3.0": "v3.3.json", "3.4.0": "v3.4.json", "3.5.0": "v3.5.json"}
 
 
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
+
+
 def vectors() -> Path:
-    return require_shared("butane-vectors")
+    """The real Butane's vectors, vendored (see vectors/README.md)."""
+    return HERE / "vectors"
 
 
 def decoded(config: Any) -> Any:
@@ -36,7 +40,7 @@ def schema_errors(config: dict[str, Any]) -> list[str]:
     import jsonschema
 
     version = config["ignition"]["version"]
-    schema_path = require_shared("ignition-schemas") / SCHEMAS[version]
+    schema_path = DATA / "ignition-schemas" / SCHEMAS[version]
     schema = json.loads(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(config)]
