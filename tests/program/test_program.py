@@ -17,7 +17,7 @@ from raya.github_keys import load_keys_file
 from raya.pins import load_pins, snapshot_labels
 from raya.program import define
 from raya.program.dns import zone_resource_name
-from raya.program.identity import account_id
+from raya.program.secrets import account_id
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from tests.program.ignition import ignition_files
 from tests.program.mocks import ProviderMocks, Run, Snapshot, Zone, is_secret, reveal, run_program
