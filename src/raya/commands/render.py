@@ -25,7 +25,7 @@ from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluste
 
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    "keys); these configs show what the nodes get but cannot join a real cluster. "
+    "keys, SSH host keys); these configs show what the nodes get but cannot join a real cluster. "
     "`raya up` renders with the stack's own secrets."
 )
 
