@@ -5,12 +5,8 @@ TLS on 127.0.0.1 that requires a certificate from that client CA, as k3s does.""
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import json
-import ssl
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +20,12 @@ from kubernetes import config as k8s_config
 
 from raya.identity import CertificateAuthority, generate_example_secrets
 from raya.program.secrets import ADMIN_RENEWAL_HOURS, ADMIN_VALIDITY_HOURS
-from tests.nodes.test_join import serving_certificate
+from tests.program import fakes
 from tests.program.ignition import ignition_files
 from tests.program.mocks import Run
 from tests.program.test_program import CP_CONFIG, provider_mocks, run, user_data
-from tests.support import http_server
 
 NAME = "cp.raya.example.com"
-NODES = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": []}
 
 
 def _authority(result: Run, name: str) -> CertificateAuthority:
@@ -40,25 +34,6 @@ def _authority(result: Run, name: str) -> CertificateAuthority:
         key_pem=result.resources[f"{name}-key"].outputs["privateKeyPem"],
     )
 
-
-@contextlib.contextmanager
-def kubernetes_api(
-    server_ca: CertificateAuthority, client_ca_pem: str, folder: Path, name: str
-) -> Iterator[str]:
-    """/api/v1/nodes over TLS, served with a certificate from `server_ca` for `name` (k3s'
-    tls-san) and 127.0.0.1, to clients holding a certificate from `client_ca_pem` only."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*serving_certificate(server_ca, folder, dns_names=[name]))
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.load_verify_locations(cadata=client_ca_pem)
-
-    def respond(request: BaseHTTPRequestHandler) -> tuple[int, bytes, str]:
-        if request.path != "/api/v1/nodes":
-            return 404, b"{}", "application/json"
-        return 200, json.dumps(NODES).encode(), "application/json"
-
-    with http_server(respond, tls=context) as url:
-        yield url
 
 
 def _list_nodes(document: dict[str, Any], url: str) -> Any:
@@ -141,7 +116,7 @@ def test_kubeconfig_works_against_an_api_requiring_the_client_ca(
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
     server_ca = _authority(deployed, "server-ca")
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    with kubernetes_api(server_ca, client_ca, tmp_path, NAME) as url:
+    with fakes.kubernetes_api(fakes.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
         assert _list_nodes(document, url).kind == "NodeList"
 
 
@@ -153,13 +128,16 @@ def test_kubeconfig_is_refused_with_another_server_ca_or_client_certificate(
     other = generate_example_secrets(())
     # An endpoint whose certificate another CA signed: the kubeconfig's CA refuses it.
     refused = pytest.raises(urllib3.exceptions.MaxRetryError, match="CERTIFICATE_VERIFY_FAILED")
-    with kubernetes_api(other.server_ca, client_ca, tmp_path, NAME) as url, refused:
+    with (
+        fakes.kubernetes_api(fakes.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url,
+        refused,
+    ):
         _list_nodes(document, url)
     # The right endpoint, but a client certificate from another client CA: refused by it.
     server_ca = _authority(deployed, "server-ca")
     other_ca = other.client_ca.cert_pem
     with (
-        kubernetes_api(server_ca, other_ca, tmp_path, NAME) as url,
+        fakes.kubernetes_api(fakes.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,
         pytest.raises(urllib3.exceptions.MaxRetryError),
     ):
         _list_nodes(document, url)

@@ -178,6 +178,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
     assert result.outputs["zone"] == "raya.example.com."
     assert result.outputs["nameServers"] == zone.outputs["nameServers"]
     assert result.outputs["servers"]["agent-1"] == {
+        "serverId": result.resources["agent-1"].id,
         "dnsName": "a1.raya.example.com.",
         "privateIp": "10.0.1.21",
         "ipv4": result.resources["agent-1"].outputs["ipv4Address"],

@@ -26,7 +26,8 @@ from raya.project import DEFAULT_STACK
 RENEW_WARNING = datetime.timedelta(days=30)
 
 
-def _outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
+def stack_outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
+    """The deployed stack's outputs, for `command`; secrets in clear, never to print."""
     outputs: dict[str, Any] = deploy_module(command).stack_outputs(project_root(root), stack)
     return outputs
 
@@ -59,7 +60,7 @@ def kubeconfig(
     cluster's server CA. Its client certificate lasts 90 days; `raya up` renews it."""
     if stdout and (merge or out_file):
         raise typer.BadParameter("--stdout prints the kubeconfig; it takes no --out or --merge")
-    text = _outputs("kubeconfig", stack, root).get("kubeconfig")
+    text = stack_outputs("kubeconfig", stack, root).get("kubeconfig")
     if not isinstance(text, str):
         raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
     new = yaml.safe_load(text)
@@ -107,7 +108,7 @@ def ssh(
     root: RootOption = None,
 ) -> None:
     """SSH to a node as core, trusting only the host key the deployment gave it."""
-    servers = _outputs("ssh", stack, root).get("servers") or {}
+    servers = stack_outputs("ssh", stack, root).get("servers") or {}
     _, entry = ssh_model.find_node(servers, node)
     with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
         known_hosts = Path(folder) / "known_hosts"

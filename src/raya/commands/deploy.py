@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from raya.deploy import Action, Result
 
 StackOption = Annotated[
-    str, typer.Option("--stack", "-s", help="Stack to deploy (Pulumi.<stack>.yaml).")
+    str, typer.Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).")
 ]
 
 

@@ -81,6 +81,7 @@ def define(
         "kubeconfig": identity.kubeconfig,
         "servers": {
             node.name: {
+                "serverId": servers[node.name].id,
                 "dnsName": cluster.dns_name(node),
                 "privateIp": str(node.private_ip),
                 "ipv4": servers[node.name].ipv4_address,
