@@ -95,3 +95,25 @@ def read(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise KubeconfigError(f"{path}: not a kubeconfig (expected a mapping)")
     return document
+
+
+def api_client(text: str, server: str | None = None) -> Any:
+    """An API client (the official `kubernetes` one) trusting only the kubeconfig's CA;
+    `server` replaces its address (a tunnel, a test)."""
+    from kubernetes import config as k8s_config
+
+    document = yaml.safe_load(text)
+    if server:
+        document["clusters"][0]["cluster"]["server"] = server
+    try:
+        api = k8s_config.new_client_from_config_dict(document)  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, ValueError, KeyError, TypeError) as error:
+        raise KubeconfigError(f"the stack's kubeconfig is unusable: {error}") from None
+    api.configuration.retries = False  # one answer per question: the callers retry, or report
+    return api
+
+
+def reason(error: BaseException) -> str:
+    """One line saying why the API did not answer, from whatever its client raised."""
+    text = str(getattr(error, "reason", None) or error)
+    return text.splitlines()[0][:200] if text else type(error).__name__

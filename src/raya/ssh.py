@@ -38,9 +38,9 @@ def known_hosts(entry: Mapping[str, Any]) -> str:
     return f"{','.join(names)} {key[0]} {key[1]}\n"
 
 
-def ssh_command(entry: Mapping[str, Any], known_hosts_file: Path, command: Sequence[str]) -> (
-    list[str]
-):
+def ssh_command(
+    entry: Mapping[str, Any], known_hosts_file: Path, command: Sequence[str]
+) -> list[str]:
     """ssh to the node's address as core, refusing any host key but the known one."""
     return [
         "ssh",

@@ -8,11 +8,13 @@ reached is unknown, and unknown is not healthy.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raya.errors import RayaError
+from raya.kubeconfig import api_client as kubeconfig_api_client
+from raya.kubeconfig import reason
 from raya.pins import Pins, snapshot_labels
 
 HEALTHY, UNHEALTHY, UNKNOWN, SKIPPED = "ok", "bad", "unknown", "skipped"
@@ -287,10 +289,7 @@ class Dns:
                 wanted = dns.rdatatype.from_text(rdtype)
                 sections = reply.answer if answer_only else [*reply.answer, *reply.authority]
                 return sorted(
-                    item.to_text()
-                    for rrset in sections
-                    if rrset.rdtype == wanted
-                    for item in rrset
+                    item.to_text() for rrset in sections if rrset.rdtype == wanted for item in rrset
                 )
         return "; ".join(problems) or "no name server"
 
@@ -317,31 +316,20 @@ def parent_name_servers(parent_zone: str) -> list[str] | str:
 def kubernetes_nodes(kubeconfig: str, server: str | None = None) -> dict[str, NodeFacts] | str:
     """The nodes as the API reports them, trusting only the kubeconfig's CA; `server`
     overrides its address (tests). A reason string if the API cannot be asked."""
-    import yaml
     from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
 
-    document = yaml.safe_load(kubeconfig)
-    if server:
-        document["clusters"][0]["cluster"]["server"] = server
-    address = document["clusters"][0]["cluster"]["server"]
     try:
-        api = k8s_config.new_client_from_config_dict(document)  # type: ignore[no-untyped-call]
-    except (k8s_config.ConfigException, ValueError, ssl.SSLError) as error:
-        return f"kubeconfig unusable: {error}"
-    api.configuration.retries = False
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return str(error)
+    address = api.configuration.host
     try:
         listed: Any = k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT)
     except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
-        return f"API {address} unreachable: {_reason(error)}"
+        return f"API {address} unreachable: {reason(error)}"
     finally:
         api.close()
     return {item.metadata.name: _node_facts(item) for item in listed.items}
-
-
-def _reason(error: Exception) -> str:
-    text = str(getattr(error, "reason", None) or error)
-    return text.splitlines()[0][:200]
 
 
 def _node_facts(item: Any) -> NodeFacts:

@@ -23,9 +23,9 @@ from raya.identity import CertificateAuthority
 from tests.nodes.test_join import serving_certificate
 
 
-def hetzner_server(server_id: int, name: str, status: str, labels: Mapping[str, str] | None) -> (
-    dict[str, Any]
-):
+def hetzner_server(
+    server_id: int, name: str, status: str, labels: Mapping[str, str] | None
+) -> dict[str, Any]:
     """A server as GET /v1/servers/{id} answers it (the fields hcloud reads)."""
     image = None if labels is None else {"id": 42, "type": "snapshot", "labels": dict(labels)}
     return {
@@ -93,9 +93,9 @@ class Cluster:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def node(name: str, version: str, ready: bool = True, unschedulable: bool = False) -> (
-    dict[str, Any]
-):
+def node(
+    name: str, version: str, ready: bool = True, unschedulable: bool = False, boot: str = "b0"
+) -> dict[str, Any]:
     return {
         "kind": "Node",
         "apiVersion": "v1",
@@ -107,7 +107,7 @@ def node(name: str, version: str, ready: bool = True, unschedulable: bool = Fals
                 "kubeletVersion": version,
                 "osImage": "Fedora CoreOS 43.20261101.3.0",
                 "architecture": "amd64",
-                "bootID": "",
+                "bootID": boot,
                 "containerRuntimeVersion": "containerd://2",
                 "kernelVersion": "6",
                 "kubeProxyVersion": version,
@@ -120,13 +120,36 @@ def node(name: str, version: str, ready: bool = True, unschedulable: bool = Fals
     }
 
 
-def pod(name: str, namespace: str, node_name: str, owner: str | None = None) -> dict[str, Any]:
-    references = [{"kind": owner, "name": f"{name}-owner", "apiVersion": "apps/v1", "uid": "u",
-                   "controller": True}] if owner else []
+def pod(
+    name: str,
+    namespace: str,
+    node_name: str,
+    owner: str | None = "ReplicaSet",
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A running pod; `owner` is the kind of its controller (None: a bare pod)."""
+    references = (
+        [
+            {
+                "kind": owner,
+                "name": f"{name}-owner",
+                "apiVersion": "apps/v1",
+                "uid": "u",
+                "controller": True,
+            }
+        ]
+        if owner
+        else []
+    )
     return {
         "kind": "Pod",
         "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": namespace, "ownerReferences": references},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": references,
+            "annotations": dict(annotations or {}),
+        },
         "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "i"}]},
         "status": {"phase": "Running"},
     }
@@ -152,18 +175,22 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
                 state.log.append(("GET", self.path))
                 if path == "/api/v1/nodes":
                     items = list(state.nodes.values())
-                    return self._reply(200, {"kind": "NodeList", "apiVersion": "v1",
-                                             "metadata": {}, "items": items})
+                    return self._reply(
+                        200,
+                        {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items},
+                    )
                 match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
                 if match:
                     found = state.nodes.get(match[1])
                     return self._reply(200, found) if found else self._reply(404, _status(404))
                 if path == "/api/v1/pods":
                     wanted = re.search(r"fieldSelector=spec.nodeName%3D([^&]+)", query)
-                    items = [p for p in state.pods
-                             if not wanted or p["spec"]["nodeName"] == wanted[1]]
-                    return self._reply(200, {"kind": "PodList", "apiVersion": "v1",
-                                             "metadata": {}, "items": items})
+                    items = [
+                        p for p in state.pods if not wanted or p["spec"]["nodeName"] == wanted[1]
+                    ]
+                    return self._reply(
+                        200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+                    )
             self._reply(404, _status(404))
 
         def do_PATCH(self) -> None:
@@ -181,14 +208,18 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
             self._body()
             with state.lock:
                 state.log.append(("POST", self.path))
-                match = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction",
-                                     self.path)
+                match = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", self.path)
                 if match:
                     name = match[2]
                     if state.refusals.get(name, 0) > 0:
                         state.refusals[name] -= 1
-                        return self._reply(429, _status(429, "Cannot evict pod as it would "
-                                                        "violate the pod's disruption budget."))
+                        return self._reply(
+                            429,
+                            _status(
+                                429,
+                                "Cannot evict pod as it would violate the pod's disruption budget.",
+                            ),
+                        )
                     state.pods = [p for p in state.pods if p["metadata"]["name"] != name]
                     return self._reply(201, _status(201))
             self._reply(404, _status(404))
@@ -200,8 +231,14 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
 
 
 def _status(code: int, message: str = "") -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": code,
-            "status": "Success" if code < 300 else "Failure", "message": message}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "code": code,
+        "status": "Success" if code < 300 else "Failure",
+        "message": message,
+    }
 
 
 @contextlib.contextmanager

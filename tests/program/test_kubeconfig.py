@@ -35,7 +35,6 @@ def _authority(result: Run, name: str) -> CertificateAuthority:
     )
 
 
-
 def _list_nodes(document: dict[str, Any], url: str) -> Any:
     """The nodes, through the official client configured by the kubeconfig alone, only the
     address changed for the local API (its certificate also names 127.0.0.1)."""
@@ -58,8 +57,9 @@ def test_kubeconfig_is_a_secret_output_for_the_control_planes_name(deployed: Run
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
     (cluster,) = document["clusters"]
     assert cluster["cluster"]["server"] == "https://cp.raya.example.com:6443"
-    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]).decode() == (
-        deployed.resources["server-ca"].outputs["certPem"]
+    assert (
+        base64.b64decode(cluster["cluster"]["certificate-authority-data"]).decode()
+        == (deployed.resources["server-ca"].outputs["certPem"])
     )
     assert document["current-context"] == "raya"
     # The API's name is one the server certificate holds: k3s adds its tls-san.

@@ -66,33 +66,98 @@ def test_a_healthy_cluster(deployed: Run) -> None:
 @pytest.mark.parametrize(
     ("change", "node", "column", "state", "text"),
     [
-        ({"servers": {"agent-1": st.ServerFacts("off", "cx23", LABELS)}},
-         "agent-1", "server", st.UNHEALTHY, "off cx23"),
+        (
+            {"servers": {"agent-1": st.ServerFacts("off", "cx23", LABELS)}},
+            "agent-1",
+            "server",
+            st.UNHEALTHY,
+            "off cx23",
+        ),
         ({"servers": {"agent-1": None}}, "agent-1", "server", st.UNHEALTHY, "no such server"),
-        ({"servers": {"agent-1": "Hetzner API unreachable: x"}},
-         "agent-1", "image", st.UNKNOWN, "server unknown"),
-        ({"servers": {"agent-1": st.ServerFacts(
-            "running", "cx23", {**LABELS, "k3s_version": "v1-0-0-k3s1"})}},
-         "agent-1", "image", st.UNHEALTHY, f"(pins: {LABELS['k3s_version']})"),
-        ({"servers": {"agent-1": st.ServerFacts("running", "cx23", None)}},
-         "agent-1", "image", st.UNHEALTHY, "snapshot deleted"),
-        ({"drift": {"agent-2": ("users", "config")}},
-         "agent-2", "drift", st.UNHEALTHY, "users, config differ"),
-        ({"drift": "preview failed: no credentials"},
-         "agent-0", "drift", st.UNKNOWN, "preview failed"),
-        ({"records": {"agent-0": ["192.0.2.1"]}},
-         "agent-0", "dns", st.UNHEALTHY, "-> 192.0.2.1, expected"),
-        ({"records": {"agent-0": "ns-cloud-a1 (1.2.3.4): timeout"}},
-         "agent-0", "dns", st.UNKNOWN, "timeout"),
-        ({"nodes": "API https://cp:6443 unreachable"},
-         "control-plane", "kubernetes", st.UNKNOWN, "unreachable"),
+        (
+            {"servers": {"agent-1": "Hetzner API unreachable: x"}},
+            "agent-1",
+            "image",
+            st.UNKNOWN,
+            "server unknown",
+        ),
+        (
+            {
+                "servers": {
+                    "agent-1": st.ServerFacts(
+                        "running", "cx23", {**LABELS, "k3s_version": "v1-0-0-k3s1"}
+                    )
+                }
+            },
+            "agent-1",
+            "image",
+            st.UNHEALTHY,
+            f"(pins: {LABELS['k3s_version']})",
+        ),
+        (
+            {"servers": {"agent-1": st.ServerFacts("running", "cx23", None)}},
+            "agent-1",
+            "image",
+            st.UNHEALTHY,
+            "snapshot deleted",
+        ),
+        (
+            {"drift": {"agent-2": ("users", "config")}},
+            "agent-2",
+            "drift",
+            st.UNHEALTHY,
+            "users, config differ",
+        ),
+        (
+            {"drift": "preview failed: no credentials"},
+            "agent-0",
+            "drift",
+            st.UNKNOWN,
+            "preview failed",
+        ),
+        (
+            {"records": {"agent-0": ["192.0.2.1"]}},
+            "agent-0",
+            "dns",
+            st.UNHEALTHY,
+            "-> 192.0.2.1, expected",
+        ),
+        (
+            {"records": {"agent-0": "ns-cloud-a1 (1.2.3.4): timeout"}},
+            "agent-0",
+            "dns",
+            st.UNKNOWN,
+            "timeout",
+        ),
+        (
+            {"nodes": "API https://cp:6443 unreachable"},
+            "control-plane",
+            "kubernetes",
+            st.UNKNOWN,
+            "unreachable",
+        ),
         ({"nodes": {}}, "agent-0", "kubernetes", st.UNHEALTHY, "not registered"),
-        ({"nodes": {"agent-0": st.NodeFacts(False, VERSION, "FCOS", {})}},
-         "agent-0", "kubernetes", st.UNHEALTHY, "NotReady"),
-        ({"nodes": {"agent-0": st.NodeFacts(True, "v1.0.0+k3s1", "FCOS", {})}},
-         "agent-0", "kubernetes", st.UNHEALTHY, f"(pin {VERSION})"),
-        ({"nodes": {"agent-0": st.NodeFacts(True, VERSION, "FCOS", {}, unschedulable=True)}},
-         "agent-0", "kubernetes", st.UNHEALTHY, "(cordoned)"),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(False, VERSION, "FCOS", {})}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "NotReady",
+        ),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(True, "v1.0.0+k3s1", "FCOS", {})}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            f"(pin {VERSION})",
+        ),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(True, VERSION, "FCOS", {}, unschedulable=True)}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "(cordoned)",
+        ),
     ],
 )
 def test_each_problem_is_shown_where_it_is_and_makes_the_cluster_unhealthy(

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from raya import roll as roll_model
 from raya import status as st
 from raya.cli import app, err, out
 from raya.commands.access import stack_outputs
@@ -16,14 +17,13 @@ from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
 from raya.errors import DeployError
 from raya.image import HCLOUD_API_URL
+from raya.kubeconfig import api_client as kube_api_client
 from raya.pins import load_pins
 from raya.project import DEFAULT_STACK, load_cluster
 
 HcloudEndpointOption = Annotated[
     str,
-    typer.Option(
-        "--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint."
-    ),
+    typer.Option("--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint."),
 ]
 _STYLE = {st.HEALTHY: "green", st.UNHEALTHY: "red", st.UNKNOWN: "yellow", st.SKIPPED: "dim"}
 
@@ -76,7 +76,8 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         }
         parents = st.parent_name_servers(cluster.config.parent_zone)
         delegation = (
-            parents if isinstance(parents, str)
+            parents
+            if isinstance(parents, str)
             else dns.delegation(parents, cluster.config.zone_dns_name)
         )
     with err.status("asking the Kubernetes API..."):
@@ -125,3 +126,66 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+@app.command()
+def roll(
+    nodes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
+    ] = None,
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
+    ] = False,
+    drain_timeout: Annotated[
+        float, typer.Option("--drain-timeout", help="Seconds to wait for a node's pods to leave.")
+    ] = roll_model.DRAIN_TIMEOUT,
+    ready_timeout: Annotated[
+        float,
+        typer.Option("--ready-timeout", help="Seconds to wait for a replaced node to be Ready."),
+    ] = roll_model.READY_TIMEOUT,
+) -> None:
+    """Apply drift one node at a time: agents first (cordoned, drained, replaced, back Ready,
+    uncordoned), then the control plane alone. The first failure stops the roll."""
+    folder = project_root(root)
+    cluster = load_cluster(folder, stack)
+    pins = load_pins(folder)
+    deploy = deploy_module("roll")
+    drifting: list[str] = []
+    if not nodes:
+        with err.status("previewing to find drift..."):
+            drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+    steps = roll_model.plan([n.name for n in cluster.nodes], nodes or [], drifting)
+    if not steps:
+        err.print("nothing to roll: no node drifts", markup=False)
+        return
+    for step in steps:
+        out.print(step.describe(), markup=False)
+    if dry_run:
+        return
+    kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")
+    if not isinstance(kubeconfig, str):
+        raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
+    api = kube_api_client(kubeconfig)
+
+    def replace(node: str) -> None:
+        deploy.run("up", folder, stack, _quiet_progress, replace=[node])
+
+    roll_model.Roll(
+        kube=roll_model.Kubernetes(api),
+        replace=replace,
+        kubelet_version=pins.k3s.version,
+        say=lambda line: err.print(line, markup=False, soft_wrap=True),
+        clock=roll_model.Clock(),
+        drain_timeout=drain_timeout,
+        ready_timeout=ready_timeout,
+    ).run(steps)
+    out.print(f"rolled {len(steps)} node(s)", markup=False)
+
+
+def _quiet_progress(line: str) -> None:
+    # Pulumi's own display, secrets masked: kept to the lines that say what changes.
+    if line.lstrip().startswith(("+", "-", "~", "error", "warning")):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
