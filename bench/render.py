@@ -30,7 +30,7 @@ RUNS = 5
 def fleet_time() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
-    secrets = generate_example_secrets()
+    secrets = generate_example_secrets(node.name for node in cluster.nodes)
     users = load_keys_file(EXAMPLE_ROOT / "keys.json")
     times = []
     for _ in range(RUNS):
@@ -48,7 +48,7 @@ def fleet_time() -> None:
 
 def size_table() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
-    secrets = generate_example_secrets()
+    secrets = generate_example_secrets(node.name for node in example.nodes)
     print(
         f"\nsizes, users with 3 RSA-4096 keys each (limit {IGNITION_LIMIT:,} B; "
         f"keys inline up to {INLINE_KEYS_BUDGET:,} B of text, else pinned fetches):"

@@ -45,7 +45,7 @@ def _root(
 
 
 # Each module adds its commands to `app` when imported.
-from raya.commands import butane, deploy, image, keys, render  # noqa: E402, F401
+from raya.commands import access, butane, deploy, image, keys, operate, render  # noqa: E402, F401
 
 
 def main() -> None:

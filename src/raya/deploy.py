@@ -104,6 +104,19 @@ def run(
         ) from None
 
 
+def stack_outputs(root: Path, stack_name: str) -> dict[str, Any]:
+    """The outputs of the deployed stack, secrets in clear: for commands that use them
+    (`raya kubeconfig`, `raya ssh`), never to print."""
+    stack = open_stack(root, stack_name, create=False)
+    try:
+        outputs = stack.outputs()
+    except auto.CommandError as error:
+        raise DeployError(
+            f"could not read the outputs of stack {stack_name}: {_last_line(error)}"
+        ) from None
+    return {name: output.value for name, output in outputs.items()}
+
+
 def _counts(changes: Mapping[Any, int] | None) -> dict[str, int]:
     """Resources per operation; the operation is an enum in previews, text in updates."""
     counts = {str(getattr(op, "value", op)): int(n) for op, n in (changes or {}).items()}

@@ -1,8 +1,9 @@
-"""The cluster's identity: join secret, certificate authorities and service account keys.
+"""The cluster's identity: join secret, certificate authorities, service account keys and
+each node's SSH host key.
 
 The deployment generates these with `pulumi_random`/`pulumi_tls` (state keeps them stable);
-`generate_example_secrets` makes a throwaway set for the offline example. Either way they go
-through `check_secrets` before anything is rendered from them.
+`generate_example_secrets` makes a throwaway set for the offline example. Either way the
+checks below run on them before anything is rendered from them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 from raya.errors import RenderError
@@ -35,27 +37,27 @@ class CertificateAuthority:
 
 
 @dataclass(frozen=True)
+class HostKey:
+    """A node's SSH host key, decided by the deployment so nobody trusts it on first use."""
+
+    private_openssh: str  # "-----BEGIN OPENSSH PRIVATE KEY-----..." (ed25519)
+    public_openssh: str  # "ssh-ed25519 AAAA..."
+
+
+@dataclass(frozen=True)
 class ClusterSecrets:
     join_secret: str
     server_ca: CertificateAuthority
     client_ca: CertificateAuthority
     external_dns_key: str  # GCP service account key file (JSON text, base64-decoded)
     cert_manager_key: str
+    host_keys: Mapping[str, HostKey]  # node name -> its host key; a node's share holds its own
 
 
 def full_token(server_ca_cert_pem: str, join_secret: str) -> str:
     """k3s' full join token: the agent checks the CA it is served against this hash."""
     digest = hashlib.sha256(server_ca_cert_pem.encode()).hexdigest()
     return f"K10{digest}::server:{join_secret}"
-
-
-def check_secrets(value: ClusterSecrets) -> None:
-    """Refuse secrets k3s or GCP would reject or misread, before a node is built from them."""
-    check_join_secret(value.join_secret)
-    check_certificate_authority("server_ca", value.server_ca)
-    check_certificate_authority("client_ca", value.client_ca)
-    check_service_account_key("external_dns_key", value.external_dns_key)
-    check_service_account_key("cert_manager_key", value.cert_manager_key)
 
 
 def check_join_secret(join_secret: str) -> None:
@@ -105,6 +107,26 @@ def load_ca_certificate(field: str, cert_pem: str) -> x509.Certificate:
     return certificate
 
 
+def check_host_key(node: str, host_keys: Mapping[str, HostKey]) -> HostKey:
+    """Node `node`'s host key: an unencrypted OpenSSH ed25519 key and its own public half."""
+    field = f"secrets: host_keys[{node}]"
+    if node not in host_keys:
+        raise RenderError(f"{field} is missing; every node needs its SSH host key")
+    key = host_keys[node]
+    try:
+        private = serialization.load_ssh_private_key(key.private_openssh.encode(), password=None)
+    except (ValueError, TypeError):
+        raise RenderError(f"{field}.private_openssh is not an unencrypted OpenSSH key") from None
+    if not isinstance(private, ed25519.Ed25519PrivateKey):
+        raise RenderError(f"{field}.private_openssh is not an ed25519 key; accepted: ed25519")
+    public = private.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    if key.public_openssh.split()[:2] != public.decode().split():
+        raise RenderError(f"{field}.public_openssh is not the public half of its private key")
+    return key
+
+
 def check_service_account_key(field: str, text: str) -> None:
     try:
         document = json.loads(text)
@@ -124,8 +146,9 @@ def check_service_account_key(field: str, text: str) -> None:
         )
 
 
-def generate_example_secrets() -> ClusterSecrets:
-    """A throwaway identity for the offline example: never use it for a real cluster."""
+def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
+    """A throwaway identity for the offline example's `nodes` (their names): never use it for
+    a real cluster."""
     return ClusterSecrets(
         join_secret=secrets.token_hex(32),
         server_ca=_example_ca("raya-example-server-ca"),
@@ -136,6 +159,21 @@ def generate_example_secrets() -> ClusterSecrets:
         cert_manager_key=example_service_account_key(
             "cert-manager@raya-example.iam.gserviceaccount.com", "raya-example"
         ),
+        host_keys={node: example_host_key() for node in nodes},
+    )
+
+
+def example_host_key() -> HostKey:
+    key = ed25519.Ed25519PrivateKey.generate()
+    return HostKey(
+        private_openssh=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        ).decode(),
+        public_openssh=key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode(),
     )
 
 

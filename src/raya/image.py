@@ -26,6 +26,7 @@ from hcloud import Client, HCloudException
 from raya import __version__
 from raya.config import StackConfig
 from raya.errors import ImageError
+from raya.files import write_atomically
 from raya.pins import (
     FcosPin,
     K3sPin,
@@ -240,10 +241,8 @@ def write_pins(changes: Sequence[PinChange]) -> None:
     """Rewrite the pin files that changed, each atomically; the others keep their bytes."""
     for change in changes:
         if change.changed:
-            temporary = change.path.with_name(change.path.name + ".tmp")
             try:
-                temporary.write_text(dump_pin(change.new), encoding="utf-8")
-                temporary.replace(change.path)
+                write_atomically(change.path, dump_pin(change.new).encode(), 0o644)
             except OSError as error:
                 raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
 

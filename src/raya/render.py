@@ -26,6 +26,7 @@ from raya.github_keys import GITHUB_URL, UserKeys, authorized_keys
 from raya.identity import (
     ClusterSecrets,
     check_certificate_authority,
+    check_host_key,
     check_join_secret,
     check_service_account_key,
     full_token,
@@ -47,6 +48,9 @@ K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
 K3S_PORT = 6443
 SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
+# Fedora's sshd-keygen@ generates a host key type only when its file is missing or empty:
+# this one is the deployment's, the others (rsa, ecdsa) are left to the node and never trusted.
+SSH_HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 # Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
 # first dot to be a unique DNS-1123 name.
 GCP_SECRETS = {
@@ -104,6 +108,8 @@ def _check_inputs(
             f"missing: {', '.join(missing)}; not configured: {', '.join(extra)}"
         )
     check_join_secret(secrets.join_secret)
+    for node in nodes:
+        check_host_key(node.name, secrets.host_keys)
     if any(node.role == "control-plane" for node in nodes):
         check_certificate_authority("server_ca", secrets.server_ca)
         check_certificate_authority("client_ca", secrets.client_ca)
@@ -144,6 +150,11 @@ def _context(
     common: dict[str, Any] = {
         "node": node,
         "ssh_keys": ssh_keys,
+        "host_key": {
+            "path": SSH_HOST_KEY,
+            "private": secrets.host_keys[node.name].private_openssh,
+            "public": secrets.host_keys[node.name].public_openssh.strip() + "\n",
+        },
         "network": {
             "interface": PRIVATE_INTERFACE,
             "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",

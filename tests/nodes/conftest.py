@@ -15,8 +15,10 @@ def cluster() -> Cluster:
 
 
 @pytest.fixture(scope="session")
-def secrets() -> ClusterSecrets:
-    return generate_example_secrets()
+def secrets(cluster: Cluster) -> ClusterSecrets:
+    # Host keys for more agents than the example has: tests grow the fleet.
+    names = [cluster.control_plane.name, *(f"agent-{i}" for i in range(8))]
+    return generate_example_secrets(names)
 
 
 @pytest.fixture(scope="session")

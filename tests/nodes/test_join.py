@@ -16,6 +16,7 @@ import re
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -39,8 +40,11 @@ class JoinRefused(Exception):
     pass
 
 
-def serving_certificate(ca: CertificateAuthority, folder: Path) -> tuple[Path, Path]:
-    """A serving certificate for 127.0.0.1 signed by `ca`, as k3s' dynamiclistener makes."""
+def serving_certificate(
+    ca: CertificateAuthority, folder: Path, dns_names: Sequence[str] = ()
+) -> tuple[Path, Path]:
+    """A serving certificate for 127.0.0.1 (and `dns_names`, as k3s' `tls-san`) signed by
+    `ca`, as k3s' dynamiclistener makes."""
     ca_key = serialization.load_pem_private_key(ca.key_pem.encode(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.encode())
@@ -55,7 +59,12 @@ def serving_certificate(ca: CertificateAuthority, folder: Path) -> tuple[Path, P
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.DNSName(name) for name in dns_names),
+                ]
+            ),
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -142,7 +151,7 @@ def test_a_server_with_another_ca_is_refused(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
     _, secret = _rendered_identity(rendered)
-    other = generate_example_secrets().server_ca
+    other = generate_example_secrets(()).server_ca
     token = _agent_token(rendered, "agent-0")
     serving = serving_certificate(other, tmp_path)
     # Serving its own CA: the hash in the token does not match.
@@ -157,7 +166,7 @@ def test_a_server_replaying_the_ca_without_its_key_is_refused(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
     ca, secret = _rendered_identity(rendered)
-    other = generate_example_secrets().server_ca
+    other = generate_example_secrets(()).server_ca
     serving = serving_certificate(other, tmp_path)
     # The right CA bytes at /cacerts, but a certificate it did not sign: TLS refuses it.
     with (

@@ -22,7 +22,13 @@ from raya import render as render_module
 from raya.errors import RenderError
 from raya.fleet import Cluster, build_cluster, node_password
 from raya.github_keys import UserKeys, authorized_keys
-from raya.identity import CertificateAuthority, ClusterSecrets, generate_example_secrets
+from raya.identity import (
+    CertificateAuthority,
+    ClusterSecrets,
+    HostKey,
+    example_host_key,
+    generate_example_secrets,
+)
 from raya.render import (
     IGNITION_LIMIT,
     INLINE_KEYS_BUDGET,
@@ -38,6 +44,7 @@ from tests.nodes.tools import ignition_files
 TLS = "/var/lib/rancher/k3s/server/tls"
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 
 
 def test_every_node_is_rendered_in_fleet_order(
@@ -86,9 +93,10 @@ def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
     users: tuple[UserKeys, ...],
     rendered: dict[str, RenderedNode],
 ) -> None:
-    other = generate_example_secrets()
+    other = generate_example_secrets(())
     mixed = dataclasses.replace(
         other,
+        host_keys=secrets.host_keys,
         join_secret=secrets.join_secret,
         server_ca=CertificateAuthority(cert_pem=secrets.server_ca.cert_pem, key_pem="gone"),
         external_dns_key="gone",
@@ -153,6 +161,36 @@ def test_service_account_keys_are_kube_system_secrets(
     assert found == {secrets.external_dns_key, secrets.cert_manager_key}
 
 
+def test_every_node_carries_its_own_host_key(
+    cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
+) -> None:
+    public_keys = set()
+    for node in cluster.nodes:
+        files = ignition_files(rendered[node.name].ignition)
+        key = secrets.host_keys[node.name]
+        assert files[HOST_KEY].decode() == key.private_openssh
+        assert files[HOST_KEY + ".pub"].decode() == key.public_openssh + "\n"
+        public_keys.add(key.public_openssh)
+    assert len(public_keys) == len(cluster.nodes)
+
+
+def test_a_node_without_a_valid_host_key_is_refused(
+    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+) -> None:
+    agent = cluster.agents[0]
+    missing = dataclasses.replace(secrets, host_keys={})
+    with pytest.raises(RenderError, match=r"host_keys\[agent-0\] is missing"):
+        render_node(cluster, agent, missing, users)
+    other = example_host_key()
+    mismatched = HostKey(secrets.host_keys[agent.name].private_openssh, other.public_openssh)
+    wrong = dataclasses.replace(secrets, host_keys={agent.name: mismatched})
+    with pytest.raises(RenderError, match="not the public half"):
+        render_node(cluster, agent, wrong, users)
+    garbage = dataclasses.replace(secrets, host_keys={agent.name: HostKey("x", "y")})
+    with pytest.raises(RenderError, match="not an unencrypted OpenSSH key"):
+        render_node(cluster, agent, garbage, users)
+
+
 def test_agent_config(
     cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
@@ -170,6 +208,8 @@ def test_agent_config(
         password = files["/etc/rancher/node/password"].decode()
         assert password == node_password(secrets.join_secret, agent.index) + "\n"
         passwords.add(password)
+        # Its own SSH host key is the one private key an agent holds.
+        assert files.pop(HOST_KEY).decode() == secrets.host_keys[agent.name].private_openssh
         everything = rendered[agent.name].ignition + b"".join(files.values())
         assert b"PRIVATE KEY" not in everything
         for secret in (
@@ -346,12 +386,13 @@ def test_the_keys_base_url_must_be_http(cluster: Cluster, secrets: ClusterSecret
 RENDER_IN_A_PROCESS = """
 import hashlib, json, sys
 from raya.github_keys import load_keys_file
-from raya.identity import CertificateAuthority, ClusterSecrets
+from raya.identity import CertificateAuthority, ClusterSecrets, HostKey
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import render_cluster
 data = json.load(open(sys.argv[1]))
 for ca in ("server_ca", "client_ca"):
     data[ca] = CertificateAuthority(**data[ca])
+data["host_keys"] = {name: HostKey(**key) for name, key in data["host_keys"].items()}
 nodes = render_cluster(
     load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK),
     ClusterSecrets(**data),

@@ -150,6 +150,30 @@ def test_ignition_applies_the_agents(
         _check_core_user(root, users)
 
 
+def test_sshd_host_key_is_placed_and_readable_by_ssh_keygen(
+    secrets: ClusterSecrets, applied: dict[str, Path]
+) -> None:
+    ssh_keygen = require_tool("ssh-keygen")
+    for name, root in applied.items():
+        private = root / "etc/ssh/ssh_host_ed25519_key"
+        public = private.with_name(private.name + ".pub")
+        assert (private.stat().st_mode & 0o777, public.stat().st_mode & 0o777) == (0o600, 0o644)
+        assert _owner(root, private) == ("root", "root")
+        fingerprints = {
+            subprocess.run(
+                [ssh_keygen, "-l", "-f", str(path)], capture_output=True, text=True, check=True
+            ).stdout.split()[1]
+            for path in (private, public)
+        }
+        # sshd would read the private key, clients pin the public one: the same key.
+        (fingerprint,) = fingerprints
+        derived = subprocess.run(
+            [ssh_keygen, "-y", "-f", str(private)], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert derived == secrets.host_keys[name].public_openssh.split()[:2], name
+        assert fingerprint.startswith("SHA256:")
+
+
 def _check_core_user(root: Path, users: tuple[UserKeys, ...]) -> None:
     passwd = {line.split(":")[0]: line for line in (root / "etc/passwd").read_text().splitlines()}
     assert "core" in passwd

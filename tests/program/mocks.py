@@ -22,8 +22,8 @@ from typing import Any
 import pulumi
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.sync_await import _ensure_event_loop
@@ -183,22 +183,13 @@ class ProviderMocks(pulumi.runtime.Mocks):
                 secrets.choice(alphabet) for _ in range(int(inputs["length"]))
             )
         elif typ == "tls:index/privateKey:PrivateKey":
-            assert (inputs["algorithm"], inputs["ecdsaCurve"]) == ("ECDSA", "P256")
-            key = ec.generate_private_key(ec.SECP256R1())
-            outputs["privateKeyPem"] = key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.TraditionalOpenSSL,
-                serialization.NoEncryption(),
-            ).decode()
-            outputs["publicKeyPem"] = (
-                key.public_key()
-                .public_bytes(
-                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-                )
-                .decode()
-            )
+            outputs.update(_private_key(inputs))
         elif typ == "tls:index/selfSignedCert:SelfSignedCert":
             outputs["certPem"] = _self_signed(inputs)
+        elif typ == "tls:index/certRequest:CertRequest":
+            outputs["certRequestPem"] = _cert_request(inputs)
+        elif typ == "tls:index/locallySignedCert:LocallySignedCert":
+            outputs["certPem"] = _locally_signed(inputs)
         elif typ == "hcloud:index/network:Network":
             return str(serial), outputs
         elif typ == "hcloud:index/networkSubnet:NetworkSubnet":
@@ -234,6 +225,96 @@ def _name_servers(zone: str) -> list[str]:
     return [f"ns-cloud-{letter}{shard}.googledomains.com." for letter in "abcd"]
 
 
+def _private_key(inputs: dict[str, Any]) -> dict[str, str]:
+    """The tls provider's PrivateKey outputs for the two algorithms raya asks for."""
+    key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+    if inputs["algorithm"] == "ED25519":
+        key = ed25519.Ed25519PrivateKey.generate()
+        pem_format = serialization.PrivateFormat.PKCS8
+    else:
+        assert (inputs["algorithm"], inputs["ecdsaCurve"]) == ("ECDSA", "P256")
+        key = ec.generate_private_key(ec.SECP256R1())
+        pem_format = serialization.PrivateFormat.TraditionalOpenSSL
+    public = key.public_key()
+    return {
+        "privateKeyPem": key.private_bytes(
+            serialization.Encoding.PEM, pem_format, serialization.NoEncryption()
+        ).decode(),
+        "privateKeyOpenssh": key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        ).decode(),
+        "publicKeyPem": public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode(),
+        # The provider ends the authorized_keys line with a newline.
+        "publicKeyOpenssh": public.public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        ).decode()
+        + "\n",
+    }
+
+
+def _subject(subject: dict[str, Any]) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, subject["commonName"])]
+    if subject.get("organization"):
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, subject["organization"]))
+    return x509.Name(attributes)
+
+
+def _cert_request(inputs: dict[str, Any]) -> str:
+    key = serialization.load_pem_private_key(inputs["privateKeyPem"].encode(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    request = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(_subject(inputs["subject"]))
+        .sign(key, hashes.SHA256())
+    )
+    return request.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _locally_signed(inputs: dict[str, Any]) -> str:
+    """What the tls provider makes of LocallySignedCert's inputs: the request's subject and
+    key, signed by the CA, for the uses asked."""
+    request = x509.load_pem_x509_csr(inputs["certRequestPem"].encode())
+    ca_cert = x509.load_pem_x509_certificate(inputs["caCertPem"].encode())
+    ca_key = serialization.load_pem_private_key(inputs["caPrivateKeyPem"].encode(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    uses = set(inputs["allowedUses"])
+    extended = [ExtendedKeyUsageOID.CLIENT_AUTH] if "client_auth" in uses else []
+    extended += [ExtendedKeyUsageOID.SERVER_AUTH] if "server_auth" in uses else []
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(request.subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(request.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(hours=int(inputs["validityPeriodHours"])))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(uses), critical=True)
+    )
+    if extended:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(extended), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _key_usage(uses: set[str]) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature="digital_signature" in uses,
+        key_cert_sign="cert_signing" in uses,
+        crl_sign="crl_signing" in uses,
+        content_commitment=False,
+        key_encipherment="key_encipherment" in uses,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _self_signed(inputs: dict[str, Any]) -> str:
     """What the tls provider makes of SelfSignedCert's inputs."""
     key = serialization.load_pem_private_key(inputs["privateKeyPem"].encode(), password=None)
@@ -253,20 +334,7 @@ def _self_signed(inputs: dict[str, Any]) -> str:
             x509.BasicConstraints(ca=bool(inputs.get("isCaCertificate")), path_length=None),
             critical=True,
         )
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature="digital_signature" in uses,
-                key_cert_sign="cert_signing" in uses,
-                crl_sign="crl_signing" in uses,
-                content_commitment=False,
-                key_encipherment="key_encipherment" in uses,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(uses), critical=True)
     )
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
 

@@ -31,6 +31,7 @@ SERVER = "hcloud:index/server:Server"
 RECORD = "gcp:dns/recordSet:RecordSet"
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
 SERVER_CA = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 
 
 def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
@@ -77,6 +78,13 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("tls:index/privateKey:PrivateKey", "client-ca-key"),
             ("tls:index/selfSignedCert:SelfSignedCert", "server-ca"),
             ("tls:index/selfSignedCert:SelfSignedCert", "client-ca"),
+            ("tls:index/privateKey:PrivateKey", "admin-key"),
+            ("tls:index/certRequest:CertRequest", "admin-request"),
+            ("tls:index/locallySignedCert:LocallySignedCert", "admin-cert"),
+            *[
+                ("tls:index/privateKey:PrivateKey", f"{name}-host-key")
+                for name in ("control-plane", "agent-0", "agent-1", "agent-2")
+            ],
             ("gcp:dns/managedZone:ManagedZone", "primary"),
             (RECORD, "delegation"),
             *[(RECORD, label) for label in ("cp", "a0", "a1", "a2")],
@@ -170,12 +178,16 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
     assert result.outputs["zone"] == "raya.example.com."
     assert result.outputs["nameServers"] == zone.outputs["nameServers"]
     assert result.outputs["servers"]["agent-1"] == {
+        "serverId": result.resources["agent-1"].id,
         "dnsName": "a1.raya.example.com.",
         "privateIp": "10.0.1.21",
         "ipv4": result.resources["agent-1"].outputs["ipv4Address"],
         "ipv6": result.resources["agent-1"].outputs["ipv6Address"],
+        "hostKey": result.resources["agent-1-host-key"].outputs["publicKeyOpenssh"],
     }
     assert sorted(result.outputs["servers"]) == sorted(expected_servers)
+    for name in expected_servers:
+        assert inputs[f"{name}-host-key"] == {"algorithm": "ED25519"}
 
 
 def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
@@ -193,6 +205,11 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
     for name, agent in files.items():
         token = yaml.safe_load(agent[CP_CONFIG])["token"]
         assert token == f"K10{hashlib.sha256(ca).hexdigest()}::server:{secret}", name
+        # Its own host key is the one private key an agent holds.
+        host_key = agent.pop(HOST_KEY)
+        assert host_key.decode() == result.resources[f"{name}-host-key"].outputs[
+            "privateKeyOpenssh"
+        ]
         everything = b"".join(agent.values())
         assert b"PRIVATE KEY" not in everything and b"service_account" not in everything
 
@@ -208,7 +225,8 @@ def test_the_engine_is_told_which_outputs_are_secret() -> None:
     for resource in result.resources.values():
         if resource.typ in expected:
             assert expected[resource.typ] in resource.secret_outputs, resource.name
-    assert sum(r.typ in expected for r in result.resources.values()) == 4 + 1 + 2 + 2
+    # 4 servers, 1 join secret, 2 CA keys + the admin's + 4 host keys, 2 service account keys
+    assert sum(r.typ in expected for r in result.resources.values()) == 4 + 1 + 7 + 2
 
 
 def test_same_state_gives_identical_user_data_and_fresh_state_does_not() -> None:
@@ -225,7 +243,11 @@ def test_adding_an_agent_adds_its_resources_and_changes_no_other_config() -> Non
     mocks = provider_mocks()
     before = run(mocks)
     after = run(mocks, with_agents(EXAMPLE, ("cx23", "cx23", "cx33", "cx43")))
-    assert sorted(set(after.resources) - set(before.resources)) == ["a3", "agent-3"]
+    assert sorted(set(after.resources) - set(before.resources)) == [
+        "a3",
+        "agent-3",
+        "agent-3-host-key",
+    ]
     assert set(before.resources) <= set(after.resources)
     old, new = user_data(before), user_data(after)
     assert {name: new[name] for name in old} == old
@@ -294,7 +316,9 @@ def test_agents_never_see_control_plane_keys() -> None:
     assert '"service_account"' in cp.external_dns_key and '"service_account"' in cp.cert_manager_key
     assert cp.external_dns_key != cp.cert_manager_key
     assert cp.client_ca.cert_pem == result.resources["client-ca"].outputs["certPem"]
-    for agent in seen.values():
+    assert list(cp.host_keys) == ["control-plane"]
+    for name, agent in seen.items():
+        assert list(agent.host_keys) == [name]  # its own, never another node's
         assert agent.join_secret == cp.join_secret
         assert agent.server_ca.cert_pem == cp.server_ca.cert_pem
         assert agent.server_ca.key_pem == agent.external_dns_key == agent.cert_manager_key == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from raya.deploy import Action, Result
 
 StackOption = Annotated[
-    str, typer.Option("--stack", "-s", help="Stack to deploy (Pulumi.<stack>.yaml).")
+    str, typer.Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).")
 ]
 
 
@@ -26,16 +27,21 @@ def _progress(line: str) -> None:
     out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _run(action: Action, stack: str, root: Path | None) -> Result:
-    # Imported here: the rest of raya works without Pulumi's packages (the [deploy] extra).
+def deploy_module(command: str) -> ModuleType:
+    """`raya.deploy`, imported on use: the rest of raya works without Pulumi's packages (the
+    [deploy] extra)."""
     try:
         from raya import deploy
     except ImportError as error:
         raise DeployError(
-            f"raya {action} needs the Pulumi packages ({error.name} is missing): "
+            f"raya {command} needs the Pulumi packages ({error.name} is missing): "
             "install raya's [deploy] extra, e.g. `scripts/bootstrap deploy`"
         ) from None
-    result = deploy.run(action, project_root(root), stack, _progress)
+    return deploy
+
+
+def _run(action: Action, stack: str, root: Path | None) -> Result:
+    result: Result = deploy_module(action).run(action, project_root(root), stack, _progress)
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
     return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +17,7 @@ from raya.commands.options import (
     select_project,
 )
 from raya.errors import RenderError
+from raya.files import write_atomically
 from raya.github_keys import GITHUB_URL
 from raya.identity import generate_example_secrets
 from raya.project import DEFAULT_STACK, load_cluster
@@ -25,7 +25,7 @@ from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluste
 
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    "keys); these configs show what the nodes get but cannot join a real cluster. "
+    "keys, SSH host keys); these configs show what the nodes get but cannot join a real cluster. "
     "`raya up` renders with the stack's own secrets."
 )
 
@@ -53,7 +53,8 @@ def render(
     cluster = load_cluster(root, stack)
     users = resolve_users(cluster.config, keys_file, github_url)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
-    rendered = render_cluster(cluster, generate_example_secrets(), users, keys_base_url=github_url)
+    secrets = generate_example_secrets(node.name for node in cluster.nodes)
+    rendered = render_cluster(cluster, secrets, users, keys_base_url=github_url)
     _write(out_dir, rendered)
 
     rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]
@@ -90,10 +91,6 @@ def _write(folder: Path, rendered: tuple[RenderedNode, ...]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for node in rendered:
             for suffix, data in ((".bu", node.butane.encode()), (".ign", node.ignition)):
-                path = folder / f"{node.node.name}{suffix}"
-                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(descriptor, "wb") as file:
-                    file.write(data)
-                path.chmod(0o600)
+                write_atomically(folder / f"{node.node.name}{suffix}", data, 0o600)
     except OSError as error:
         raise RenderError(f"{error.filename}: cannot write: {error.strerror}") from None

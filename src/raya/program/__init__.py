@@ -59,16 +59,16 @@ def define(
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
     zone = define_zone(cluster, parent_zone)
-    identity = define_identity(config)
-    control_plane_secrets = identity.control_plane_secrets()
-    agent_secrets = identity.agent_secrets()
+    identity = define_identity(config, [node.name for node in cluster.nodes])
     servers = {
         node.name: define_server(
             cluster,
             node,
             image,
             network,
-            control_plane_secrets if node.role == "control-plane" else agent_secrets,
+            identity.control_plane_secrets(node.name)
+            if node.role == "control-plane"
+            else identity.agent_secrets(node.name),
             users,
             render,
         )
@@ -78,12 +78,16 @@ def define(
     return {
         "zone": config.zone_dns_name,
         "nameServers": zone.name_servers,
+        "kubeconfig": identity.kubeconfig,
         "servers": {
             node.name: {
+                "serverId": servers[node.name].id,
                 "dnsName": cluster.dns_name(node),
                 "privateIp": str(node.private_ip),
                 "ipv4": servers[node.name].ipv4_address,
                 "ipv6": servers[node.name].ipv6_address,
+                # Public: what `raya ssh` pins the node's identity to.
+                "hostKey": identity.host_keys[node.name].public_key_openssh,
             }
             for node in cluster.nodes
         },

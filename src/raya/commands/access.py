@@ -1,0 +1,121 @@
+"""`raya kubeconfig` and `raya ssh`: reach the cluster with the identities the deployment
+decided, never trusting an endpoint on first use."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from raya import kubeconfig as kube
+from raya import ssh as ssh_model
+from raya.cli import app, err
+from raya.commands.deploy import StackOption, deploy_module
+from raya.commands.options import RootOption, project_root
+from raya.errors import DeployError
+from raya.files import write_atomically
+from raya.project import DEFAULT_STACK
+
+# Below this, `raya kubeconfig` says to run `raya up`, which re-issues the certificate.
+RENEW_WARNING = datetime.timedelta(days=30)
+
+
+def stack_outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
+    """The deployed stack's outputs, for `command`; secrets in clear, never to print."""
+    outputs: dict[str, Any] = deploy_module(command).stack_outputs(project_root(root), stack)
+    return outputs
+
+
+@app.command()
+def kubeconfig(
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="File to write (0600).",
+            show_default="~/.kube/config with --merge, else ~/.kube/raya-<stack>.yaml",
+        ),
+    ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge",
+            help="Add the cluster's context to the file, replacing only entries of its name.",
+        ),
+    ] = False,
+    stdout: Annotated[
+        bool, typer.Option("--stdout", help="Print the kubeconfig (it holds a private key).")
+    ] = False,
+) -> None:
+    """Write the cluster's admin kubeconfig: no SSH, the API's certificate pinned to the
+    cluster's server CA. Its client certificate lasts 90 days; `raya up` renews it."""
+    if stdout and (merge or out_file):
+        raise typer.BadParameter("--stdout prints the kubeconfig; it takes no --out or --merge")
+    text = stack_outputs("kubeconfig", stack, root).get("kubeconfig")
+    if not isinstance(text, str):
+        raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
+    new = yaml.safe_load(text)
+    expires = _expiry(new)
+    if stdout:
+        sys.stdout.write(text)
+    else:
+        default = "config" if merge else f"raya-{stack}.yaml"
+        path = out_file or Path.home() / ".kube" / default
+        document = kube.merge(kube.read(path), new, str(path)) if merge else new
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomically(path, yaml.safe_dump(document, sort_keys=False).encode(), 0o600)
+        except OSError as error:
+            raise DeployError(f"{path}: cannot write: {error.strerror}") from None
+        context = new["current-context"]
+        err.print(f"wrote context {context} to {path}", markup=False, soft_wrap=True)
+    left = expires - datetime.datetime.now(datetime.UTC)
+    if left < RENEW_WARNING:
+        err.print(
+            f"the client certificate expires on {expires:%Y-%m-%d}: run `raya up` to renew it",
+            markup=False,
+        )
+
+
+def _expiry(document: dict[str, Any]) -> datetime.datetime:
+    import base64
+
+    from cryptography import x509
+
+    pem = base64.b64decode(document["users"][0]["user"]["client-certificate-data"])
+    return x509.load_pem_x509_certificate(pem).not_valid_after_utc
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def ssh(
+    node: Annotated[
+        str, typer.Argument(help="The node: its name (agent-1), DNS label (a1) or DNS name.")
+    ],
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Command to run on the node (after --); a shell if none."),
+    ] = None,
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+) -> None:
+    """SSH to a node as core, trusting only the host key the deployment gave it."""
+    servers = stack_outputs("ssh", stack, root).get("servers") or {}
+    _, entry = ssh_model.find_node(servers, node)
+    with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
+        known_hosts = Path(folder) / "known_hosts"
+        known_hosts.write_text(ssh_model.known_hosts(entry))
+        try:
+            argv = ssh_model.ssh_command(entry, known_hosts, command or [])
+            code = subprocess.run(argv, check=False).returncode
+        except FileNotFoundError:
+            raise DeployError("ssh is not installed (Debian: openssh-client)") from None
+    raise typer.Exit(code)

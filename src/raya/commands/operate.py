@@ -1,0 +1,191 @@
+"""`raya status` and `raya roll`: watch the cluster, and apply drift one node at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from raya import roll as roll_model
+from raya import status as st
+from raya.cli import app, err, out
+from raya.commands.access import stack_outputs
+from raya.commands.deploy import StackOption, deploy_module
+from raya.commands.options import RootOption, project_root
+from raya.errors import DeployError
+from raya.image import HCLOUD_API_URL
+from raya.kubeconfig import api_client as kube_api_client
+from raya.pins import load_pins
+from raya.project import DEFAULT_STACK, load_cluster
+
+HcloudEndpointOption = Annotated[
+    str,
+    typer.Option("--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint."),
+]
+_STYLE = {st.HEALTHY: "green", st.UNHEALTHY: "red", st.UNKNOWN: "yellow", st.SKIPPED: "dim"}
+
+
+@app.command()
+def status(
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    drift: Annotated[
+        bool,
+        typer.Option(
+            "--drift/--no-drift",
+            help="Run a preview to find the nodes whose config or image drifted (slower).",
+        ),
+    ] = True,
+    hcloud_endpoint: HcloudEndpointOption = HCLOUD_API_URL,
+) -> None:
+    """One row per node: its server, snapshot against the pins, drift, DNS record and
+    Kubernetes node. Exits 1 when anything is not healthy, so scripts can use it.
+
+    Needs HCLOUD_TOKEN; asks the zone's own name servers and the API with the cluster's CA."""
+    report = collect(stack, project_root(root), drift, hcloud_endpoint)
+    if as_json:
+        out.print_json(json.dumps(report.as_json()))
+    else:
+        _print(report)
+    if not report.healthy:
+        raise typer.Exit(1)
+
+
+def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Report:
+    cluster = load_cluster(root, stack)
+    pins = load_pins(root)
+    with err.status("reading the stack's outputs..."):
+        outputs = stack_outputs("status", stack, root)
+    servers: dict[str, Any] = outputs.get("servers") or {}
+    with err.status("asking Hetzner..."):
+        facts = st.hetzner_servers(
+            os.environ.get("HCLOUD_TOKEN", ""),
+            hcloud_endpoint,
+            {name: str(entry.get("serverId", "")) for name, entry in servers.items()},
+        )
+    dns = st.Dns(address_of=st.system_address_of, port=st.DNS_PORT)
+    with err.status("asking the zone's name servers..."):
+        name_servers = list(outputs.get("nameServers") or [])
+        records = {
+            name: dns.a_records(name_servers, str(entry.get("dnsName", "")))
+            for name, entry in servers.items()
+        }
+        parents = st.parent_name_servers(cluster.config.parent_zone)
+        delegation = (
+            parents
+            if isinstance(parents, str)
+            else dns.delegation(parents, cluster.config.zone_dns_name)
+        )
+    with err.status("asking the Kubernetes API..."):
+        kubeconfig = outputs.get("kubeconfig")
+        nodes = (
+            st.kubernetes_nodes(kubeconfig)
+            if isinstance(kubeconfig, str)
+            else "no kubeconfig in the stack: run `raya up`"
+        )
+    found_drift: dict[str, Any] | str | None = None
+    if drift:
+        with err.status("previewing to find drift..."):
+            try:
+                result = deploy_module("status").run("preview", root, stack, lambda _: None)
+                found_drift = dict(result.drift)
+            except DeployError as error:
+                found_drift = f"preview failed: {error}"
+    return st.assess(
+        outputs,
+        pins,
+        cluster.config.cluster_name,
+        servers=facts,
+        records=records,
+        delegation=delegation,
+        nodes=nodes,
+        drift=found_drift,
+    )
+
+
+def _print(report: st.Report) -> None:
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in ("node", *st.COLUMNS):
+        table.add_column(column, overflow="fold")
+    for row in report.rows:
+        cells = (f"[{_STYLE[c.state]}]{_escape(c.text)}[/]" for c in row.checks.values())
+        table.add_row(row.node, *cells)
+    out.print(table)
+    for name, check in report.cluster.items():
+        out.print(f"{name}: [{_STYLE[check.state]}]{_escape(check.text)}[/]")
+    out.print("healthy" if report.healthy else "[red]not healthy[/]")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@app.command()
+def roll(
+    nodes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
+    ] = None,
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
+    ] = False,
+    drain_timeout: Annotated[
+        float, typer.Option("--drain-timeout", help="Seconds to wait for a node's pods to leave.")
+    ] = roll_model.DRAIN_TIMEOUT,
+    ready_timeout: Annotated[
+        float,
+        typer.Option("--ready-timeout", help="Seconds to wait for a replaced node to be Ready."),
+    ] = roll_model.READY_TIMEOUT,
+) -> None:
+    """Apply drift one node at a time: agents first (cordoned, drained, replaced, back Ready,
+    uncordoned), then the control plane alone. The first failure stops the roll."""
+    folder = project_root(root)
+    cluster = load_cluster(folder, stack)
+    pins = load_pins(folder)
+    deploy = deploy_module("roll")
+    drifting: list[str] = []
+    if not nodes:
+        with err.status("previewing to find drift..."):
+            drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+    steps = roll_model.plan([n.name for n in cluster.nodes], nodes or [], drifting)
+    if not steps:
+        err.print("nothing to roll: no node drifts", markup=False)
+        return
+    for step in steps:
+        out.print(step.describe(), markup=False)
+    if dry_run:
+        return
+    kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")
+    if not isinstance(kubeconfig, str):
+        raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
+    api = kube_api_client(kubeconfig)
+
+    def replace(node: str) -> None:
+        deploy.run("up", folder, stack, _quiet_progress, replace=[node])
+
+    roll_model.Roll(
+        kube=roll_model.Kubernetes(api),
+        replace=replace,
+        kubelet_version=pins.k3s.version,
+        say=lambda line: err.print(line, markup=False, soft_wrap=True),
+        clock=roll_model.Clock(),
+        drain_timeout=drain_timeout,
+        ready_timeout=ready_timeout,
+    ).run(steps)
+    out.print(f"rolled {len(steps)} node(s)", markup=False)
+
+
+def _quiet_progress(line: str) -> None:
+    # Pulumi's own display, secrets masked: kept to the lines that say what changes.
+    if line.lstrip().startswith(("+", "-", "~", "error", "warning")):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
