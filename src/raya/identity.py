@@ -1,4 +1,4 @@
-"""The cluster's identity: join secret, certificate authorities and service account keys.
+"""The cluster's identity: join secrets, certificate authorities and service account keys.
 
 The deployment generates these with `pulumi_random`/`pulumi_tls` (state keeps them stable);
 `generate_example_secrets` makes a throwaway set for the offline example. Either way they go
@@ -36,32 +36,45 @@ class CertificateAuthority:
 
 @dataclass(frozen=True)
 class ClusterSecrets:
-    join_secret: str
+    join_secret: str  # the server token's secret: the control plane's alone
+    agent_secret: str  # the agents' (k3s `agent-token`): joins agents, never servers
     server_ca: CertificateAuthority
     client_ca: CertificateAuthority
     external_dns_key: str  # GCP service account key file (JSON text, base64-decoded)
     cert_manager_key: str
 
 
-def full_token(server_ca_cert_pem: str, join_secret: str) -> str:
-    """k3s' full join token: the agent checks the CA it is served against this hash."""
+def agent_token(server_ca_cert_pem: str, agent_secret: str) -> str:
+    """An agent's full join token: the agent checks the CA it is served against the hash,
+    then authenticates as k3s' `node` user, which may join agents but reach no server-only
+    endpoint (the spec's `::server:` form would make every agent a holder of the server
+    token, which k3s documents as administrator access)."""
     digest = hashlib.sha256(server_ca_cert_pem.encode()).hexdigest()
-    return f"K10{digest}::server:{join_secret}"
+    return f"K10{digest}::node:{agent_secret}"
 
 
 def check_secrets(value: ClusterSecrets) -> None:
     """Refuse secrets k3s or GCP would reject or misread, before a node is built from them."""
-    check_join_secret(value.join_secret)
+    check_server_secrets(value)
     check_certificate_authority("server_ca", value.server_ca)
     check_certificate_authority("client_ca", value.client_ca)
     check_service_account_key("external_dns_key", value.external_dns_key)
     check_service_account_key("cert_manager_key", value.cert_manager_key)
 
 
-def check_join_secret(join_secret: str) -> None:
-    if not _JOIN_SECRET.fullmatch(join_secret) or _BOOTSTRAP_TOKEN.fullmatch(join_secret):
+def check_server_secrets(value: ClusterSecrets) -> None:
+    """The control plane's two join secrets: each usable, and not the same one (the agent
+    token would then be the server token)."""
+    check_join_secret("join_secret", value.join_secret)
+    check_join_secret("agent_secret", value.agent_secret)
+    if value.join_secret == value.agent_secret:
+        raise RenderError("secrets: agent_secret equals join_secret; they must differ")
+
+
+def check_join_secret(field: str, secret: str) -> None:
+    if not _JOIN_SECRET.fullmatch(secret) or _BOOTSTRAP_TOKEN.fullmatch(secret):
         raise RenderError(
-            "secrets: join_secret is not usable; accepted: 16-256 characters of "
+            f"secrets: {field} is not usable; accepted: 16-256 characters of "
             "A-Z a-z 0-9 . _ ~ + / = -, not shaped like a bootstrap token (xxxxxx.xxxxxxxxxxxxxxxx)"
         )
 
@@ -128,6 +141,7 @@ def generate_example_secrets() -> ClusterSecrets:
     """A throwaway identity for the offline example: never use it for a real cluster."""
     return ClusterSecrets(
         join_secret=secrets.token_hex(32),
+        agent_secret=secrets.token_hex(32),
         server_ca=_example_ca("raya-example-server-ca"),
         client_ca=_example_ca("raya-example-client-ca"),
         external_dns_key=example_service_account_key(

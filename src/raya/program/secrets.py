@@ -1,4 +1,4 @@
-"""The cluster's identities: join secret, server and client CAs, DNS service accounts.
+"""The cluster's identities: join secrets, server and client CAs, DNS service accounts.
 
 Random and TLS resources live in the Pulumi state, so they are generated once and never
 change between runs; every value here is a Pulumi secret.
@@ -35,6 +35,7 @@ class Authority:
 @dataclass(frozen=True)
 class Identity:
     join_secret: pulumi.Output[str]
+    agent_secret: pulumi.Output[str]
     server_ca: Authority
     client_ca: Authority
     external_dns_key: pulumi.Output[str]
@@ -44,6 +45,7 @@ class Identity:
         """Everything the control plane's config carries."""
         values = pulumi.Output.all(
             self.join_secret,
+            self.agent_secret,
             self.server_ca.cert_pem,
             self.server_ca.key_pem,
             self.client_ca.cert_pem,
@@ -55,25 +57,27 @@ class Identity:
             values.apply(
                 lambda v: ClusterSecrets(
                     join_secret=v[0],
-                    server_ca=CertificateAuthority(cert_pem=v[1], key_pem=v[2]),
-                    client_ca=CertificateAuthority(cert_pem=v[3], key_pem=v[4]),
-                    external_dns_key=v[5],
-                    cert_manager_key=v[6],
+                    agent_secret=v[1],
+                    server_ca=CertificateAuthority(cert_pem=v[2], key_pem=v[3]),
+                    client_ca=CertificateAuthority(cert_pem=v[4], key_pem=v[5]),
+                    external_dns_key=v[6],
+                    cert_manager_key=v[7],
                 )
             )
         )
 
     def agent_secrets(self) -> pulumi.Output[ClusterSecrets]:
-        """An agent's share: the join secret and the server CA certificate, nothing else.
+        """An agent's share: the agent secret and the server CA certificate, nothing else.
 
-        The control plane's private keys are not even inputs of this output, so no agent
-        config can carry them nor be re-rendered when they change.
+        The server token and the control plane's private keys are not even inputs of this
+        output, so no agent config can carry them nor be re-rendered when they change.
         """
-        values = pulumi.Output.all(self.join_secret, self.server_ca.cert_pem)
+        values = pulumi.Output.all(self.agent_secret, self.server_ca.cert_pem)
         return pulumi.Output.secret(
             values.apply(
                 lambda v: ClusterSecrets(
-                    join_secret=v[0],
+                    join_secret="",
+                    agent_secret=v[0],
                     server_ca=CertificateAuthority(cert_pem=v[1], key_pem=""),
                     client_ca=CertificateAuthority(cert_pem="", key_pem=""),
                     external_dns_key="",
@@ -138,17 +142,22 @@ def _service_account_key(config: StackConfig, purpose: str) -> pulumi.Output[str
     return pulumi.Output.secret(key.private_key.apply(_decode_key))
 
 
-def define_identity(config: StackConfig) -> Identity:
-    join = random.RandomPassword(
-        "join-secret",
+def _join_secret(name: str) -> pulumi.Output[str]:
+    secret = random.RandomPassword(
+        name,
         length=48,
         # Letters and digits only: never shaped like a k3s bootstrap token (`abcdef.0123...`).
         special=False,
         opts=pulumi.ResourceOptions(additional_secret_outputs=["result"]),
     )
+    return pulumi.Output.secret(secret.result)
+
+
+def define_identity(config: StackConfig) -> Identity:
     external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
     return Identity(
-        join_secret=pulumi.Output.secret(join.result),
+        join_secret=_join_secret("join-secret"),
+        agent_secret=_join_secret("agent-secret"),
         server_ca=_authority("server-ca", f"{config.cluster_name}-server-ca"),
         client_ca=_authority("client-ca", f"{config.cluster_name}-client-ca"),
         external_dns_key=external_dns,
