@@ -184,14 +184,17 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
 
 
 def test_the_firewall_opens_only_the_documented_ports_to_the_cluster_servers() -> None:
-    result = run(provider_mocks())
+    mocks = provider_mocks()
+    result = run(mocks)
     firewall = reveal(result.resources["firewall"].inputs)
     anywhere = ["0.0.0.0/0", "::/0"]
     assert firewall["name"] == "raya" and firewall["labels"] == {"managed_by": "raya"}
     # By label: every server of the cluster, and every one added later.
     assert firewall["applyTos"] == [{"labelSelector": "managed_by=raya"}]
-    for server in result.of_type(SERVER).values():
+    for name, server in result.of_type(SERVER).items():
         assert reveal(server.inputs)["labels"]["managed_by"] == "raya"
+        # Created after the firewall: covered from its first boot.
+        assert any(urn.endswith("::firewall") for urn in mocks.dependencies[name]), name
     rules = {(rule["protocol"], rule.get("port")): rule for rule in firewall["rules"]}
     assert sorted(rules) == [("icmp", None), ("tcp", "22"), ("tcp", "443"), ("tcp", "6443"),
                              ("tcp", "80")]  # fmt: skip
