@@ -29,6 +29,15 @@ def require_tool(name: str, path: str | None = None) -> str:
 
 
 
+def require_root(reason: str) -> None:
+    """Tests that need root (loop devices, network namespaces): CI fails without it."""
+    if os.geteuid() != 0:
+        message = f"{reason} need root"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 # A request's answer: (status, body) or (status, body, Content-Type); None sends nothing, for
 # a server that holds the request past the client's timeout.
 Reply = tuple[int, bytes] | tuple[int, bytes, str] | None

@@ -53,6 +53,9 @@ def test_defaults_are_the_specs() -> None:
     assert config.gateway == ipaddress.IPv4Address("10.0.0.1")
     assert config.parent_zone == "example.com."
     assert config.zone_dns_name == "raya.example.com."
+    assert config.control_plane_schedulable is False
+    anywhere = (ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
+    assert config.ssh_sources == config.api_sources == anywhere
 
 
 def test_every_setting_can_be_given() -> None:
@@ -67,6 +70,9 @@ def test_every_setting_can_be_given() -> None:
         networkRange="10.8.0.0/16",
         nodesSubnet="10.8.4.0/22",
         controlPlaneIp="10.8.4.5",
+        controlPlaneSchedulable=True,
+        sshSources=["203.0.113.0/24", "2001:db8::/32"],
+        apiSources=[],
     )
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
@@ -76,6 +82,12 @@ def test_every_setting_can_be_given() -> None:
     assert config.gateway == ipaddress.IPv4Address("10.8.0.1")
     assert config.nodes_subnet == ipaddress.IPv4Network("10.8.4.0/22")
     assert config.control_plane_ip == ipaddress.IPv4Address("10.8.4.5")
+    assert config.control_plane_schedulable is True
+    assert config.ssh_sources == (
+        ipaddress.IPv4Network("203.0.113.0/24"),
+        ipaddress.IPv6Network("2001:db8::/32"),
+    )
+    assert config.api_sources == ()
     assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
 
 
@@ -207,6 +219,23 @@ def test_required_settings(key: str) -> None:
             {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.1"},
             "raya:controlPlaneIp is 10.0.0.1; accepted: a host address of nodesSubnet "
             "10.0.0.0/24 other than the gateway 10.0.0.1",
+        ),
+        (
+            {"controlPlaneSchedulable": "no"},
+            "raya:controlPlaneSchedulable is 'no'; accepted: true or false",
+        ),
+        (
+            {"sshSources": "0.0.0.0/0"},
+            "raya:sshSources is '0.0.0.0/0'; accepted: a list of IPv4 or IPv6 CIDRs",
+        ),
+        ({"sshSources": ["203.0.113.7"]}, "raya:sshSources has '203.0.113.7'; accepted: a list"),
+        ({"apiSources": ["10.0.0.1/8"]}, "raya:apiSources has '10.0.0.1/8'; accepted: a list"),
+        ({"apiSources": ["2001:db8::/129"]}, "raya:apiSources has '2001:db8::/129'; accepted"),
+        ({"apiSources": ["example.com/24"]}, "raya:apiSources has 'example.com/24'; accepted"),
+        ({"apiSources": [24]}, "raya:apiSources has 24; accepted"),
+        (
+            {"sshSources": ["2001:db8::/32", "2001:0db8::/32"]},
+            "raya:sshSources lists 2001:db8::/32 twice",
         ),
     ],
 )

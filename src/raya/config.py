@@ -38,6 +38,11 @@ DEFAULTS: dict[str, Any] = {
     "networkRange": "10.0.0.0/16",
     "nodesSubnet": "10.0.1.0/24",
     "controlPlaneIp": "10.0.1.10",
+    "controlPlaneSchedulable": False,
+    # Anywhere: SSH takes keys only and the API client certificates only, and the deploy
+    # workflow's runners have no fixed address. Narrow them where operators have one.
+    "sshSources": ["0.0.0.0/0", "::/0"],
+    "apiSources": ["0.0.0.0/0", "::/0"],
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
@@ -47,6 +52,8 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 _ARM_PREFIX = "cax"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,9 @@ class StackConfig:
     network_range: ipaddress.IPv4Network
     nodes_subnet: ipaddress.IPv4Network
     control_plane_ip: ipaddress.IPv4Address
+    control_plane_schedulable: bool  # False: the control plane is tainted NoSchedule
+    ssh_sources: tuple[IPNetwork, ...]  # may reach 22/tcp through the Hetzner firewall
+    api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
 
     @property
     def zone_dns_name(self) -> str:
@@ -190,6 +200,31 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"other than the gateway {gateway}",
         )
 
+    schedulable = merged["controlPlaneSchedulable"]
+    if not isinstance(schedulable, bool):
+        raise fail("controlPlaneSchedulable", f"is {schedulable!r}; accepted: true or false")
+
+    def sources(key: str) -> tuple[IPNetwork, ...]:
+        value = merged[key]
+        accepted = "a list of IPv4 or IPv6 CIDRs such as 203.0.113.0/24 or 2001:db8::/32"
+        if not isinstance(value, list):
+            raise fail(key, f"is {value!r}; accepted: {accepted} (an empty list closes the port)")
+        found: list[IPNetwork] = []
+        for item in value:
+            # strict: host bits set (10.0.0.1/8) is a typo more often than a network.
+            try:
+                if not isinstance(item, str) or "/" not in item:
+                    raise ValueError
+                cidr = ipaddress.ip_network(item, strict=True)
+            except ValueError:
+                raise fail(
+                    key, f"has {item!r}; accepted: {accepted}, without host bits"
+                ) from None
+            if cidr in found:
+                raise fail(key, f"lists {cidr} twice")
+            found.append(cidr)
+        return tuple(found)
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -201,4 +236,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         network_range=network_range,
         nodes_subnet=subnet,
         control_plane_ip=cp_ip,
+        control_plane_schedulable=schedulable,
+        ssh_sources=sources("sshSources"),
+        api_sources=sources("apiSources"),
     )

@@ -110,7 +110,8 @@ def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> 
     return Cluster(config=config, control_plane=control_plane, agents=nodes)
 
 
-def node_password(join_secret: str, index: int) -> str:
-    """Agent `index`'s node password: stable across re-creations, so k3s never refuses it."""
+def node_password(agent_secret: str, index: int) -> str:
+    """Agent `index`'s node password: stable across re-creations, so k3s never refuses it.
+    Keyed by the agent secret, the one secret an agent's config already holds."""
     message = f"raya node password agent-{index}".encode()
-    return hmac.new(join_secret.encode(), message, hashlib.sha256).hexdigest()
+    return hmac.new(agent_secret.encode(), message, hashlib.sha256).hexdigest()

@@ -1,4 +1,4 @@
-"""The cluster's identity: join secret, certificate authorities, service account keys and
+"""The cluster's identity: join secrets, certificate authorities, service account keys and
 each node's SSH host key.
 
 The deployment generates these with `pulumi_random`/`pulumi_tls` (state keeps them stable);
@@ -46,7 +46,8 @@ class HostKey:
 
 @dataclass(frozen=True)
 class ClusterSecrets:
-    join_secret: str
+    join_secret: str  # the server token's secret: the control plane's alone
+    agent_secret: str  # the agents' (k3s `agent-token`): joins agents, never servers
     server_ca: CertificateAuthority
     client_ca: CertificateAuthority
     external_dns_key: str  # GCP service account key file (JSON text, base64-decoded)
@@ -54,16 +55,28 @@ class ClusterSecrets:
     host_keys: Mapping[str, HostKey]  # node name -> its host key; a node's share holds its own
 
 
-def full_token(server_ca_cert_pem: str, join_secret: str) -> str:
-    """k3s' full join token: the agent checks the CA it is served against this hash."""
+def agent_token(server_ca_cert_pem: str, agent_secret: str) -> str:
+    """An agent's full join token: the agent checks the CA it is served against the hash,
+    then authenticates as k3s' `node` user, which may join agents but reach no server-only
+    endpoint (the spec's `::server:` form would make every agent a holder of the server
+    token, which k3s documents as administrator access)."""
     digest = hashlib.sha256(server_ca_cert_pem.encode()).hexdigest()
-    return f"K10{digest}::server:{join_secret}"
+    return f"K10{digest}::node:{agent_secret}"
 
 
-def check_join_secret(join_secret: str) -> None:
-    if not _JOIN_SECRET.fullmatch(join_secret) or _BOOTSTRAP_TOKEN.fullmatch(join_secret):
+def check_server_secrets(value: ClusterSecrets) -> None:
+    """The control plane's two join secrets: each usable, and not the same one (the agent
+    token would then be the server token)."""
+    check_join_secret("join_secret", value.join_secret)
+    check_join_secret("agent_secret", value.agent_secret)
+    if value.join_secret == value.agent_secret:
+        raise RenderError("secrets: agent_secret equals join_secret; they must differ")
+
+
+def check_join_secret(field: str, secret: str) -> None:
+    if not _JOIN_SECRET.fullmatch(secret) or _BOOTSTRAP_TOKEN.fullmatch(secret):
         raise RenderError(
-            "secrets: join_secret is not usable; accepted: 16-256 characters of "
+            f"secrets: {field} is not usable; accepted: 16-256 characters of "
             "A-Z a-z 0-9 . _ ~ + / = -, not shaped like a bootstrap token (xxxxxx.xxxxxxxxxxxxxxxx)"
         )
 
@@ -151,6 +164,7 @@ def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
     a real cluster."""
     return ClusterSecrets(
         join_secret=secrets.token_hex(32),
+        agent_secret=secrets.token_hex(32),
         server_ca=_example_ca("raya-example-server-ca"),
         client_ca=_example_ca("raya-example-client-ca"),
         external_dns_key=example_service_account_key(

@@ -25,11 +25,12 @@ from raya.fleet import Cluster, Node, node_password
 from raya.github_keys import GITHUB_URL, UserKeys, authorized_keys
 from raya.identity import (
     ClusterSecrets,
+    agent_token,
     check_certificate_authority,
     check_host_key,
     check_join_secret,
+    check_server_secrets,
     check_service_account_key,
-    full_token,
     load_ca_certificate,
 )
 
@@ -43,7 +44,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 PRIVATE_INTERFACE = "enp7s0"
 PRIVATE_MTU = 1450  # Hetzner's private networks
-METADATA_PUBLIC_IPV4 = "http://169.254.169.254/hetzner/v1/metadata/public-ipv4"
+METADATA_ADDRESS = "169.254.169.254"  # Hetzner's metadata service: it serves user_data
+METADATA_PUBLIC_IPV4 = f"http://{METADATA_ADDRESS}/hetzner/v1/metadata/public-ipv4"
 K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
 K3S_PORT = 6443
@@ -107,15 +109,16 @@ def _check_inputs(
             f"keys: the users' keys must be those of raya:authorizedUsers exactly; "
             f"missing: {', '.join(missing)}; not configured: {', '.join(extra)}"
         )
-    check_join_secret(secrets.join_secret)
     for node in nodes:
         check_host_key(node.name, secrets.host_keys)
     if any(node.role == "control-plane" for node in nodes):
+        check_server_secrets(secrets)
         check_certificate_authority("server_ca", secrets.server_ca)
         check_certificate_authority("client_ca", secrets.client_ca)
         for field in GCP_SECRETS:
             check_service_account_key(field, getattr(secrets, field))
-    else:  # an agent never sees the control plane's private keys
+    else:  # an agent never sees the control plane's private keys nor the server token
+        check_join_secret("agent_secret", secrets.agent_secret)
         load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
 
 
@@ -169,6 +172,14 @@ def _context(
             "url": METADATA_PUBLIC_IPV4,
             "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml",
         },
+        "metadata_guard": {
+            "unit": "raya-metadata-guard.service",
+            "rules": "/etc/nftables/raya-metadata-guard.nft",
+            "table": "raya_metadata_guard",
+            "address": METADATA_ADDRESS,
+        },
+        # Zincati's documented place for a drop-in overriding its defaults.
+        "zincati_dropin": "/etc/zincati/config.d/90-raya-disable-auto-updates.toml",
         "k3s_binary": K3S_BINARY,
         "k3s_binary_real": K3S_BINARY_REAL,
         "k3s_config": "/etc/rancher/k3s/config.yaml",
@@ -184,6 +195,8 @@ def _context(
                 "restart_sec": "5s",
             },
             "join_secret": secrets.join_secret,
+            "agent_secret": secrets.agent_secret,
+            "schedulable": config.control_plane_schedulable,
             "tls_san": cluster.dns_name(node).rstrip("."),
             "tls_dir": "/var/lib/rancher/k3s/server/tls",
             "cas": [
@@ -206,9 +219,9 @@ def _context(
             "restart_sec": "10s",
         },
         "server_url": f"https://{config.control_plane_ip}:{K3S_PORT}",
-        "token": full_token(secrets.server_ca.cert_pem, secrets.join_secret),
+        "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
         "node_password_file": "/etc/rancher/node/password",
-        "node_password": node_password(secrets.join_secret, node.index),
+        "node_password": node_password(secrets.agent_secret, node.index),
     }
 
 

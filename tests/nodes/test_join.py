@@ -2,7 +2,16 @@
 
 The client follows the k3s agent (pkg/clientaccess/token.go): fetch /cacerts without
 verifying, compare its sha256 with the token's hash, then talk to the server trusting only
-that bundle, authenticating as `node` with the token's secret.
+that bundle, authenticating with the token's user and secret (`K10<hash>::<user>:<secret>`).
+
+The server models k3s' authorization (k3s-io/k3s): pkg/daemons/control/deps/deps.go
+`genUsers` writes two users, `node` in group `k3s:agent` with the agent token (`agent-token`,
+else the server token's secret) and `server` in group `k3s:server` with the server token;
+pkg/server/handlers/router.go serves /cacerts to anyone, the agent endpoints (/v1-k3s/config,
+/v1-k3s/client-kubelet.crt, ...) to `k3s:agent`, and /v1-k3s/server-bootstrap (the cluster's
+CA keys and datastore bootstrap data), /v1-k3s/token and /v1-k3s/encrypt/* only to
+`k3s:server`; pkg/server/auth/auth.go answers 401 to a failed login and 403 to a user
+without the role.
 """
 
 from __future__ import annotations
@@ -11,12 +20,14 @@ import base64
 import contextlib
 import datetime
 import hashlib
+import hmac
 import ipaddress
 import re
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -82,27 +93,45 @@ def serving_certificate(
     return cert_path, key_path
 
 
-def k3s_like_server(
-    serving: tuple[Path, Path], cacerts: bytes, secret: str
-) -> contextlib.AbstractContextManager[str]:
-    """HTTPS on 127.0.0.1: /cacerts for anyone, /v1-k3s/config for `node:<secret>`."""
-    expected = "Basic " + base64.b64encode(f"node:{secret}".encode()).decode()
+AGENT_PATHS = ("/v1-k3s/config", "/v1-k3s/client-kubelet.crt")
+SERVER_PATHS = ("/v1-k3s/server-bootstrap", "/v1-k3s/token", "/v1-k3s/encrypt/status")
 
-    def config(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
-        authorized = request.headers.get("Authorization") == expected
-        return (200, b"welcome") if authorized else (401, b"Unauthorized")
+
+def k3s_like_server(
+    serving: tuple[Path, Path], cacerts: bytes, server_secret: str, agent_secret: str
+) -> contextlib.AbstractContextManager[str]:
+    """HTTPS on 127.0.0.1 with k3s' two users and the roles its endpoints require."""
+    users = {"server": (server_secret, "k3s:server"), "node": (agent_secret, "k3s:agent")}
+
+    def guarded(role: str) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
+        def respond(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+            header = request.headers.get("Authorization", "").removeprefix("Basic ")
+            user, _, secret = base64.b64decode(header).decode().partition(":")
+            if user not in users or not hmac.compare_digest(users[user][0], secret):
+                return 401, b"not authorized"
+            if users[user][1] != role:
+                return 403, b"forbidden"
+            return 200, f"welcome to {request.path}".encode()
+
+        return respond
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*serving)
-    return http_server(routes({"/cacerts": cacerts, "/v1-k3s/config": config}), tls=context)
+    endpoints: dict[str, bytes | Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]] = {
+        "/cacerts": cacerts,
+        **{path: guarded("k3s:agent") for path in AGENT_PATHS},
+        **{path: guarded("k3s:server") for path in SERVER_PATHS},
+    }
+    return http_server(routes(endpoints), tls=context)
 
 
-def join(url: str, token: str) -> bytes:
-    """What a k3s agent does with its server URL and full token; JoinRefused if it would not."""
+def join(url: str, token: str, path: str = "/v1-k3s/config") -> bytes:
+    """What a k3s agent does with its server URL and full token, then a GET of `path`;
+    JoinRefused if the agent would not go on or the server refuses."""
     match = re.fullmatch(r"K10([0-9a-f]{64})::([^:]+):(.+)", token)
     if not match:
         raise JoinRefused("not a full token")
-    ca_hash, secret = match[1], match[3]
+    ca_hash, user, secret = match[1], match[2], match[3]
     blind = ssl.create_default_context()
     blind.check_hostname = False
     blind.verify_mode = ssl.CERT_NONE
@@ -111,8 +140,8 @@ def join(url: str, token: str) -> bytes:
     if hashlib.sha256(cacerts).hexdigest() != ca_hash:
         raise JoinRefused("token CA hash does not match the server's CA certificate hash")
     trusting = ssl.create_default_context(cadata=cacerts.decode())
-    request = urllib.request.Request(f"{url}/v1-k3s/config")
-    credentials = base64.b64encode(f"node:{secret}".encode()).decode()
+    request = urllib.request.Request(f"{url}{path}")
+    credentials = base64.b64encode(f"{user}:{secret}".encode()).decode()
     request.add_header("Authorization", f"Basic {credentials}")
     try:
         with urllib.request.urlopen(request, context=trusting, timeout=10) as response:
@@ -122,13 +151,33 @@ def join(url: str, token: str) -> bytes:
         raise JoinRefused(str(error.reason)) from None
 
 
-def _rendered_identity(rendered: dict[str, RenderedNode]) -> tuple[CertificateAuthority, str]:
+@dataclass(frozen=True)
+class ControlPlane:
+    """What the rendered control plane holds: its CA and the two secrets k3s is given."""
+
+    ca: CertificateAuthority
+    server_secret: str  # `token`
+    agent_secret: str  # `agent-token`
+
+    def server(
+        self, folder: Path, ca: CertificateAuthority | None = None
+    ) -> contextlib.AbstractContextManager[str]:
+        """The fake k3s server, serving the rendered CA, with a certificate signed by `ca`
+        (by default the rendered one)."""
+        serving = serving_certificate(ca or self.ca, folder)
+        return k3s_like_server(
+            serving, self.ca.cert_pem.encode(), self.server_secret, self.agent_secret
+        )
+
+
+def _control_plane(rendered: dict[str, RenderedNode]) -> ControlPlane:
     files = ignition_files(rendered["control-plane"].ignition)
+    config = yaml.safe_load(files[CONFIG])
     ca = CertificateAuthority(
         cert_pem=files[f"{TLS}/server-ca.crt"].decode(),
         key_pem=files[f"{TLS}/server-ca.key"].decode(),
     )
-    return ca, yaml.safe_load(files[CONFIG])["token"]
+    return ControlPlane(ca, config["token"], config["agent-token"])
 
 
 def _agent_token(rendered: dict[str, RenderedNode], name: str) -> str:
@@ -140,37 +189,58 @@ def _agent_token(rendered: dict[str, RenderedNode], name: str) -> str:
 def test_an_agent_joins_the_control_plane_it_was_rendered_for(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
-    ca, secret = _rendered_identity(rendered)
-    serving = serving_certificate(ca, tmp_path)
-    with k3s_like_server(serving, ca.cert_pem.encode(), secret) as url:
+    with _control_plane(rendered).server(tmp_path) as url:
         for name in ("agent-0", "agent-1", "agent-2"):
-            assert join(url, _agent_token(rendered, name)) == b"welcome"
+            token = _agent_token(rendered, name)
+            for path in AGENT_PATHS:
+                assert join(url, token, path) == f"welcome to {path}".encode()
+
+
+def test_an_agent_token_reaches_no_server_only_endpoint(
+    rendered: dict[str, RenderedNode], tmp_path: Path
+) -> None:
+    control_plane = _control_plane(rendered)
+    ca_hash = hashlib.sha256(control_plane.ca.cert_pem.encode()).hexdigest()
+    # What the spec's `::server:` form would have handed every agent: all of it.
+    server_token = f"K10{ca_hash}::server:{control_plane.server_secret}"
+    agent_token = _agent_token(rendered, "agent-0")
+    with control_plane.server(tmp_path) as url:
+        for path in SERVER_PATHS:
+            assert join(url, server_token, path) == f"welcome to {path}".encode()
+            with pytest.raises(JoinRefused, match="Forbidden"):
+                join(url, agent_token, path)
+        # Nor does the agent secret pass for the server user's.
+        as_server = agent_token.replace("::node:", "::server:")
+        with pytest.raises(JoinRefused, match="Unauthorized"):
+            join(url, as_server, "/v1-k3s/server-bootstrap")
 
 
 def test_a_server_with_another_ca_is_refused(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
-    _, secret = _rendered_identity(rendered)
+    control_plane = _control_plane(rendered)
     other = generate_example_secrets(()).server_ca
-    token = _agent_token(rendered, "agent-0")
     serving = serving_certificate(other, tmp_path)
     # Serving its own CA: the hash in the token does not match.
     with (
-        k3s_like_server(serving, other.cert_pem.encode(), secret) as url,
+        k3s_like_server(
+            serving,
+            other.cert_pem.encode(),
+            control_plane.server_secret,
+            control_plane.agent_secret,
+        ) as url,
         pytest.raises(JoinRefused, match="hash does not match"),
     ):
-        join(url, token)
+        join(url, _agent_token(rendered, "agent-0"))
 
 
 def test_a_server_replaying_the_ca_without_its_key_is_refused(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
-    ca, secret = _rendered_identity(rendered)
     other = generate_example_secrets(()).server_ca
-    serving = serving_certificate(other, tmp_path)
     # The right CA bytes at /cacerts, but a certificate it did not sign: TLS refuses it.
     with (
-        k3s_like_server(serving, ca.cert_pem.encode(), secret) as url,
+        _control_plane(rendered).server(tmp_path, ca=other) as url,
         pytest.raises(JoinRefused, match="CERTIFICATE_VERIFY_FAILED"),
     ):
         join(url, _agent_token(rendered, "agent-0"))
@@ -179,12 +249,10 @@ def test_a_server_replaying_the_ca_without_its_key_is_refused(
 def test_the_server_refuses_a_wrong_secret(
     rendered: dict[str, RenderedNode], tmp_path: Path
 ) -> None:
-    ca, secret = _rendered_identity(rendered)
-    serving = serving_certificate(ca, tmp_path)
     token = _agent_token(rendered, "agent-0")
     forged = token.rsplit(":", 1)[0] + ":" + "f" * 64
     with (
-        k3s_like_server(serving, ca.cert_pem.encode(), secret) as url,
+        _control_plane(rendered).server(tmp_path) as url,
         pytest.raises(JoinRefused, match="Unauthorized"),
     ):
         join(url, forged)

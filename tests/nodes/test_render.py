@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +98,19 @@ def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
     mixed = dataclasses.replace(
         other,
         host_keys=secrets.host_keys,
-        join_secret=secrets.join_secret,
+        join_secret="",  # nor of the server token
+        agent_secret=secrets.agent_secret,
         server_ca=CertificateAuthority(cert_pem=secrets.server_ca.cert_pem, key_pem="gone"),
         external_dns_key="gone",
         cert_manager_key="gone",
     )
     for agent in cluster.agents:
         assert render_node(cluster, agent, mixed, users).ignition == rendered[agent.name].ignition
-    with pytest.raises(RenderError, match=r"server_ca\.key_pem"):
+    with pytest.raises(RenderError, match="join_secret is not usable"):
         render_node(cluster, cluster.control_plane, mixed, users)
+    keyless = dataclasses.replace(mixed, join_secret=secrets.join_secret)
+    with pytest.raises(RenderError, match=r"server_ca\.key_pem"):
+        render_node(cluster, cluster.control_plane, keyless, users)
 
 
 def test_token_invariant_holds_on_the_rendered_bytes(
@@ -113,15 +118,33 @@ def test_token_invariant_holds_on_the_rendered_bytes(
 ) -> None:
     cp_files = ignition_files(rendered["control-plane"].ignition)
     ca_bytes = cp_files[f"{TLS}/server-ca.crt"]
-    cp_secret = yaml.safe_load(cp_files[K3S_CONFIG])["token"]
-    assert cp_secret == secrets.join_secret
+    cp_config = yaml.safe_load(cp_files[K3S_CONFIG])
+    assert cp_config["token"] == secrets.join_secret
+    assert cp_config["agent-token"] == secrets.agent_secret != secrets.join_secret
     for agent in cluster.agents:
         files = ignition_files(rendered[agent.name].ignition)
         token = yaml.safe_load(files[K3S_CONFIG])["token"]
-        match = re.fullmatch(r"K10([0-9a-f]{64})::server:(.+)", token)
+        # k3s' `node` user with the agent token: joins agents, never servers.
+        match = re.fullmatch(r"K10([0-9a-f]{64})::node:(.+)", token)
         assert match, token
         assert match[1] == hashlib.sha256(ca_bytes).hexdigest()
-        assert match[2] == cp_secret
+        assert match[2] == cp_config["agent-token"]
+
+
+def test_no_agent_holds_the_server_token(
+    cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
+) -> None:
+    """On the Ignition bytes and on every file they carry, decoded (gzip and base64
+    included), neither the server token's secret nor its full form appears."""
+    ca_hash = hashlib.sha256(secrets.server_ca.cert_pem.encode()).hexdigest()
+    server_token = f"K10{ca_hash}::server:{secrets.join_secret}"
+    control_plane = rendered["control-plane"].ignition
+    assert secrets.join_secret.encode() in b"".join(ignition_files(control_plane).values())
+    for agent in cluster.agents:
+        ignition = rendered[agent.name].ignition
+        everything = ignition + b"".join(ignition_files(ignition).values())
+        for secret in (secrets.join_secret, server_token, "::server:"):
+            assert secret.encode() not in everything, agent.name
 
 
 def test_control_plane_config(
@@ -130,11 +153,14 @@ def test_control_plane_config(
     files = ignition_files(rendered["control-plane"].ignition)
     assert yaml.safe_load(files[K3S_CONFIG]) == {
         "token": secrets.join_secret,
+        "agent-token": secrets.agent_secret,
         "node-name": "control-plane",
         "node-ip": "10.0.1.10",
         "advertise-address": "10.0.1.10",
         "flannel-iface": "enp7s0",
         "tls-san": ["cp.raya.example.com"],
+        # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
+        "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
     }
     assert files["/etc/hostname"] == b"control-plane\n"
     for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca)):
@@ -206,13 +232,14 @@ def test_agent_config(
         }
         assert agent.index is not None
         password = files["/etc/rancher/node/password"].decode()
-        assert password == node_password(secrets.join_secret, agent.index) + "\n"
+        assert password == node_password(secrets.agent_secret, agent.index) + "\n"
         passwords.add(password)
         # Its own SSH host key is the one private key an agent holds.
         assert files.pop(HOST_KEY).decode() == secrets.host_keys[agent.name].private_openssh
         everything = rendered[agent.name].ignition + b"".join(files.values())
         assert b"PRIVATE KEY" not in everything
         for secret in (
+            secrets.join_secret,
             secrets.server_ca.key_pem,
             secrets.client_ca.cert_pem,
             secrets.external_dns_key,
@@ -221,6 +248,24 @@ def test_agent_config(
             assert secret.encode() not in everything
         assert not any(path.startswith("/var/lib/rancher") for path in files)
     assert len(passwords) == len(cluster.agents)
+
+
+# Zincati's configuration keys, from its own deserializer (coreos/zincati,
+# src/config/fragments.rs: ConfigFragment and UpdateFragment); docs/usage/auto-updates.md
+# documents `[updates] enabled = false` in /etc/zincati/config.d/90-*.toml to disable them.
+ZINCATI_SECTIONS = {"agent", "cincinnati", "identity", "updates"}
+ZINCATI_UPDATES = {"allow_downgrade", "enabled", "strategy", "fleet_lock", "periodic"}
+ZINCATI_DROPIN = "/etc/zincati/config.d/90-raya-disable-auto-updates.toml"
+
+
+def test_every_node_turns_zincati_auto_updates_off(rendered: dict[str, RenderedNode]) -> None:
+    for name, node in rendered.items():
+        config = json.loads(node.ignition)
+        (entry,) = [e for e in config["storage"]["files"] if e["path"] == ZINCATI_DROPIN]
+        assert entry["mode"] == 0o644, name
+        dropin = tomllib.loads(ignition_files(node.ignition)[ZINCATI_DROPIN].decode())
+        assert set(dropin) <= ZINCATI_SECTIONS and set(dropin["updates"]) <= ZINCATI_UPDATES
+        assert dropin == {"updates": {"enabled": False}}, name
 
 
 def test_example_keys_are_inline_for_core(
@@ -311,6 +356,8 @@ def test_users_must_be_exactly_the_configured_ones(
         ({"join_secret": "abcdef.0123456789abcdef"}, "bootstrap token"),
         ({"join_secret": "short"}, "join_secret"),
         ({"join_secret": "a" * 20 + "::x"}, "join_secret"),
+        ({"agent_secret": "short"}, "agent_secret"),
+        ({"agent_secret": "abcdef.0123456789abcdef"}, "agent_secret .*bootstrap token"),
         ({"external_dns_key": "{}"}, "external_dns_key is not a GCP service account key"),
         ({"cert_manager_key": "nope"}, "cert_manager_key is not JSON"),
     ],
@@ -324,6 +371,23 @@ def test_unusable_secrets_are_refused(
 ) -> None:
     with pytest.raises(RenderError, match=message):
         render_cluster(cluster, dataclasses.replace(secrets, **change), users)
+
+
+def test_the_agent_secret_must_not_be_the_server_secret(
+    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+) -> None:
+    same = dataclasses.replace(secrets, agent_secret=secrets.join_secret)
+    with pytest.raises(RenderError, match="agent_secret equals join_secret"):
+        render_cluster(cluster, same, users)
+
+
+def test_a_schedulable_control_plane_is_not_tainted(
+    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+) -> None:
+    config = dataclasses.replace(cluster.config, control_plane_schedulable=True)
+    schedulable = dataclasses.replace(cluster, config=config)
+    node = render_node(schedulable, schedulable.control_plane, secrets, users)
+    assert "node-taint" not in yaml.safe_load(ignition_files(node.ignition)[K3S_CONFIG])
 
 
 def test_ca_certificates_are_checked(

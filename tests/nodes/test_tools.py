@@ -36,7 +36,8 @@ pytestmark = pytest.mark.tools
 KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
 KEY_DIR = "/home/core/.ssh/authorized_keys.d"
 # What the image itself provides to the units (k3s is put there by Packer).
-IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe"]
+IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/usr/sbin/nft"]
+GUARD = "raya-metadata-guard.service"
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -272,7 +273,7 @@ def test_systemd_accepts_every_unit(
         shutil.copytree(root, copy, symlinks=True)
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
-        assert len(units) == 2
+        assert len(units) == 3
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
         # ...and it can fail: a misspelled directive is reported.
@@ -287,6 +288,8 @@ def test_units_need_the_private_network_and_the_public_address(
 ) -> None:
     for node in rendered.values():
         for name in _unit_names(node):
+            if name == GUARD:  # before any network, see below
+                continue
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
             assert "After=network-online.target" in lines, name
@@ -295,6 +298,37 @@ def test_units_need_the_private_network_and_the_public_address(
         assert "Requires=raya-public-ipv4.service" in lines
         assert "After=raya-public-ipv4.service" in lines
         assert "Restart=always" in lines
+
+
+def test_k3s_starts_only_after_the_metadata_guard_loaded(
+    rendered: dict[str, RenderedNode], applied: dict[str, Path], tmp_path: Path
+) -> None:
+    """What first boot's `systemctl preset-all` makes of Ignition's presets (here for the
+    node's own units): the guard enabled and required by k3s, so k3s never runs a pod
+    without it."""
+    systemctl = require_tool("systemctl")
+    for name, k3s in (("control-plane", "k3s.service"), ("agent-0", "k3s-agent.service")):
+        root = tmp_path / name
+        shutil.copytree(applied[name], root, symlinks=True)
+        prepare_for_systemd(root, IMAGE_EXECUTABLES)
+        result = subprocess.run(
+            [systemctl, f"--root={root}", "preset", *_unit_names(rendered[name])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        system = root / "etc/systemd/system"
+        assert (system / f"{k3s}.requires" / GUARD).is_symlink(), name
+        assert (system / "multi-user.target.wants" / GUARD).is_symlink(), name
+        lines = _unit(rendered[name], GUARD).splitlines()
+        assert f"Before=network-pre.target {k3s}" in lines
+        assert _exec_start(_unit(rendered[name], GUARD)) == [
+            "/usr/sbin/nft",
+            "-f",
+            "/etc/nftables/raya-metadata-guard.nft",
+        ]
 
 
 def test_tmpfiles_rule_relabels_k3s_without_touching_its_mode(

@@ -88,6 +88,7 @@ class RecordingMonitor(MockMonitor):
             self.provider_mocks.secret_outputs[request.name] = frozenset(
                 request.additionalSecretOutputs
             )
+            self.provider_mocks.dependencies[request.name] = frozenset(request.dependencies)
         return super().RegisterResource(request)  # type: ignore[no-untyped-call]
 
 
@@ -102,6 +103,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
         self.state: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
         self.resources: dict[str, Registered] = {}  # this run's resources by name
         self.secret_outputs: dict[str, frozenset[str]] = {}  # by resource name
+        self.dependencies: dict[str, frozenset[str]] = {}  # URNs each waits for, by name
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._serial = 1000
@@ -360,6 +362,7 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
     the stack outputs."""
     mocks.resources = {}
     mocks.secret_outputs = {}
+    mocks.dependencies = {}
     mocks.calls = []
     _quiet_abandoned_futures()
     pulumi.runtime.set_mocks(

@@ -94,6 +94,19 @@ def test_main_reads_the_stack_and_fetches_keys(
     assert served <= carried
 
 
+def test_main_reads_lists_and_booleans_as_pulumi_stores_them(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    stack_config["raya:sshSources"] = '["203.0.113.0/24"]'
+    stack_config["raya:controlPlaneSchedulable"] = "true"
+    pulumi.runtime.set_all_config(stack_config)
+    result = run_program(mocks(project), lambda: main(project))
+    rules = reveal(result.resources["firewall"].inputs)["rules"]
+    assert {rule.get("port"): rule["sourceIps"] for rule in rules}["22"] == ["203.0.113.0/24"]
+    user_data = reveal(result.resources["control-plane"].inputs)["userData"]
+    assert b"node-taint" not in ignition_files(user_data)["/etc/rancher/k3s/config.yaml"]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -104,6 +117,9 @@ def test_main_reads_the_stack_and_fetches_keys(
             '["octo-alice", "octo alice"]',
             "'octo alice', not a GitHub login",
         ),
+        # Lists and booleans reach the program as JSON text, as `pulumi config` stores them.
+        ("raya:sshSources", '["203.0.113.0/33"]', "raya:sshSources has '203.0.113.0/33'"),
+        ("raya:controlPlaneSchedulable", '"yes"', "raya:controlPlaneSchedulable is 'yes'"),
     ],
 )
 def test_main_rejects_a_bad_stack_config(

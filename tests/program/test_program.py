@@ -3,7 +3,9 @@ the secrecy and content of every server's Ignition, stability across runs, the l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import ipaddress
 import re
 from typing import Any
 
@@ -74,6 +76,8 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("hcloud:index/network:Network", "network"),
             ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"),
             ("random:index/randomPassword:RandomPassword", "join-secret"),
+            ("random:index/randomPassword:RandomPassword", "agent-secret"),
+            ("hcloud:index/firewall:Firewall", "firewall"),
             ("tls:index/privateKey:PrivateKey", "server-ca-key"),
             ("tls:index/privateKey:PrivateKey", "client-ca-key"),
             ("tls:index/selfSignedCert:SelfSignedCert", "server-ca"),
@@ -135,7 +139,8 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         assert server["publicNets"] == [{"ipv4Enabled": True, "ipv6Enabled": True}]
         assert server["userData"].startswith("{")
 
-    assert inputs["join-secret"]["special"] is False and inputs["join-secret"]["length"] >= 32
+    for secret in ("join-secret", "agent-secret"):
+        assert inputs[secret]["special"] is False and inputs[secret]["length"] >= 32
     for ca in ("server-ca", "client-ca"):
         assert inputs[f"{ca}-key"] == {"algorithm": "ECDSA", "ecdsaCurve": "P256"}
         cert = inputs[ca]
@@ -190,6 +195,39 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         assert inputs[f"{name}-host-key"] == {"algorithm": "ED25519"}
 
 
+def test_the_firewall_opens_only_the_documented_ports_to_the_cluster_servers() -> None:
+    mocks = provider_mocks()
+    result = run(mocks)
+    firewall = reveal(result.resources["firewall"].inputs)
+    anywhere = ["0.0.0.0/0", "::/0"]
+    assert firewall["name"] == "raya" and firewall["labels"] == {"managed_by": "raya"}
+    # By label: every server of the cluster, and every one added later.
+    assert firewall["applyTos"] == [{"labelSelector": "managed_by=raya"}]
+    for name, server in result.of_type(SERVER).items():
+        assert reveal(server.inputs)["labels"]["managed_by"] == "raya"
+        # Created after the firewall: covered from its first boot.
+        assert any(urn.endswith("::firewall") for urn in mocks.dependencies[name]), name
+    rules = {(rule["protocol"], rule.get("port")): rule for rule in firewall["rules"]}
+    assert sorted(rules) == [("icmp", None), ("tcp", "22"), ("tcp", "443"), ("tcp", "6443"),
+                             ("tcp", "80")]  # fmt: skip
+    assert all(rule["direction"] == "in" for rule in rules.values())
+    assert all(rule["sourceIps"] == anywhere for rule in rules.values())  # the defaults
+
+
+def test_the_firewall_takes_its_sources_from_the_stack() -> None:
+    config = dataclasses.replace(
+        EXAMPLE.config,
+        ssh_sources=(ipaddress.ip_network("203.0.113.0/24"), ipaddress.ip_network("2001:db8::/32")),
+        api_sources=(),
+    )
+    result = run(provider_mocks(), dataclasses.replace(EXAMPLE, config=config))
+    rules = reveal(result.resources["firewall"].inputs)["rules"]
+    ports = {rule.get("port"): rule["sourceIps"] for rule in rules}
+    assert ports["22"] == ["203.0.113.0/24", "2001:db8::/32"]
+    assert "6443" not in ports  # an empty list closes the port
+    assert ports["80"] == ports["443"] == ports[None] == ["0.0.0.0/0", "::/0"]
+
+
 def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
     result = run(provider_mocks())
     servers = result.of_type(SERVER)
@@ -199,12 +237,15 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
     control_plane = files.pop("control-plane")
     ca = control_plane[SERVER_CA]
     assert ca.decode() == result.resources["server-ca"].outputs["certPem"]
-    secret = yaml.safe_load(control_plane[CP_CONFIG])["token"]
-    assert secret == result.resources["join-secret"].outputs["result"]
+    config = yaml.safe_load(control_plane[CP_CONFIG])
+    secret = result.resources["join-secret"].outputs["result"]
+    agent_secret = result.resources["agent-secret"].outputs["result"]
+    assert (config["token"], config["agent-token"]) == (secret, agent_secret)
+    assert secret != agent_secret
     assert len(files) == 3
     for name, agent in files.items():
         token = yaml.safe_load(agent[CP_CONFIG])["token"]
-        assert token == f"K10{hashlib.sha256(ca).hexdigest()}::server:{secret}", name
+        assert token == f"K10{hashlib.sha256(ca).hexdigest()}::node:{agent_secret}", name
         # Its own host key is the one private key an agent holds.
         host_key = agent.pop(HOST_KEY)
         assert host_key.decode() == result.resources[f"{name}-host-key"].outputs[
@@ -212,6 +253,7 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
         ]
         everything = b"".join(agent.values())
         assert b"PRIVATE KEY" not in everything and b"service_account" not in everything
+        assert secret.encode() not in everything
 
 
 def test_the_engine_is_told_which_outputs_are_secret() -> None:
@@ -225,8 +267,8 @@ def test_the_engine_is_told_which_outputs_are_secret() -> None:
     for resource in result.resources.values():
         if resource.typ in expected:
             assert expected[resource.typ] in resource.secret_outputs, resource.name
-    # 4 servers, 1 join secret, 2 CA keys + the admin's + 4 host keys, 2 service account keys
-    assert sum(r.typ in expected for r in result.resources.values()) == 4 + 1 + 7 + 2
+    # 4 servers, 2 join secrets, 2 CA keys + the admin's + 4 host keys, 2 service account keys
+    assert sum(r.typ in expected for r in result.resources.values()) == 4 + 2 + 7 + 2
 
 
 def test_same_state_gives_identical_user_data_and_fresh_state_does_not() -> None:
@@ -319,7 +361,7 @@ def test_agents_never_see_control_plane_keys() -> None:
     assert list(cp.host_keys) == ["control-plane"]
     for name, agent in seen.items():
         assert list(agent.host_keys) == [name]  # its own, never another node's
-        assert agent.join_secret == cp.join_secret
+        assert agent.join_secret == "" and agent.agent_secret == cp.agent_secret
         assert agent.server_ca.cert_pem == cp.server_ca.cert_pem
         assert agent.server_ca.key_pem == agent.external_dns_key == agent.cert_manager_key == ""
         assert agent.client_ca == type(cp.client_ca)(cert_pem="", key_pem="")

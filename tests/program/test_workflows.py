@@ -1,8 +1,14 @@
-"""The CI workflows run commands that exist, in the order the deployment needs."""
+"""The CI workflows run commands that exist, in the order the deployment needs, and hold
+the Hetzner token and the GCP identity the way zizmor, a static analyser, asks: every action
+pinned to a commit, no persisted credentials, least permissions."""
 
 from __future__ import annotations
 
+import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +16,11 @@ import yaml
 from typer.testing import CliRunner
 
 from raya.cli import app
-from tests.support import REPO
+from tests.support import REPO, require_tool
 
 WORKFLOWS = REPO / ".github" / "workflows"
+NAMES = sorted(path.name for path in WORKFLOWS.glob("*.yml"))
+ZIZMOR = str(Path(sys.executable).parent / "zizmor")
 
 
 def load(name: str) -> dict[str, Any]:
@@ -48,3 +56,60 @@ def test_main_builds_the_image_then_deploys_one_run_at_a_time() -> None:
     assert workflow["concurrency"]["cancel-in-progress"] is False
     assert runs(workflow, "deploy") == ["./raya image build --stack prod", "./raya up --stack prod"]
     assert workflow["jobs"]["deploy"]["needs"] == ["test"]
+
+
+def test_pins_are_bumped_weekly_by_pull_request() -> None:
+    workflow = load("pins.yml")
+    triggers: dict[str, Any] = workflow.get(True, {})  # type: ignore[call-overload]
+    assert triggers["schedule"]  # `on:` reads as True in YAML 1.1
+    (update,) = [line for line in runs(workflow, "propose") if line.startswith("./raya")]
+    result = CliRunner().invoke(app, [*shlex.split(update.split("|")[0])[1:], "--help"])
+    assert result.exit_code == 0, result.output
+    assert "gh pr create" in runs(workflow, "propose")[-1]
+    assert workflow["jobs"]["propose"]["permissions"] == {
+        "contents": "write",
+        "pull-requests": "write",
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_action_is_pinned_and_no_job_has_more_than_it_asks(name: str) -> None:
+    workflow = load(name)
+    text = (WORKFLOWS / name).read_text()
+    uses = re.findall(r"uses: (\S+)(.*)", text)
+    assert uses
+    for reference, comment in uses:
+        # A full commit hash, and the release it is in a comment for the reader.
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", reference), reference
+        assert re.match(r"\s+# v\d+\.\d+\.\d+", comment), (reference, comment)
+    assert workflow["permissions"] == {}
+    for job in workflow["jobs"].values():
+        assert "permissions" in job
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+def _zizmor(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [require_tool("zizmor", ZIZMOR), "--offline", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_zizmor_finds_nothing(tmp_path: Path) -> None:
+    result = _zizmor(WORKFLOWS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Every workflow was audited (zizmor logs each one it completes).
+    assert all(f"completed {WORKFLOWS / name}" in result.stderr for name in NAMES), result.stderr
+    # ...and it would: the same workflows with a movable tag and persisted credentials.
+    text = (WORKFLOWS / "main.yml").read_text()
+    text = re.sub(r"actions/checkout@[0-9a-f]{40}", "actions/checkout@v4", text)
+    weakened = tmp_path / "main.yml"
+    weakened.write_text(text.replace("persist-credentials: false", "fetch-depth: 1"))
+    result = _zizmor(weakened)
+    assert result.returncode != 0
+    assert "unpinned-uses" in result.stdout and "artipacked" in result.stdout

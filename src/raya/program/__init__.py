@@ -20,12 +20,15 @@ from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys
 from raya.pins import Pins, load_pins
 from raya.program.cluster import Renderer, define_server, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
+from raya.program.firewall import define_firewall
 from raya.program.network import define_network
 from raya.program.secrets import define_identity
 from raya.render import render_node
 
-# Settings that are lists in the stack file: Pulumi hands them over as JSON text.
-_OBJECT_KEYS = frozenset({"authorizedUsers"})
+# Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
+_OBJECT_KEYS = frozenset(
+    {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources"}
+)
 GITHUB_URL_ENV = "RAYA_GITHUB_URL"
 
 
@@ -58,6 +61,7 @@ def define(
     image = find_snapshot(pins, config.cluster_name)
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
+    firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(config, [node.name for node in cluster.nodes])
     servers = {
@@ -66,6 +70,7 @@ def define(
             node,
             image,
             network,
+            firewall,
             identity.control_plane_secrets(node.name)
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),

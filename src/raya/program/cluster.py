@@ -17,6 +17,8 @@ from raya.program.network import Network
 from raya.render import RenderedNode
 
 ARCHITECTURE = "x86"
+# Every resource of the cluster carries it; the firewall finds the servers by it.
+CLUSTER_LABEL = "managed_by"
 
 Renderer = Callable[[Cluster, Node, ClusterSecrets, Sequence[UserKeys]], RenderedNode]
 
@@ -41,7 +43,7 @@ def find_snapshot(pins: Pins, cluster_name: str) -> str:
 
 
 def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
-    return {"managed_by": cluster_name, "role": node.role}
+    return {CLUSTER_LABEL: cluster_name, "role": node.role}
 
 
 def define_server(
@@ -49,6 +51,7 @@ def define_server(
     node: Node,
     image: str,
     network: Network,
+    firewall: hcloud.Firewall,
     secrets: pulumi.Output[ClusterSecrets],
     users: Sequence[UserKeys],
     render: Renderer,
@@ -82,6 +85,8 @@ def define_server(
         public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
         user_data=user_data,
         opts=pulumi.ResourceOptions(
-            depends_on=[network.subnet], additional_secret_outputs=["user_data"]
+            # The firewall first: its label selector then covers the server from its birth.
+            depends_on=[network.subnet, firewall],
+            additional_secret_outputs=["user_data"],
         ),
     )

@@ -1,4 +1,4 @@
-"""The cluster's identities: join secret, server and client CAs, DNS service accounts, the
+"""The cluster's identities: join secrets, server and client CAs, DNS service accounts, the
 admin's client certificate and kubeconfig, each node's SSH host key.
 
 Random and TLS resources live in the Pulumi state, so they are generated once and never
@@ -41,6 +41,7 @@ class Authority:
 @dataclass(frozen=True)
 class Identity:
     join_secret: pulumi.Output[str]
+    agent_secret: pulumi.Output[str]
     server_ca: Authority
     client_ca: Authority
     external_dns_key: pulumi.Output[str]
@@ -58,6 +59,7 @@ class Identity:
         """Everything the control plane's config carries."""
         values = pulumi.Output.all(
             self.join_secret,
+            self.agent_secret,
             self.server_ca.cert_pem,
             self.server_ca.key_pem,
             self.client_ca.cert_pem,
@@ -70,27 +72,30 @@ class Identity:
             values.apply(
                 lambda v: ClusterSecrets(
                     join_secret=v[0],
-                    server_ca=CertificateAuthority(cert_pem=v[1], key_pem=v[2]),
-                    client_ca=CertificateAuthority(cert_pem=v[3], key_pem=v[4]),
-                    external_dns_key=v[5],
-                    cert_manager_key=v[6],
-                    host_keys={node: v[7]},
+                    agent_secret=v[1],
+                    server_ca=CertificateAuthority(cert_pem=v[2], key_pem=v[3]),
+                    client_ca=CertificateAuthority(cert_pem=v[4], key_pem=v[5]),
+                    external_dns_key=v[6],
+                    cert_manager_key=v[7],
+                    host_keys={node: v[8]},
                 )
             )
         )
 
     def agent_secrets(self, node: str) -> pulumi.Output[ClusterSecrets]:
-        """Agent `node`'s share: the join secret, the server CA certificate and its own host
+        """Agent `node`'s share: the agent secret, the server CA certificate and its own host
         key, nothing else.
 
-        The control plane's private keys and the other nodes' host keys are not even inputs
-        of this output, so no agent config can carry them nor be re-rendered when they change.
+        The server token, the control plane's private keys and the other nodes' host keys are
+        not even inputs of this output, so no agent config can carry them nor be re-rendered
+        when they change.
         """
-        values = pulumi.Output.all(self.join_secret, self.server_ca.cert_pem, self.host_key(node))
+        values = pulumi.Output.all(self.agent_secret, self.server_ca.cert_pem, self.host_key(node))
         return pulumi.Output.secret(
             values.apply(
                 lambda v: ClusterSecrets(
-                    join_secret=v[0],
+                    join_secret="",
+                    agent_secret=v[0],
                     server_ca=CertificateAuthority(cert_pem=v[1], key_pem=""),
                     client_ca=CertificateAuthority(cert_pem="", key_pem=""),
                     external_dns_key="",
@@ -199,19 +204,24 @@ def _admin_kubeconfig(config: StackConfig, server_ca: Authority, client_ca: Auth
     return pulumi.Output.secret(built)
 
 
-def define_identity(config: StackConfig, nodes: Sequence[str]) -> Identity:
-    join = random.RandomPassword(
-        "join-secret",
+def _join_secret(name: str) -> pulumi.Output[str]:
+    secret = random.RandomPassword(
+        name,
         length=48,
         # Letters and digits only: never shaped like a k3s bootstrap token (`abcdef.0123...`).
         special=False,
         opts=pulumi.ResourceOptions(additional_secret_outputs=["result"]),
     )
+    return pulumi.Output.secret(secret.result)
+
+
+def define_identity(config: StackConfig, nodes: Sequence[str]) -> Identity:
     external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
     server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
     client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
     return Identity(
-        join_secret=pulumi.Output.secret(join.result),
+        join_secret=_join_secret("join-secret"),
+        agent_secret=_join_secret("agent-secret"),
         server_ca=server_ca,
         client_ca=client_ca,
         external_dns_key=external_dns,
