@@ -245,6 +245,7 @@ def write_pins(changes: Sequence[PinChange]) -> None:
                 temporary.write_text(dump_pin(change.new), encoding="utf-8")
                 temporary.replace(change.path)
             except OSError as error:
+                temporary.unlink(missing_ok=True)  # the pin keeps its bytes; leave no debris
                 raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
 
 

@@ -361,6 +361,29 @@ def test_an_image_without_a_root_partition_is_reported(
     assert loops_over(disk.device) == []
 
 
+def test_the_installed_k3s_is_checked_again(
+    disk: Disk, served: dict[str, str], tmp_path: Path
+) -> None:
+    """A copy that differs from the verified download (here an `install` that appends a byte
+    to what it installs as k3s) fails the second sha256 check, and nothing stays mounted."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "install").write_text(
+        '#!/bin/sh\n/usr/bin/install "$@" || exit\n'
+        'for last; do :; done\n'
+        'case "$last" in */usrlocal/bin/k3s) printf x >> "$last" ;; esac\n'
+    )
+    (stubs / "install").chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(served, PATH=f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin")
+    result = install(env, disk.device, scratch)
+    assert result.returncode != 0
+    assert "install.sh: the installed k3s: sha256 is " in result.stderr
+    assert f"pinned {served['K3S_SHA256']}; {disk.device} is not usable" in result.stderr
+    assert mounts_under(str(scratch)) == [] and loops_over(disk.device) == []
+
+
 def test_shellcheck_is_clean() -> None:
     shellcheck = require_tool("shellcheck")
     scripts = [str(IMAGE_DIR / "install.sh"), str(IMAGE_DIR / "build.sh")]
