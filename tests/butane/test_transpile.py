@@ -191,9 +191,17 @@ def test_messages_say_what_is_accepted() -> None:
 
 
 def test_duplicate_paths_across_files_directories_and_links() -> None:
+    # Butane: cls-file-dir-same-path-3 (the directory comes first; the link is the duplicate).
     assert findings("storage:\n  directories:\n    - path: /etc/x\n"
                     "  links:\n    - path: /etc/x\n      target: /y\n") == [
         ("$.storage.links.0", 7, 7)]
+
+
+@pytest.mark.xfail(strict=True, reason=DIVERGES.format("file-dir-same-path"))
+def test_a_file_and_a_directory_at_one_path_name_the_file() -> None:
+    # Butane: cls-file-dir-same-path-1..4 name the file, not the directory.
+    assert findings("storage:\n  files:\n    - path: /etc/x\n"
+                    "  directories:\n    - path: /etc/x\n") == [("$.storage.files.0", 5, 7)]
 
 
 @pytest.mark.xfail(strict=True, reason=DIVERGES.format("mode-special-bits"))
