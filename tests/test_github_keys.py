@@ -8,16 +8,18 @@ import random
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raya.config import load_stack_config, stack_file
@@ -169,6 +171,8 @@ def test_page_without_keys_is_an_error(raw: str) -> None:
         parse_user_keys("octo-bob", raw, "src")
 
 
+# No deadline: speed is measured in bench/, never asserted in a test.
+@settings(deadline=None)
 @given(st.lists(st.sampled_from(ALL_TYPES), min_size=1, max_size=12), st.randoms())
 def test_order_and_repetition_do_not_change_the_keys(lines: list[str], rng: random.Random) -> None:
     shuffled = lines * 2
@@ -263,6 +267,7 @@ class Answer:
     status: int = 200
     body: bytes = b""
     hold: bool = False  # wait for the test to end before answering (beyond any client timeout)
+    drop: bool = False  # close the connection without answering
 
 
 class KeyServer:
@@ -286,6 +291,8 @@ class KeyServer:
             self.barrier.wait()
         if answer.hold:
             self.release.wait(30)
+            return None
+        if answer.drop:
             return None
         return answer.status, answer.body
 
@@ -386,13 +393,49 @@ def test_malformed_line_names_handle_and_line(server: KeyServer) -> None:
     )
 
 
-def test_timeout_then_success(server: KeyServer) -> None:
+class Timeouts(list[float]):
+    """Records the timeout raya gives each request. The first request keeps it (the held
+    answer must time out); later ones get a minute, so a slow machine cannot turn a local
+    answer into a timeout: nothing here depends on how fast the server answers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
+        real = urllib.request.urlopen
+
+        def urlopen(url: str, timeout: float) -> Any:
+            self.append(timeout)
+            return real(url, timeout=timeout if len(self) == 1 else 60)
+
+        monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+
+
+def test_timeout_then_success(server: KeyServer, monkeypatch: pytest.MonkeyPatch) -> None:
     server.serve("octo-alice", Answer(hold=True), Answer(body=f"{ED25519[0]}\n".encode()))
-    sleeps = Sleeps()
+    sleeps, timeouts = Sleeps(), Timeouts(monkeypatch)
     users = fetch_keys(["octo-alice"], server.url, timeout=0.2, backoff=0.5, sleep=sleeps)
     assert users[0].keys == (ED25519[0],)
     assert server.hits["/octo-alice.keys"] == 2
     assert sleeps == [0.5]
+    assert timeouts == [0.2, 0.2]
+
+
+def test_a_dropped_connection_is_retried(server: KeyServer) -> None:
+    server.serve("octo-alice", Answer(drop=True), Answer(body=f"{ED25519[0]}\n".encode()))
+    sleeps = Sleeps()
+    assert fetch_keys(["octo-alice"], server.url, sleep=sleeps)[0].keys == (ED25519[0],)
+    assert server.hits["/octo-alice.keys"] == 2
+    assert sleeps == [1.0]
+
+
+def test_defaults_10_s_timeout_and_4_attempts_1_2_4_s_apart(
+    server: KeyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.serve("octo-alice", Answer(503))
+    sleeps, timeouts = Sleeps(), Timeouts(monkeypatch)
+    with pytest.raises(KeysError, match="failed 4 times; last: HTTP 503"):
+        fetch_keys(["octo-alice"], server.url, sleep=sleeps)
+    assert timeouts == [10, 10, 10, 10]
+    assert sleeps == [1, 2, 4]
 
 
 def test_5xx_and_429_are_retried(server: KeyServer) -> None:

@@ -28,6 +28,8 @@ from raya.errors import RenderError
 _BOOTSTRAP_TOKEN = re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}")
 # Printable, no ':' (the token's separator) and nothing a YAML or shell reader could bend.
 _JOIN_SECRET = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
+# What google-auth requires of a service account key file besides "type" (the rest is optional).
+_SERVICE_ACCOUNT_FIELDS = ("client_email", "token_uri", "private_key")
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,11 @@ def check_host_key(node: str, host_keys: Mapping[str, HostKey]) -> HostKey:
 
 
 def check_service_account_key(field: str, text: str) -> None:
+    """Refuse what Google's own loaders refuse (google-auth's `load_credentials_from_dict`).
+
+    Those dispatch on "type", need "client_email" and "token_uri", and parse "private_key" as an
+    unencrypted PEM key; signing (RS256) needs RSA. Every other field is optional.
+    """
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
@@ -150,12 +157,20 @@ def check_service_account_key(field: str, text: str) -> None:
     if not (
         isinstance(document, dict)
         and document.get("type") == "service_account"
-        and isinstance(document.get("private_key"), str)
-        and isinstance(document.get("client_email"), str)
+        and all(isinstance(document.get(key), str) for key in _SERVICE_ACCOUNT_FIELDS)
     ):
         raise RenderError(
             f"secrets: {field} is not a GCP service account key "
-            '(needs "type": "service_account", "client_email" and "private_key")'
+            '(needs "type": "service_account", "client_email", "token_uri" and "private_key")'
+        )
+    try:
+        key = serialization.load_pem_private_key(document["private_key"].encode(), None)
+    except (ValueError, TypeError):
+        key = None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise RenderError(
+            f"secrets: {field}: private_key is not an unencrypted PEM RSA private key "
+            "(PKCS#1 or PKCS#8), as GCP issues"
         )
 
 

@@ -44,3 +44,34 @@ def schema_errors(config: dict[str, Any]) -> list[str]:
     schema = json.loads(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(config)]
+
+
+def deep_huffman_data() -> bytes:
+    """12,540 bytes whose literals need codes deeper than deflate's 15 bits, and no matches.
+
+    17 "chain" bytes occur with Fibonacci frequencies (1, 1, 2, ... 1597): the most skewed
+    counts there are, whose Huffman tree is a 16-deep ladder. Each occurrence is followed by a
+    different pair of 70 "filler" bytes, so no 4 bytes repeat anywhere: LZ77 (Go's minimum match
+    is 4) finds nothing, and the literal frequencies reach the Huffman stage exactly as built.
+    """
+    fib = [1, 1]
+    while len(fib) < 17:
+        fib.append(fib[-1] + fib[-2])
+    # Spread the chain bytes evenly (a fixed interleaving, not random: the bytes never change).
+    chain = sorted((position / count, 200 + symbol) for symbol, count in enumerate(fib)
+                   for position in range(count))
+    fillers = 70
+    out = bytearray()
+    for k, (_, symbol) in enumerate(chain):
+        out += bytes([symbol, k % fillers, k // fillers])
+    return bytes(out)
+
+
+def literal_frequencies(data: bytes) -> list[int]:
+    """What deflate's Huffman stage counts for a block of literals only: each byte, plus the
+    end-of-block symbol once."""
+    freq = [0] * 257
+    for byte in data:
+        freq[byte] += 1
+    freq[256] = 1
+    return freq

@@ -7,12 +7,13 @@ import gzip
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raya.butane.dataurl import decode_data_url, make_data_url, percent_length
 from raya.butane.goflate import plan
-from tests.butane.helpers import vectors
+from tests.butane.helpers import deep_huffman_data, literal_frequencies, vectors
 
 CONTENTS = st.one_of(
     st.binary(max_size=3000),
@@ -111,13 +112,28 @@ def test_fast_huffman_lengths_equal_gos_package_merge(freqs: list[int]) -> None:
         assert fast == go
 
 
-def test_length_limited_codes_when_huffman_would_go_deeper_than_15() -> None:
-    # Fibonacci frequencies make the deepest possible Huffman tree.
-    fib = [1, 1]
-    while len(fib) < 20:
-        fib.append(fib[-1] + fib[-2])
-    data = b"".join(bytes([65 + i]) * f for i, f in enumerate(fib))  # 17,710 bytes: too many
-    data = data[:15000]
+def test_length_limited_codes_when_huffman_would_go_deeper_than_15(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raya.butane import goflate
+
+    data = deep_huffman_data()
+    freq = literal_frequencies(data)
+    # The Huffman stage, fed directly: an unlimited tree would need 16 bits.
+    assert goflate._huffman_depths(sorted(f for f in freq if f))[0] == 16
+    lengths = goflate._code_lengths(freq, 15)
+    assert max(lengths) == 15
+    assert sum(2.0 ** -bits for bits in lengths if bits) == 1.0  # still a complete code
+    # Through the whole compressor: the spy proves the length-limited construction ran.
+    limits: list[int] = []
+    real = goflate._bit_counts
+
+    def spy(freqs: list[int], max_bits: int) -> list[int]:
+        limits.append(max_bits)
+        return real(freqs, max_bits)
+
+    monkeypatch.setattr(goflate, "_bit_counts", spy)
     modelled = plan(data)
     packed = modelled.gzip()
+    assert 15 in limits
     assert gzip.decompress(packed) == data and len(packed) == modelled.size

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raya.butane.goflate import MAX_MODELLED, plan
+from raya.butane.goflate import _CODEGEN_ORDER, MAX_MODELLED, _code_lengths, plan
+from tests.butane.helpers import deep_huffman_data, literal_frequencies
 from tests.support import require_tool
 
 HERE = Path(__file__).parent / "gogzip"
@@ -81,3 +82,60 @@ def test_real_node_files_are_byte_identical_to_go(go_gzip: Path) -> None:
     assert files
     for data, member in zip(files, _go(go_gzip, files), strict=True):
         assert plan(data).gzip() == member
+
+
+class _Bits:
+    """Deflate's bit order: least significant bit of each byte first."""
+
+    def __init__(self, data: bytes) -> None:
+        self.value, self.at = int.from_bytes(data, "little"), 0
+
+    def read(self, count: int) -> int:
+        field = (self.value >> self.at) & ((1 << count) - 1)
+        self.at += count
+        return field
+
+    def symbol(self, lengths: list[int]) -> int:
+        """Decode one symbol of the canonical code with these lengths (codes are MSB first)."""
+        code, size = 0, 0
+        while True:
+            code, size = (code << 1) | self.read(1), size + 1
+            first = 0
+            for bits in range(1, size):
+                first = (first + lengths.count(bits)) << 1
+            ranked = [s for s in range(len(lengths)) if lengths[s] == size]
+            if code - first < len(ranked):
+                return ranked[code - first]
+
+
+def go_literal_code_lengths(member: bytes) -> list[int]:
+    """The literal/length code lengths in the first (dynamic) block of a gzip member, as the
+    block header sends them (RFC 1951 3.2.7)."""
+    bits = _Bits(member[10:])  # Go's header: 10 bytes, no name, no extra fields
+    assert bits.read(3) >> 1 == 2, "not a dynamic block"
+    literals, distances, order = bits.read(5) + 257, bits.read(5) + 1, bits.read(4) + 4
+    codegen = [0] * 19
+    for position in _CODEGEN_ORDER[:order]:
+        codegen[position] = bits.read(3)
+    lengths: list[int] = []
+    while len(lengths) < literals + distances:
+        symbol = bits.symbol(codegen)
+        if symbol < 16:
+            lengths.append(symbol)
+        elif symbol == 16:
+            lengths += [lengths[-1]] * (3 + bits.read(2))
+        else:
+            lengths += [0] * (3 + bits.read(3) if symbol == 17 else 11 + bits.read(7))
+    return lengths[:literals]
+
+
+@pytest.mark.tools
+def test_length_limited_codes_equal_gos(go_gzip: Path) -> None:
+    """Where Huffman would need 16 bits, Go limits the codes to 15: the lengths raya's Huffman
+    stage builds (fed directly) are the ones Go's own block header carries."""
+    data = deep_huffman_data()
+    (member,) = _go(go_gzip, [data])
+    go = go_literal_code_lengths(member)
+    assert max(go) == 15
+    assert _code_lengths(literal_frequencies(data), 15) == go[:257] and not any(go[257:])
+    assert plan(data).gzip() == member

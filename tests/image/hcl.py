@@ -1,6 +1,6 @@
 """The Packer template as python-hcl2 parses it, and an evaluator for the few expression forms
-the template uses to derive labels and URLs from the pins. Any other form fails loudly, so a
-change of the template cannot slip past the tests unevaluated."""
+the template uses to derive labels and URLs from the pins and to validate its variables. Any
+other form fails loudly, so a change of the template cannot slip past the tests unevaluated."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ import hcl2
 
 _CALL_REPLACE = re.compile(r'replace\((?P<arg>.+), "(?P<old>[^"]*)", "(?P<new>[^"]*)"\)')
 _READ_PIN = re.compile(r'jsondecode\(file\("\$\{path\.root\}/(?P<name>[a-z0-9]+\.pin)"\)\)')
+# `length(regexall("RE", X)) == N`: how many matches of RE (RE2; the template's patterns mean
+# the same in Python's re) X holds, compared with N.
+_COUNT_MATCHES = re.compile(
+    r'length\(regexall\("(?P<pattern>[^"]*)", (?P<arg>[^()]+)\)\) == (?P<count>[0-9]+)'
+)
 _TRAVERSAL = re.compile(r"(?:var|local)(?:\.[a-z_0-9]+)+")
 _INTERPOLATION = re.compile(r"\$\{([^${}]+)\}")
 
@@ -67,6 +72,9 @@ class Evaluator:
         if match := _READ_PIN.fullmatch(text):
             self.pins_read.append(match["name"])
             return json.loads((self.root / match["name"]).read_text(encoding="utf-8"))
+        if match := _COUNT_MATCHES.fullmatch(text):
+            found = re.findall(match["pattern"], str(self.expression(match["arg"])))
+            return len(found) == int(match["count"])
         if match := _CALL_REPLACE.fullmatch(text):
             return str(self.expression(match["arg"])).replace(match["old"], match["new"])
         if text.startswith('"') and text.endswith('"') and '"' not in text[1:-1]:

@@ -280,11 +280,45 @@ def test_disk_must_be_a_block_device(tools: None, served: dict[str, str], tmp_pa
     assert regular.read_bytes() == b"x" * 4096
 
 
-def test_disk_defaults_to_sda(tools: None, served: dict[str, str]) -> None:
-    if Path("/dev/sda").is_block_device():
-        pytest.skip("this machine has a /dev/sda; never aim install.sh at it")
-    result = install(served, None)
-    assert "install.sh: DISK /dev/sda is not a block device" in result.stderr
+# A private /dev for install.sh: a tmpfs holding the few nodes it needs, loop nodes for every
+# index losetup may pick, and `sda` made as the node of the test's loop device. The host's own
+# /dev/sda (GitHub's runners have one) is neither visible nor touched.
+PRIVATE_DEV = """
+set -eu
+mount --make-rprivate /
+mkdir -p "$KEEP"
+mount --bind /dev "$KEEP"
+mount -t tmpfs -o mode=0755 tmpfs /dev
+for name in null zero full random urandom loop-control; do
+  touch "/dev/$name"
+  mount --bind "$KEEP/$name" "/dev/$name"
+done
+for index in $(seq 0 255); do mknod "/dev/loop$index" b 7 "$index"; done
+mknod /dev/sda b "$SDA_MAJOR" "$SDA_MINOR"
+exec bash "$INSTALL"
+"""
+
+
+def test_disk_defaults_to_sda(
+    disk: Disk, served: dict[str, str], artifacts: Artifacts, tmp_path: Path
+) -> None:
+    unshare = require_tool("unshare")
+    device = os.stat(disk.device).st_rdev
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    environment = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR": str(scratch), **served,
+        "KEEP": str(tmp_path / "host-dev"), "INSTALL": str(IMAGE_DIR / "install.sh"),
+        "SDA_MAJOR": str(os.major(device)), "SDA_MINOR": str(os.minor(device)),
+    }  # no DISK
+    result = subprocess.run([unshare, "--mount", "bash", "-c", PRIVATE_DEV], env=environment,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "installed k3s in /usr/local/bin of the FCOS image on /dev/sda" in result.stdout
+    # What install.sh took for /dev/sda is the test's disk: the image is on it now.
+    image = artifacts.image.read_bytes()
+    with disk.backing.open("rb") as handle:
+        assert handle.read(ROOT_START * SECTOR) == image[: ROOT_START * SECTOR]
 
 
 def test_an_image_too_big_for_the_disk_is_refused(
@@ -325,6 +359,29 @@ def test_an_image_without_a_root_partition_is_reported(
     assert result.returncode != 0
     assert "no single partition named 'root'" in result.stderr
     assert loops_over(disk.device) == []
+
+
+def test_the_installed_k3s_is_checked_again(
+    disk: Disk, served: dict[str, str], tmp_path: Path
+) -> None:
+    """A copy that differs from the verified download (here an `install` that appends a byte
+    to what it installs as k3s) fails the second sha256 check, and nothing stays mounted."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "install").write_text(
+        '#!/bin/sh\n/usr/bin/install "$@" || exit\n'
+        'for last; do :; done\n'
+        'case "$last" in */usrlocal/bin/k3s) printf x >> "$last" ;; esac\n'
+    )
+    (stubs / "install").chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(served, PATH=f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin")
+    result = install(env, disk.device, scratch)
+    assert result.returncode != 0
+    assert "install.sh: the installed k3s: sha256 is " in result.stderr
+    assert f"pinned {served['K3S_SHA256']}; {disk.device} is not usable" in result.stderr
+    assert mounts_under(str(scratch)) == [] and loops_over(disk.device) == []
 
 
 def test_shellcheck_is_clean() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,10 @@ from raya.image import (
     latest_fcos,
     latest_k3s,
     latest_pins,
+    pin_changes,
     upstream_fcos_sha256,
     upstream_k3s_sha256,
+    write_pins,
 )
 from raya.pins import FcosPin, K3sPin, Pins, dump_pin, load_pins
 from tests.image.conftest import FCOS, K3S, PINS, FakeWeb
@@ -211,3 +214,27 @@ def test_endpoints_may_end_with_a_slash(web: FakeWeb) -> None:
         k3s_releases=web.k3s_releases + "/",
     )
     assert latest_pins("stable", slashed) == Pins(NEW_FCOS, NEW_K3S)
+
+
+def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None:
+    """docs/image.md: pins are rewritten atomically. The new bytes go to a temporary file that
+    is renamed over the pin (a new inode); when the rename fails the pin keeps its bytes and
+    no temporary file stays behind."""
+    pin = project / "image" / "k3s.pin"
+    before = pin.read_bytes(), pin.stat().st_ino
+    (change,) = [c for c in pin_changes(project, PINS, Pins(FCOS, NEW_K3S)) if c.changed]
+
+    def refuse(source: object, target: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", refuse)
+        with pytest.raises(ImageError, match=r"k3s\.pin: cannot write the pin: Permission denied"):
+            write_pins([change])
+    assert (pin.read_bytes(), pin.stat().st_ino) == before
+    assert sorted(path.name for path in pin.parent.iterdir()) == [
+        "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s.pin"]
+
+    write_pins([change])
+    assert pin.read_text() == dump_pin(NEW_K3S)
+    assert pin.stat().st_ino != before[1]

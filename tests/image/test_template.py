@@ -139,6 +139,32 @@ def test_install_sh_gets_every_input_it_requires() -> None:
     assert passed - required == {"DISK"}
 
 
+@pytest.mark.parametrize(
+    ("server_type", "accepted"),
+    [("cx23", True), ("cpx11", True), ("ccx13", True), ("cx53", True),
+     ("cax11", False), ("cax21", False), ("cax41", False)],
+)
+def test_arm_server_types_are_refused(server_type: str, accepted: bool) -> None:
+    """The `server_type` variable's validation block, evaluated: Hetzner's ARM types are cax*."""
+    template = hcl.load(TEMPLATE)
+    (validation,) = hcl.variables_of(template)["server_type"]["validation"]
+    evaluator = hcl.Evaluator(template, IMAGE_DIR, {"server_type": server_type})
+    assert evaluator.value(validation["condition"]) is accepted
+    assert evaluator.value(validation["error_message"]) == (
+        "The image is x86_64: cax* server types are ARM."
+    )
+
+
+def test_the_default_server_type_passes_its_own_validation() -> None:
+    template = hcl.load(TEMPLATE)
+    variable = hcl.variables_of(template)["server_type"]
+    default = hcl.Evaluator(template, IMAGE_DIR, {}).value(variable["default"])
+    (validation,) = variable["validation"]
+    assert hcl.Evaluator(template, IMAGE_DIR, {"server_type": default}).value(
+        validation["condition"]
+    ) is True
+
+
 def test_packer_fmt_is_clean() -> None:
     packer = require_tool("packer")
     result = subprocess.run(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raya import render as render_module
@@ -422,11 +422,14 @@ def test_an_undefined_template_variable_is_an_error(
         render_node(cluster, cluster.control_plane, secrets, users)
 
 
+# No deadline: speed is measured in bench/, never asserted in a test.
+@settings(deadline=None)
 @given(st.text())
 def test_quoted_scalars_read_back_exactly(text: str) -> None:
     assert yaml.safe_load(f"key: {yaml_quoted(text)}\n") == {"key": text}
 
 
+@settings(deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cs"])), st.integers(0, 6))
 def test_literal_blocks_read_back_exactly(text: str, indent: int) -> None:
     document = f"outer:\n  key: {yaml_literal(text, indent + 4)}\n  next: 1\n"

@@ -331,6 +331,17 @@ def test_k3s_starts_only_after_the_metadata_guard_loaded(
         ]
 
 
+def test_restarts_and_presets_as_documented(
+    rendered: dict[str, RenderedNode], applied: dict[str, Path]
+) -> None:
+    """docs/nodes.md: the agent's k3s restarts every 10 s; the public-address unit is not
+    enabled on its own (k3s pulls it in), as Ignition's applied preset shows."""
+    assert "RestartSec=10s" in _unit(rendered["agent-0"], "k3s-agent.service").splitlines()
+    assert "RestartSec=5s" in _unit(rendered["control-plane"], "k3s.service").splitlines()
+    for root in applied.values():
+        assert "disable raya-public-ipv4.service" in _preset(root)
+
+
 def test_tmpfiles_rule_relabels_k3s_without_touching_its_mode(
     applied: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -374,6 +385,11 @@ def test_public_address_script_retries_until_it_has_an_address(
     handler: Callable[..., tuple[int, bytes]] = metadata
     executable = applied["agent-0"] / "var/usrlocal/bin" / Path(script).name
     output = tmp_path / "50-node-external-ip.yaml"
+    # A `sleep` that records how long the script waits between tries, and does not wait.
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "sleep").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "sleeps"}\n')
+    (stubs / "sleep").chmod(0o755)
     with http_server(routes({"/hetzner/v1/metadata/public-ipv4": handler})) as url:
         result = subprocess.run(
             [str(executable), f"{url}/hetzner/v1/metadata/public-ipv4", str(output)],
@@ -381,10 +397,11 @@ def test_public_address_script_retries_until_it_has_an_address(
             text=True,
             timeout=60,
             check=False,
-            env={"PATH": os.environ["PATH"]},
+            env={"PATH": f"{stubs}:{os.environ['PATH']}"},
         )
     assert result.returncode == 0, result.stderr
     assert answers == []
     assert result.stderr.count("retrying") == 2
+    assert (tmp_path / "sleeps").read_text().split() == ["2", "2"]  # every 2 s
     assert output.read_text() == 'node-external-ip: "203.0.113.7"\n'
     assert not output.with_name(output.name + ".tmp").exists()

@@ -1,14 +1,17 @@
-"""`raya preview | up | destroy` wiring, without the Pulumi CLI: a stand-in stack records what
-raya asks of the Automation API; the CLI detection runs against stand-in `pulumi` binaries."""
+"""`raya preview | up | destroy` wiring, without the Pulumi CLI: raya drives the real Automation
+API SDK (so its calls bind to the SDK's real signatures) against a stand-in `pulumi` that logs
+each command line and answers from recorded CLI output and engine events (`recorded/`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 import urllib.error
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pulumi import automation as auto
@@ -21,128 +24,102 @@ from raya.project import EXAMPLE_ROOT
 from tests.support import REPO
 
 SECRET = "s3cr3t-never-printed"
+RECORDED_LINES = (Path(__file__).parent / "recorded" / "up-3.stdout.txt").read_text().splitlines()
+OUTPUTS = {"nameServers": [["ns-cloud-a1.googledomains.com."], False], "token": [SECRET, True]}
 
 
-def summary(changes: dict[auto.OpType, int]) -> auto.UpdateSummary:
-    return auto.UpdateSummary(
-        kind="update",
-        start_time=None,  # type: ignore[arg-type]
-        message="",
-        environment={},
-        config={},
-        result="succeeded",
-        end_time=None,
-        version=2,
-        deployment=None,
-        resource_changes=changes,
-    )
+@dataclass
+class Standin:
+    """The stand-in `pulumi` on PATH: the real SDK drives it, it answers from recordings."""
+
+    log: Path
+
+    def calls(self) -> list[list[str]]:
+        """Every command line raya, through the SDK, ran; `version` left out."""
+        runs = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [run for run in runs if run != ["version"]]
+
+    def operations(self) -> list[list[str]]:
+        return [run for run in self.calls() if run[0] in ("preview", "up", "destroy")]
 
 
-class FakeStack:
-    """Answers like `auto.Stack`, printing what the CLI would (secrets masked)."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.fail = fail
-
-    def _run(self, action: str, kwargs: dict[str, Any]) -> None:
-        self.calls.append((action, kwargs))
-        kwargs["on_output"](f"Updating ({action}):")
-        kwargs["on_output"](
-            "  + hcloud:index/server:Server control-plane create userData: [secret]"
-        )
-        if self.fail:
-            raise auto.CommandError(
-                auto._cmd.CommandResult(
-                    stdout="", stderr="error: hcloud: server type cx99 not found", code=255
-                )
-            )
-
-    def preview(self, **kwargs: Any) -> auto.PreviewResult:
-        self._run("preview", kwargs)
-        return auto.PreviewResult("", "", {auto.OpType.CREATE: 20, auto.OpType.SAME: 1})
-
-    def up(self, **kwargs: Any) -> auto.UpResult:
-        self._run("up", kwargs)
-        outputs = {
-            "nameServers": auto.OutputValue(["ns-cloud-a1.googledomains.com."], False),
-            "token": auto.OutputValue(SECRET, True),
-        }
-        return auto.UpResult(
-            "", "", summary({auto.OpType.CREATE: 20, auto.OpType.SAME: 1}), outputs
-        )
-
-    def destroy(self, **kwargs: Any) -> auto.DestroyResult:
-        self._run("destroy", kwargs)
-        return auto.DestroyResult("", "", summary({auto.OpType.DELETE: 21}))
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Standin:
+    folder = tmp_path / "standin"
+    folder.mkdir()
+    script = folder / "pulumi"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} "
+                      '-m tests.program.standin_pulumi "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "pulumi.log"))
+    monkeypatch.setenv("STANDIN_STACKS", "prod staging failing")
+    monkeypatch.setenv("STANDIN_OUTPUTS", json.dumps(OUTPUTS))
+    (tmp_path / "pulumi.log").touch()
+    return Standin(tmp_path / "pulumi.log")
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", tmp_path / "Pulumi.prod.yaml")
-    shutil.copytree(EXAMPLE_ROOT / "deploy", tmp_path / "deploy")
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", root / "Pulumi.prod.yaml")
+    shutil.copytree(EXAMPLE_ROOT / "deploy", root / "deploy")
     shutil.copytree(
-        REPO / "image", tmp_path / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
+        REPO / "image", root / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
     )
-    return tmp_path
+    return root
 
 
-@pytest.fixture
-def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, str, bool, FakeStack]]:
-    """Every stack raya opens, as a FakeStack."""
-    opened: list[tuple[Path, str, bool, FakeStack]] = []
-
-    def open_stack(root: Path, name: str, create: bool) -> FakeStack:
-        stack = FakeStack(fail=name == "failing")
-        opened.append((root, name, create, stack))
-        return stack
-
-    monkeypatch.setattr(deploy, "open_stack", open_stack)
-    return opened
-
-
-def test_up_streams_progress_and_masks_secret_outputs(project: Path, opened: list[Any]) -> None:
+def test_up_streams_the_clis_display_and_masks_secret_outputs(
+    project: Path, standin: Standin
+) -> None:
     lines: list[str] = []
     result = deploy.run("up", project, "prod", lines.append)
-    ((root, name, create, stack),) = opened
-    assert (root, name, create) == (project, "prod", True)
-    ((action, kwargs),) = stack.calls
-    assert action == "up" and kwargs["color"] == "never"
-    assert lines[0] == "Updating (up):"
-    assert result.changes == {"create": 20, "same": 1}
+    # raya hands on, line by line, exactly what the CLI printed (recorded `pulumi up` display).
+    assert lines == [line.rstrip() for line in RECORDED_LINES]
+    ((up,),) = [standin.operations()]
+    assert up[:3] == ["up", "--yes", "--skip-preview"]
+    assert up[up.index("--color") + 1] == "never" and up[up.index("--stack") + 1] == "prod"
+    # The changes are the recorded engine's summary ({"create": 6}), read by the real SDK.
+    assert result.changes == {"create": 6}
+    # The SDK learns which outputs are secret from `stack output --json` ("[secret]").
     assert result.outputs == {
         "nameServers": '["ns-cloud-a1.googledomains.com."]',
         "token": "[secret]",
     }
 
 
-def test_preview_counts_changes(project: Path, opened: list[Any]) -> None:
+def test_preview_counts_changes_from_the_engine_events(project: Path, standin: Standin) -> None:
     result = deploy.run("preview", project, "prod", lambda line: None)
-    assert result.changes == {"create": 20, "same": 1} and result.outputs == {}
-    assert opened[0][3].calls[0][0] == "preview"
+    # Read by the SDK from the recorded `--event-log` (its summary event), not from any text.
+    assert result.changes == {"create": 6} and result.outputs == {}
+    ((preview,),) = [standin.operations()]
+    assert preview[0] == "preview" and "--event-log" in preview
 
 
 def test_destroy_never_creates_a_stack_nor_needs_valid_files(
-    project: Path, opened: list[Any]
+    project: Path, standin: Standin
 ) -> None:
     (project / "deploy" / "fleet" / "agents.json").write_text("{}")
     result = deploy.run("destroy", project, "prod", lambda line: None)
-    assert opened[0][2] is False
-    assert result.changes == {"delete": 21}
+    assert result.changes == {"create": 6}  # what the recorded history says: read, not made
+    assert not any(run[:2] == ["stack", "init"] or "--create" in run for run in standin.calls())
+    assert [run[0] for run in standin.operations()] == ["destroy"]
 
 
-def test_bad_stack_file_fails_before_pulumi_starts(project: Path, opened: list[Any]) -> None:
+def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Standin) -> None:
     stack_file = project / "Pulumi.prod.yaml"
     stack_file.write_text(stack_file.read_text().replace("nbg1", "mars1"))
     with pytest.raises(ConfigError, match="raya:location is 'mars1'"):
         deploy.run("up", project, "prod", lambda line: None)
     with pytest.raises(ConfigError, match=r"Pulumi\.staging\.yaml: stack file not found"):
         deploy.run("up", project, "staging", lambda line: None)
-    assert opened == []
+    assert standin.calls() == []
 
 
-def test_engine_failure_is_one_deploy_error(project: Path, opened: list[Any]) -> None:
+def test_engine_failure_is_one_deploy_error(project: Path, standin: Standin) -> None:
     shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.failing.yaml")
     with pytest.raises(
         DeployError, match="pulumi up of stack failing failed: error: hcloud: server type cx99"
@@ -201,60 +178,39 @@ def test_missing_cli_that_cannot_be_installed(
     assert "curl -fsSL https://get.pulumi.com | sh" in message
 
 
-def test_raya_up_prints_progress_summary_and_no_secret(project: Path, opened: list[Any]) -> None:
+def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: Standin) -> None:
     result = CliRunner().invoke(app, ["up", "--root", str(project)])
     assert result.exit_code == 0, result.output
-    assert "userData: [secret]" in result.output
-    assert "up of stack prod: create 20, same 1" in result.output
+    assert " +  aws:eks:Cluster eks-cluster created" in result.output  # the CLI's own line
+    assert "up of stack prod: create 6" in result.output
     assert "token: [secret]" in result.output
     assert SECRET not in result.output
 
 
-def test_raya_preview_takes_the_stack(project: Path, opened: list[Any]) -> None:
+def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
     shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.staging.yaml")
     result = CliRunner().invoke(app, ["preview", "--stack", "staging", "--root", str(project)])
     assert result.exit_code == 0, result.output
-    assert opened[0][1] == "staging"
-    assert "preview of stack staging: create 20, same 1" in result.output
+    ((preview,),) = [standin.operations()]
+    assert preview[preview.index("--stack") + 1] == "staging"
+    assert "preview of stack staging: create 6" in result.output
 
 
-def test_raya_destroy_asks_first(project: Path, opened: list[Any]) -> None:
+def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
     refused = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="n\n")
-    assert refused.exit_code == 1 and opened == []
+    assert refused.exit_code == 1 and standin.calls() == []
     agreed = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="y\n")
     assert agreed.exit_code == 0, agreed.output
     yes = CliRunner().invoke(app, ["destroy", "--yes", "--root", str(project)])
     assert yes.exit_code == 0
-    assert [stack.calls[0][0] for *_, stack in opened] == ["destroy", "destroy"]
+    assert [run[0] for run in standin.operations()] == ["destroy", "destroy"]
 
 
-def logging_pulumi(folder: Path, log: Path) -> None:
-    """A `pulumi` that logs its arguments and knows exactly one stack, prod."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "pulumi"
-    script.write_text(
-        f"""#!/bin/sh
-echo "$(pwd): $*" >> {log}
-case "$*" in
-  version) echo v3.200.0 ;;
-  *"--stack prod"*) ;;
-  *) echo "error: no stack named 'other' found" >&2; exit 255 ;;
-esac
-"""
-    )
-    script.chmod(0o755)
-
-
-def test_open_stack_drives_the_cli_in_the_project(
-    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    log = tmp_path / "pulumi.log"
-    logging_pulumi(tmp_path / "bin", log)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+def test_open_stack_drives_the_cli_in_the_project(project: Path, standin: Standin) -> None:
     stack = deploy.open_stack(project, "prod", True)
     assert stack.name == "prod"
     assert stack.workspace.work_dir == str(project)
-    assert f"{project}: --non-interactive stack select --stack prod" in log.read_text().splitlines()
+    assert ["stack", "select", "--stack", "prod"] in [run[:4] for run in standin.calls()]
     with pytest.raises(DeployError, match="stack other does not exist in the Pulumi backend"):
         deploy.open_stack(project, "other", False)
 

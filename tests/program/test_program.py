@@ -298,6 +298,42 @@ def test_adding_an_agent_adds_its_resources_and_changes_no_other_config() -> Non
         assert after.resources[name].outputs == resource.outputs, name
 
 
+def test_changing_an_agents_server_type_changes_nothing_else() -> None:
+    """docs/deploy.md: only that server's `serverType` changes, which the hcloud provider
+    applies in place (it replaces a server for image, location, user_data, SSH keys)."""
+    mocks = provider_mocks()
+    before = run(mocks)
+    after = run(mocks, with_agents(EXAMPLE, ("cx23", "cx33", "cx33")))
+    assert set(after.resources) == set(before.resources)
+    assert user_data(after) == user_data(before)
+    for name, server in before.of_type(SERVER).items():
+        old, new = reveal(server.inputs), reveal(after.resources[name].inputs)
+        changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+        assert changed == ({"serverType"} if name == "agent-1" else set()), name
+    assert reveal(after.resources["agent-1"].inputs)["serverType"] == "cx33"
+
+
+def test_removing_an_agent_from_the_middle_removes_the_last_one() -> None:
+    """An agent is its position: dropping entry 1 of three deletes agent-2 (its server, host
+    key and record) and gives agent-1 the next entry's server type; agent-1 keeps its name, address
+    and Ignition."""
+    mocks = provider_mocks()
+    before = run(mocks)
+    after = run(mocks, with_agents(EXAMPLE, ("cx23", "cx33")))
+    assert sorted(set(before.resources) - set(after.resources)) == [
+        "a2",
+        "agent-2",
+        "agent-2-host-key",
+    ]
+    assert set(after.resources) <= set(before.resources)
+    old, new = user_data(before), user_data(after)
+    assert new == {name: old[name] for name in new}
+    one_before = reveal(before.resources["agent-1"].inputs)
+    one_after = reveal(after.resources["agent-1"].inputs)
+    assert (one_before["serverType"], one_after["serverType"]) == ("cx23", "cx33")
+    assert one_after["networks"] == one_before["networks"]
+
+
 def test_parent_zone_found_once_among_others() -> None:
     result = run(provider_mocks([Zone("other", "other.org."), Zone("parent", "example.com.")]))
     assert reveal(result.resources["delegation"].inputs)["managedZone"] == "parent"
