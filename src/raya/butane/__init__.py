@@ -80,7 +80,10 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
     except RecursionError:  # an alias that contains itself, or absurd nesting
         return Result(None, [Diagnostic("error", (), 0, 0, "YAML nested too deeply (or an "
                                         "alias refers to itself)")])
-    diagnostics = sorted(translator.diagnostics, key=lambda d: (d.line, d.column))
+    found = translator.diagnostics
+    if any(d.severity == "error" and not d.generated for d in found):
+        found = [d for d in found if not d.generated]
+    diagnostics = sorted(found, key=lambda d: (d.line, d.column))
     if config is None or any(d.severity == "error" for d in diagnostics):
         return Result(None, diagnostics)
     return Result(config, diagnostics)

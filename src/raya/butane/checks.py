@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from raya.butane.dataurl import decode_data_url
@@ -19,7 +22,20 @@ _FORMATS = ("ext4", "btrfs", "xfs", "vfat", "swap", "none", "")
 _NODE_LISTS = ("files", "directories", "links")
 
 
+@contextmanager
+def generated(t: Translator) -> Iterator[None]:
+    """Findings made inside are Ignition's, on the generated config (see Diagnostic)."""
+    start = len(t.diagnostics)
+    yield
+    t.diagnostics[start:] = [replace(d, generated=True) for d in t.diagnostics[start:]]
+
+
 def resource(t: Translator, out: Json, path: Path, *, check_source: bool = True) -> None:
+    with generated(t):
+        _resource(t, out, path, check_source)
+
+
+def _resource(t: Translator, out: Json, path: Path, check_source: bool) -> None:
     compression = out.get("compression")
     if compression not in (None, "", "gzip"):
         t.error((*path, "compression"), "invalid compression method (accepted: gzip, or none)")
@@ -69,7 +85,9 @@ def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> No
     if value is None:
         return
     if not 0 <= value <= 0o7777:
-        t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. 0644)")
+        with generated(t):
+            t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. "
+                    "0644)")
     elif _looks_decimal(value, directory):
         t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
                "remember to add a leading zero")
@@ -130,63 +148,21 @@ def go_clean(value: str) -> str:
 
 
 def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> None:
-    abs_path(t, out.get("device"), (*path, "device"))
     fs_format = out.get("format")
-    if fs_format not in (None, *_FORMATS):
-        t.error((*path, "format"), "invalid filesystem format (accepted: "
-                + ", ".join(f for f in _FORMATS if f) + ")")
-    if out.get("path") is not None:
-        abs_path(t, out["path"], (*path, "path"))
+    with generated(t):
+        abs_path(t, out.get("device"), (*path, "device"))
+        if fs_format not in (None, *_FORMATS):
+            t.error((*path, "format"), "invalid filesystem format (accepted: "
+                    + ", ".join(f for f in _FORMATS if f) + ")")
+        if out.get("path") is not None:
+            abs_path(t, out["path"], (*path, "path"))
+    # Butane's own rules (base validate.go Filesystem.Validate).
     if with_mount_unit:
         if not fs_format:
             t.error((*path, "format"), "format is required if with_mount_unit is true")
         elif fs_format != "swap" and not out.get("path"):
             t.error((*path, "path"),
                     "path is required if with_mount_unit is true and format is not swap")
-
-
-def storage(t: Translator, out: Json, path: Path) -> None:
-    """Checks on the final node lists, tree-generated entries included."""
-    seen: dict[str, Path] = {}
-    links = [link.get("path", "") for link in out.get("links", ())]
-    for kind in _NODE_LISTS:
-        for index, entry in enumerate(out.get(kind, ())):
-            where = t.origins.get(id(entry), (*path, kind, index))
-            generated = id(entry) in t.origins
-            node_path = entry.get("path", "")
-            abs_path(t, node_path, where if generated else (*where, "path"))
-            if node_path in seen:
-                t.error(where, "duplicate entry defined (files, directories and links must "
-                        "have distinct paths)")
-            seen.setdefault(node_path, where)
-            if any(node_path.startswith(link + "/") for link in links if link):
-                t.error(where, f"{kind[:-1]} path includes a link defined in storage.links")
-            if kind == "files" and entry.get("overwrite") and "source" not in entry.get(
-                "contents", {}
-            ):
-                t.error((*where, "overwrite"), "overwrite must be false if source is unspecified")
-            if kind == "links" and not entry.get("target"):
-                t.error((*where, "target"), "link target is required")
-    for kind, key in (("disks", "device"), ("filesystems", "device"), ("luks", "name"),
-                      ("raid", "name")):
-        unique(t, out.get(kind, ()), key, (*path, kind))
-    for index, disk in enumerate(out.get("disks", ())):
-        abs_path(t, disk.get("device"), (*path, "disks", index, "device"))
-        if not disk.get("wipeTable"):
-            _reserved_labels(t, disk, (*path, "disks", index))
-
-
-# FCOS's own partitions: reusing a label with another number makes a new partition.
-_RESERVED_LABELS = {"BIOS-BOOT": 1, "PowerPC-PReP-boot": 1, "EFI-SYSTEM": 2, "boot": 3, "root": 4}
-
-
-def _reserved_labels(t: Translator, disk: Json, path: Path) -> None:
-    for index, partition in enumerate(disk.get("partitions", ())):
-        number = _RESERVED_LABELS.get(partition.get("label", ""))
-        if number is not None and partition.get("number", 0) != number:
-            t.warn((*path, "partitions", index, "label"),
-                   f"incorrect partition number; a new partition will be created using "
-                   f"reserved label {partition['label']} (its number is {number})")
 
 
 def unique(t: Translator, entries: Any, key: str, path: Path) -> None:
@@ -219,10 +195,28 @@ def _systemd_conflicts(t: Translator, out: Json) -> None:
 
 
 def config(t: Translator, out: Json) -> None:
+    with generated(t):
+        _config(t, out)
+
+
+def _config(t: Translator, out: Json) -> None:
     _systemd_conflicts(t, out)
     passwd = out.get("passwd", {})
     unique(t, passwd.get("users", ()), "name", ("passwd", "users"))
     unique(t, passwd.get("groups", ()), "name", ("passwd", "groups"))
+    # Ignition config/validate/validate.go ValidateDups: every list is checked, by Key()
+    # (a resource's source) or by value for lists of strings.
+    ignition = out.get("ignition", {})
+    unique(t, ignition.get("config", {}).get("merge", ()), "source",
+           ("ignition", "config", "merge"))
+    unique(t, ignition.get("proxy", {}).get("noProxy", ()), "", ("ignition", "proxy", "no_proxy"))
+    unique(t, ignition.get("security", {}).get("tls", {}).get("certificateAuthorities", ()),
+           "source", ("ignition", "security", "tls", "certificate_authorities"))
+    for index, user in enumerate(passwd.get("users", ())):
+        where = ("passwd", "users", index)
+        unique(t, user.get("groups", ()), "", (*where, "groups"))
+        # Keys read from ssh_authorized_keys_local follow the inline ones.
+        unique(t, user.get("sshAuthorizedKeys", ()), "", (*where, "ssh_authorized_keys"))
     arguments = out.get("kernelArguments", {})
     present = arguments.get("shouldExist", [])
     seen = set(present)

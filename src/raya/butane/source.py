@@ -74,6 +74,9 @@ class Diagnostic:
     column: int
     message: str
     width: int = 1  # how many characters the finding spans on its line
+    # Butane checks the generated Ignition config only once its own checks and the
+    # translation found no error: findings of that last stage are dropped otherwise.
+    generated: bool = False
 
     @property
     def json_path(self) -> str:

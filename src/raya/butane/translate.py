@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from raya.butane import checks, units
+from raya.butane import checks, storage, units
 from raya.butane.dataurl import make_data_url
 from raya.butane.schema import (
     CONFIG,
@@ -321,7 +321,8 @@ def _proxy(t: Translator, out: Json, path: Path) -> None:
     for key, field in (("httpProxy", "http_proxy"), ("httpsProxy", "https_proxy")):
         value = out.get(key)
         if value is not None and not value.startswith(("http://", "https://")):
-            t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
+            with checks.generated(t):
+                t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
 
 
 def _tree(t: Translator, out: Json, path: Path) -> None:
@@ -350,7 +351,8 @@ def _group(t: Translator, out: Json, path: Path) -> None:
 def _owner(t: Translator, out: Json, path: Path) -> None:
     checks.non_negative(t, out.get("id"), (*path, "id"))
     if out.get("id") is not None and out.get("name") is not None:
-        t.error(path, "cannot set both id and name")
+        with checks.generated(t):
+            t.error(path, "cannot set both id and name")
 
 
 def _systemd_local(t: Translator, out: Json, path: Path) -> str:
@@ -369,11 +371,15 @@ def _systemd_local(t: Translator, out: Json, path: Path) -> str:
 
 
 def _unit(t: Translator, out: Json, path: Path) -> None:
-    units.check_unit(t, out, path, _systemd_local(t, out, path))
+    contents_key = _systemd_local(t, out, path)
+    with checks.generated(t):
+        units.check_unit(t, out, path, contents_key)
 
 
 def _dropin(t: Translator, out: Json, path: Path) -> None:
-    units.check_dropin(t, out, path, _systemd_local(t, out, path))
+    contents_key = _systemd_local(t, out, path)
+    with checks.generated(t):
+        units.check_dropin(t, out, path, contents_key)
 
 
 def _filesystem(t: Translator, out: Json, path: Path) -> None:
@@ -387,14 +393,15 @@ def _storage(t: Translator, out: Json, path: Path) -> None:
     trees = out.pop("trees", None)
     if trees:
         expand(t, trees, out, path)
-    checks.storage(t, out, path)
+    storage.check(t, out, path)
 
 
 def _config(t: Translator, out: Json, path: Path) -> None:
     for key in ("variant", "version"):
         out.pop(key, None)
     out["ignition"] = {**out.get("ignition", {}), "version": t.ignition_version}
-    units.add_mount_units(t, out)
+    with checks.generated(t):
+        units.add_mount_units(t, out)
     checks.config(t, out)
 
 
