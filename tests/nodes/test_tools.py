@@ -34,9 +34,10 @@ from tests.support import http_server, require_tool, routes
 pytestmark = pytest.mark.tools
 
 KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
+WAIT_UNIT = "raya-private-network.service"
 KEY_DIR = "/home/core/.ssh/authorized_keys.d"
 # What the image itself provides to the units (k3s is put there by Packer).
-IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe"]
+IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/bin/sh"]
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -221,9 +222,10 @@ def test_networkmanager_reads_the_keyfile_as_meant(
     assert understood["ethernet"]["mtu"] == "1450"
     assert understood["ipv4"] == {
         "method": "manual",
-        "address1": f"{node.private_ip}/24",
-        "route1": "10.0.0.0/8,10.0.0.1",
-        "route1_options": "onlink=true",
+        "address1": f"{node.private_ip}/32",
+        "route1": "10.0.0.1/32",
+        "route2": "10.0.0.0/8,10.0.0.1",
+        "route2_options": "onlink=true",
         "may-fail": "false",
         "never-default": "true",
     }
@@ -248,7 +250,7 @@ def test_systemd_accepts_every_unit(
         shutil.copytree(root, copy, symlinks=True)
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
-        assert len(units) == 2
+        assert len(units) == 3
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
         # ...and it can fail: a misspelled directive is reported.
@@ -262,7 +264,9 @@ def test_units_need_the_private_network_and_the_public_address(
     rendered: dict[str, RenderedNode],
 ) -> None:
     for node in rendered.values():
-        for name in _unit_names(node):
+        # The wait for the private network is what network-online.target waits for.
+        assert "Before=network-online.target" in _unit(node, WAIT_UNIT).splitlines()
+        for name in set(_unit_names(node)) - {WAIT_UNIT}:
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
             assert "After=network-online.target" in lines, name
