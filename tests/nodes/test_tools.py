@@ -265,7 +265,8 @@ def test_units_need_the_private_network_and_the_public_address(
 ) -> None:
     for node in rendered.values():
         # The wait for the private network is what network-online.target waits for.
-        assert "Before=network-online.target" in _unit(node, WAIT_UNIT).splitlines()
+        wait = _unit(node, WAIT_UNIT).splitlines()
+        assert {"Before=network-online.target", "WantedBy=network-online.target"} <= set(wait)
         for name in set(_unit_names(node)) - {WAIT_UNIT}:
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
