@@ -45,9 +45,12 @@ Respond = Callable[[BaseHTTPRequestHandler], Reply]
 
 
 @contextlib.contextmanager
-def http_server(respond: Respond, tls: ssl.SSLContext | None = None) -> Iterator[str]:
-    """A server on 127.0.0.1 answering every GET with `respond`, over `tls` if given; its
-    base URL (http:// or https://127.0.0.1:<port>)."""
+def http_server(
+    respond: Respond, tls: ssl.SSLContext | None = None, address: tuple[str, int] = ("127.0.0.1", 0)
+) -> Iterator[str]:
+    """A server on `address` (127.0.0.1, a free port, unless a boot test's namespace gives
+    another) answering every GET with `respond`, over `tls` if given; its base URL
+    (http:// or https://<host>:<port>)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -65,13 +68,14 @@ def http_server(respond: Respond, tls: ssl.SSLContext | None = None) -> Iterator
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(address, Handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield f"{'http' if tls is None else 'https'}://127.0.0.1:{server.server_address[1]}"
+        host, port = server.server_address[:2]
+        yield f"{'http' if tls is None else 'https'}://{host!s}:{port}"
     finally:
         server.shutdown()
         server.server_close()

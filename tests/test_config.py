@@ -243,9 +243,18 @@ def test_bad_setting(changes: dict[str, Any], message: str) -> None:
     assert error_of(**changes).startswith(f"{SOURCE}: {message}")
 
 
-@pytest.mark.parametrize("value", ["cx23", "cpx11", "ccx63", "cx22"])
+@pytest.mark.parametrize("value", ["cx23", "cpx11", "ccx63", "cx22", "ccx13", "cpx21"])
 def test_good_server_types(value: str) -> None:
     assert server_type_problem(value) is None
+
+
+@pytest.mark.parametrize("value", ["cx11", "cx21", "cx51", "ccx11", "ccx51"])
+def test_types_naming_the_private_nic_ens10_are_refused(value: str) -> None:
+    """The node configs activate enp7s0; on these older types it would never appear."""
+    assert server_type_problem(value) == (
+        f"is {value!r}, an older type whose private NIC is ens10; accepted: a current "
+        "type (private NIC enp7s0) such as cx23"
+    )
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -52,6 +52,9 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 _ARM_PREFIX = "cax"
+# The older generations CX*1 and CCX*1 name the private NIC ens10; the node configs are for
+# enp7s0, the name on every current type (Hetzner's networks documentation).
+_ENS10_TYPE = re.compile(r"c?cx[0-9]1")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -89,6 +92,11 @@ def server_type_problem(value: object) -> str | None:
         return f"is {value!r}; accepted: a Hetzner server type such as cx23"
     if value.startswith(_ARM_PREFIX):
         return f"is {value!r}, an ARM type; accepted: an x86 type, the image is x86 only"
+    if _ENS10_TYPE.fullmatch(value):
+        return (
+            f"is {value!r}, an older type whose private NIC is ens10; accepted: a current "
+            "type (private NIC enp7s0) such as cx23"
+        )
     return None
 
 

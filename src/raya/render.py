@@ -162,7 +162,7 @@ def _context(
             "interface": PRIVATE_INTERFACE,
             "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
             "mtu": PRIVATE_MTU,
-            "prefix": config.nodes_subnet.prefixlen,
+            "wait_unit": "raya-private-network.service",
             "gateway": config.gateway,
             "route": PRIVATE_ROUTE,
         },

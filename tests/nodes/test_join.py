@@ -1,154 +1,30 @@
-"""A k3s-style join over real TLS on 127.0.0.1, with the rendered CA and an agent's token.
-
-The client follows the k3s agent (pkg/clientaccess/token.go): fetch /cacerts without
-verifying, compare its sha256 with the token's hash, then talk to the server trusting only
-that bundle, authenticating with the token's user and secret (`K10<hash>::<user>:<secret>`).
-
-The server models k3s' authorization (k3s-io/k3s): pkg/daemons/control/deps/deps.go
-`genUsers` writes two users, `node` in group `k3s:agent` with the agent token (`agent-token`,
-else the server token's secret) and `server` in group `k3s:server` with the server token;
-pkg/server/handlers/router.go serves /cacerts to anyone, the agent endpoints (/v1-k3s/config,
-/v1-k3s/client-kubelet.crt, ...) to `k3s:agent`, and /v1-k3s/server-bootstrap (the cluster's
-CA keys and datastore bootstrap data), /v1-k3s/token and /v1-k3s/encrypt/* only to
-`k3s:server`; pkg/server/auth/auth.go answers 401 to a failed login and 403 to a user
-without the role.
-"""
+"""A k3s-style join over real TLS on 127.0.0.1, with the rendered CA and an agent's token
+(the two ends, and the k3s behaviour they model, are in k3s_join.py)."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime
 import hashlib
-import hmac
-import ipaddress
-import re
-import ssl
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from raya.identity import CertificateAuthority, generate_example_secrets
 from raya.render import RenderedNode
+from tests.nodes.k3s_join import (
+    AGENT_PATHS,
+    SERVER_PATHS,
+    JoinRefused,
+    join,
+    k3s_like_server,
+    serving_certificate,
+)
 from tests.nodes.tools import ignition_files
-from tests.support import http_server, routes
 
 TLS = "/var/lib/rancher/k3s/server/tls"
 CONFIG = "/etc/rancher/k3s/config.yaml"
-
-
-class JoinRefused(Exception):
-    pass
-
-
-def serving_certificate(
-    ca: CertificateAuthority, folder: Path, dns_names: Sequence[str] = ()
-) -> tuple[Path, Path]:
-    """A serving certificate for 127.0.0.1 (and `dns_names`, as k3s' `tls-san`) signed by
-    `ca`, as k3s' dynamiclistener makes."""
-    ca_key = serialization.load_pem_private_key(ca.key_pem.encode(), password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.encode())
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "k3s")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    *(x509.DNSName(name) for name in dns_names),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "serving.crt", folder / "serving.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-AGENT_PATHS = ("/v1-k3s/config", "/v1-k3s/client-kubelet.crt")
-SERVER_PATHS = ("/v1-k3s/server-bootstrap", "/v1-k3s/token", "/v1-k3s/encrypt/status")
-
-
-def k3s_like_server(
-    serving: tuple[Path, Path], cacerts: bytes, server_secret: str, agent_secret: str
-) -> contextlib.AbstractContextManager[str]:
-    """HTTPS on 127.0.0.1 with k3s' two users and the roles its endpoints require."""
-    users = {"server": (server_secret, "k3s:server"), "node": (agent_secret, "k3s:agent")}
-
-    def guarded(role: str) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
-        def respond(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
-            header = request.headers.get("Authorization", "").removeprefix("Basic ")
-            user, _, secret = base64.b64decode(header).decode().partition(":")
-            if user not in users or not hmac.compare_digest(users[user][0], secret):
-                return 401, b"not authorized"
-            if users[user][1] != role:
-                return 403, b"forbidden"
-            return 200, f"welcome to {request.path}".encode()
-
-        return respond
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*serving)
-    endpoints: dict[str, bytes | Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]] = {
-        "/cacerts": cacerts,
-        **{path: guarded("k3s:agent") for path in AGENT_PATHS},
-        **{path: guarded("k3s:server") for path in SERVER_PATHS},
-    }
-    return http_server(routes(endpoints), tls=context)
-
-
-def join(url: str, token: str, path: str = "/v1-k3s/config") -> bytes:
-    """What a k3s agent does with its server URL and full token, then a GET of `path`;
-    JoinRefused if the agent would not go on or the server refuses."""
-    match = re.fullmatch(r"K10([0-9a-f]{64})::([^:]+):(.+)", token)
-    if not match:
-        raise JoinRefused("not a full token")
-    ca_hash, user, secret = match[1], match[2], match[3]
-    blind = ssl.create_default_context()
-    blind.check_hostname = False
-    blind.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(f"{url}/cacerts", context=blind, timeout=10) as response:
-        cacerts: bytes = response.read()
-    if hashlib.sha256(cacerts).hexdigest() != ca_hash:
-        raise JoinRefused("token CA hash does not match the server's CA certificate hash")
-    trusting = ssl.create_default_context(cadata=cacerts.decode())
-    request = urllib.request.Request(f"{url}{path}")
-    credentials = base64.b64encode(f"{user}:{secret}".encode()).decode()
-    request.add_header("Authorization", f"Basic {credentials}")
-    try:
-        with urllib.request.urlopen(request, context=trusting, timeout=10) as response:
-            body: bytes = response.read()
-            return body
-    except urllib.error.URLError as error:
-        raise JoinRefused(str(error.reason)) from None
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,13 @@ from tests.support import http_server, require_tool, routes
 pytestmark = pytest.mark.tools
 
 KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
+WAIT_UNIT = "raya-private-network.service"
 KEY_DIR = "/home/core/.ssh/authorized_keys.d"
 # What the image itself provides to the units (k3s is put there by Packer).
-IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/usr/sbin/nft"]
+IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/usr/sbin/nft", "/bin/sh"]
 GUARD = "raya-metadata-guard.service"
+# The units every node's config carries, besides its k3s unit.
+NODE_UNITS = (WAIT_UNIT, "raya-public-ipv4.service", GUARD)
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -246,9 +249,10 @@ def test_networkmanager_reads_the_keyfile_as_meant(
     assert understood["ethernet"]["mtu"] == "1450"
     assert understood["ipv4"] == {
         "method": "manual",
-        "address1": f"{node.private_ip}/24",
-        "route1": "10.0.0.0/8,10.0.0.1",
-        "route1_options": "onlink=true",
+        "address1": f"{node.private_ip}/32",
+        "route1": "10.0.0.1/32",
+        "route2": "10.0.0.0/8,10.0.0.1",
+        "route2_options": "onlink=true",
         "may-fail": "false",
         "never-default": "true",
     }
@@ -273,7 +277,9 @@ def test_systemd_accepts_every_unit(
         shutil.copytree(root, copy, symlinks=True)
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
-        assert len(units) == 3
+        k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
+        assert sorted(units) == sorted([*NODE_UNITS, k3s]), name
+        assert units[-1] == k3s
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
         # ...and it can fail: a misspelled directive is reported.
@@ -287,9 +293,11 @@ def test_units_need_the_private_network_and_the_public_address(
     rendered: dict[str, RenderedNode],
 ) -> None:
     for node in rendered.values():
-        for name in _unit_names(node):
-            if name == GUARD:  # before any network, see below
-                continue
+        # The wait for the private network is what network-online.target waits for.
+        wait = _unit(node, WAIT_UNIT).splitlines()
+        assert {"Before=network-online.target", "WantedBy=network-online.target"} <= set(wait)
+        # The metadata guard loads before any network (see below).
+        for name in set(_unit_names(node)) - {WAIT_UNIT, GUARD}:
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
             assert "After=network-online.target" in lines, name

@@ -61,12 +61,9 @@ def scratch_root() -> Iterator[Path]:
 
 def _ignition_root(folder: Path) -> Path:
     root = folder / "root"
-    for directory in ("etc/selinux/targeted/contexts/files", "usr", "var/usrlocal", "home"):
+    for directory in ("etc", "usr", "var"):
         (root / directory).mkdir(parents=True)
-    (root / "usr/local").symlink_to("../var/usrlocal")  # as on FCOS
-    (root / "home").rmdir()
-    (root / "var/home").mkdir()
-    (root / "home").symlink_to("var/home")
+    fcos_layout(root)
     for name, text in {
         "passwd": "root:x:0:0:root:/root:/bin/bash\n",
         "group": "root:x:0:\n",
@@ -74,11 +71,30 @@ def _ignition_root(folder: Path) -> Path:
         "gshadow": "root:*::\n",
         # Fedora's useradd makes a group per user, which Ignition's `group: core` needs.
         "login.defs": "USERGROUPS_ENAB yes\nUID_MIN 1000\nGID_MIN 1000\n",
-        "selinux/config": "SELINUXTYPE=targeted\n",
-        "selinux/targeted/contexts/files/file_contexts": "/.*  system_u:object_r:etc_t:s0\n",
     }.items():
         (root / "etc" / name).write_text(text)
     return root
+
+
+# Debian's Ignition relabels what it wrote with setfiles, which needs a policy to read.
+SELINUX_STUB = {
+    "etc/selinux/config": "SELINUXTYPE=targeted\n",
+    "etc/selinux/targeted/contexts/files/file_contexts": "/.*  system_u:object_r:etc_t:s0\n",
+}
+
+
+def fcos_layout(root: Path) -> None:
+    """Make `root` look like FCOS where Ignition writes: /usr/local and /home are links into
+    /var (replacing empty folders a distribution has there), plus the SELinux stub."""
+    for link, target in (("usr/local", "../var/usrlocal"), ("home", "var/home")):
+        path = root / link
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        (root / link).parent.joinpath(target).mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    for name, text in SELINUX_STUB.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
 def apply_ignition(config: bytes, root: Path) -> str:

@@ -20,7 +20,7 @@ from dnslib import NS, QTYPE, RR, A, DNSRecord
 from dnslib.server import BaseResolver, DNSServer
 
 from raya.identity import CertificateAuthority
-from tests.nodes.test_join import serving_certificate
+from tests.nodes.k3s_join import serving_certificate
 
 
 def hetzner_server(

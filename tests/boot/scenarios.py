@@ -1,0 +1,123 @@
+"""The boot scenarios, shared by the boot tests and bench/boot.py (which prints timings).
+
+One fleet boots at once on one simulated Hetzner network: the control plane and two agents
+as provisioned, an agent whose metadata service answers 503 at first, and agents whose
+private NIC gets its link late or is hot-plugged late (as the hcloud provider does when it
+attaches the network after starting the server). A second, small boot pits an agent
+against a control plane holding another CA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from raya.fleet import Cluster, build_cluster
+from raya.github_keys import load_keys_file
+from raya.identity import ClusterSecrets, generate_example_secrets
+from raya.project import EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import RenderedNode, render_cluster
+from tests.boot.sim import Attachment, BootedNode, NodePlan, booted
+
+METADATA_UNAVAILABLE_FOR = 20.0
+LATE = 10.0
+VERY_LATE = 60.0
+# Past the latest NIC, with room for the node to take it up on a busy machine.
+FLEET_DEADLINE = VERY_LATE + 40
+REFUSAL_DEADLINE = 40.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    node: str
+    what: str
+    attachment: Attachment = "present"
+    delay: float = 0.0
+    metadata_unavailable_for: float = 0.0
+
+
+FLEET = (
+    Scenario("control-plane", "control plane, booting with the agents"),
+    Scenario("agent-0", "agent, booting with the control plane"),
+    Scenario("agent-1", "agent, booting with the control plane"),
+    Scenario("agent-2", "metadata 503 at first", metadata_unavailable_for=METADATA_UNAVAILABLE_FOR),
+    Scenario("agent-3", "private NIC present, link late", "late-link", LATE),
+    Scenario("agent-4", "private NIC present, link very late", "late-link", VERY_LATE),
+    Scenario("agent-5", "private NIC hot-plugged late", "hot-plug", LATE),
+    Scenario("agent-6", "private NIC hot-plugged very late", "hot-plug", VERY_LATE),
+)  # fmt: skip
+
+
+def fleet_cluster() -> Cluster:
+    """The example cluster with an agent per scenario."""
+    example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    agents = ("cx23",) * (len(FLEET) - 1)
+    return build_cluster(example.config, agents, "the boot scenarios")
+
+
+def render(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
+    users = load_keys_file(EXAMPLE_KEYS)
+    return {node.node.name: node for node in render_cluster(cluster, secrets, users)}
+
+
+def k3s_unit(node: BootedNode) -> str:
+    return "k3s.service" if node.plan.name == "control-plane" else "k3s-agent.service"
+
+
+def _k3s_ready(node: BootedNode) -> bool:
+    return node.job_done(k3s_unit(node)) is not None
+
+
+def _plan(rendered: RenderedNode, scenario: Scenario) -> NodePlan:
+    return NodePlan(
+        name=scenario.node,
+        ignition=rendered.ignition,
+        private_ip=rendered.node.private_ip,
+        attachment=scenario.attachment,
+        delay=scenario.delay,
+        metadata_unavailable_for=scenario.metadata_unavailable_for,
+    )
+
+
+@contextlib.contextmanager
+def boot_fleet() -> Iterator[dict[str, BootedNode]]:
+    cluster = fleet_cluster()
+    rendered = render(cluster, generate_example_secrets(node.name for node in cluster.nodes))
+    plans = [_plan(rendered[scenario.node], scenario) for scenario in FLEET]
+    with booted(plans, _k3s_ready, FLEET_DEADLINE) as nodes:
+        yield nodes
+
+
+def _refused(node: BootedNode) -> bool:
+    return any("join refused" in event.message for event in node.logged("k3s"))
+
+
+@contextlib.contextmanager
+def boot_impostor() -> Iterator[dict[str, BootedNode]]:
+    """agent-0 as rendered for the cluster, and a control plane at the right address but
+    rendered with other secrets (so another server CA)."""
+    cluster = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    names = [node.name for node in cluster.nodes]
+    real = render(cluster, generate_example_secrets(names))
+    impostor = render(cluster, generate_example_secrets(names))
+    plans = [
+        _plan(impostor["control-plane"], Scenario("control-plane", "impostor")),
+        _plan(real["agent-0"], Scenario("agent-0", "agent facing the impostor")),
+    ]
+
+    def done(node: BootedNode) -> bool:
+        return _k3s_ready(node) if node.plan.name == "control-plane" else _refused(node)
+
+    with booted(plans, done, REFUSAL_DEADLINE) as nodes:
+        yield nodes
+
+
+def timings(node: BootedNode) -> dict[str, float | None]:
+    """Seconds after launch at which the node reached each step (None: never)."""
+    steps = {
+        "online": node.job_done("network-online.target"),
+        "public-ipv4": node.job_done("raya-public-ipv4.service"),
+        "k3s": node.job_done(k3s_unit(node)),
+    }
+    return {step: None if event is None else round(event.at, 2) for step, event in steps.items()}

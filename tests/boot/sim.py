@@ -1,0 +1,540 @@
+"""Booting rendered node configs under systemd-nspawn on a simulated Hetzner network.
+
+A Debian root (debootstrap, cached) stands in for FCOS' userland; each node gets an overlay
+of it into which the real Ignition writes its config, then boots it with real systemd and
+NetworkManager. One network namespace plays Hetzner: the private network's gateway
+10.0.0.1 *routing* between the nodes (a /32 route per node, no bridge: Hetzner's networks
+are layer 3), a public side on a documentation range with DHCP (dnsmasq), and the metadata
+service at 169.254.169.254. Each node has a namespace of its own, linked only to Hetzner's:
+nothing reaches any other network. The nspawn flags are those this machine kind needs
+(see docs/nodes.md, "Boot test").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import ipaddress
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sysconfig
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Literal
+
+from raya.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
+from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
+from tests.support import REPO, Reply, http_server, require_tool, routes
+
+# What the Debian root holds besides minbase: what FCOS has that the configs rely on, and
+# python3 for the stand-in k3s. libpam-systemd: without it NetworkManager's polkit
+# dependency stays unconfigured.
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "network-manager",
+    "libpam-systemd",
+    "curl",
+    "iproute2",
+    "python3",
+    "nftables",  # the metadata guard's rule set (raya-metadata-guard.service)
+)
+ROOT_CACHE = Path("/var/cache/raya-boot-root")
+PUBLIC_INTERFACE = "enp1s0"  # Hetzner's public NIC on FCOS
+PUBLIC_NETWORK = ipaddress.IPv4Network("203.0.113.0/24")  # documentation range (RFC 5737)
+PUBLIC_GATEWAY = PUBLIC_NETWORK.network_address + 1
+METADATA_ADDRESS = "169.254.169.254"
+METADATA_PATH = "/hetzner/v1/metadata/public-ipv4"
+CLONE_NEWNET = 0x40000000
+
+Attachment = Literal["present", "late-link", "hot-plug"]
+
+
+def _run(*command: str, timeout: float = 60) -> str:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+# --- the Debian root -------------------------------------------------------------------
+
+
+def _host_codename() -> str:
+    release = Path("/etc/os-release").read_text()
+    match = re.search(r"^VERSION_CODENAME=(\S+)$", release, re.MULTILINE)
+    if not match:
+        raise RuntimeError("/etc/os-release names no VERSION_CODENAME")
+    return match[1].strip('"')
+
+
+def debian_mirror(suite: str, apt: Path = Path("/etc/apt")) -> str:
+    """The mirror apt uses here for `suite` (sources.list or deb822 .sources files)."""
+    files = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]
+    for path in [p for p in files if p.is_file()]:
+        for line in path.read_text().splitlines():
+            fields = re.sub(r"\[[^]]*\]", "", line.split("#")[0]).split()
+            if len(fields) >= 3 and fields[0] == "deb" and fields[2] == suite:
+                return fields[1]
+    for path in sorted((apt / "sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", path.read_text()):
+            entry = {
+                key.strip(): value.split()
+                for key, _, value in (
+                    line.partition(":") for line in stanza.splitlines() if ":" in line
+                )
+                if not key.startswith("#")
+            }
+            if (
+                "deb" in entry.get("Types", [])
+                and suite in entry.get("Suites", [])
+                and entry.get("Enabled", ["yes"]) != ["no"]
+                and entry.get("URIs")
+            ):
+                return entry["URIs"][0]
+    raise RuntimeError(f"no Debian mirror for {suite} in {apt}/sources.list(.d)")
+
+
+def debian_root() -> Path:
+    """A Debian root of the host's release with PACKAGES, built once and kept under
+    ROOT_CACHE, keyed by release and package list; nodes only ever overlay it."""
+    suite = _host_codename()
+    key = hashlib.sha256(json.dumps([suite, PACKAGES]).encode()).hexdigest()[:16]
+    root = ROOT_CACHE / f"{suite}-{key}"
+    ready = root / ".raya-root-complete"
+    if ready.exists():
+        return root
+    ROOT_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(ROOT_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.exists():
+            return root
+        building = root.with_name(root.name + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        _run(
+            require_tool("debootstrap"),
+            "--variant=minbase",
+            f"--include={','.join(PACKAGES)}",
+            suite,
+            str(building),
+            debian_mirror(suite),
+            timeout=1800,
+        )
+        # Persistent journal, read after the node stops.
+        (building / "var/log/journal").mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+        building.rename(root)
+        ready.touch()
+    return root
+
+
+# --- namespaces --------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def in_namespace(name: str) -> Iterator[None]:
+    """This thread in network namespace `name`: sockets made meanwhile stay in it."""
+    with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{name}") as target:
+        if _libc.setns(target.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {name}")
+        try:
+            yield
+        finally:
+            if _libc.setns(home.fileno(), CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back")
+
+
+def ip(namespace: str, *arguments: str) -> str:
+    return _run(require_tool("ip"), "-n", namespace, *arguments)
+
+
+@dataclass
+class NodePlan:
+    """One node of a scenario: its name and config, and how its private NIC arrives."""
+
+    name: str
+    ignition: bytes
+    private_ip: ipaddress.IPv4Address
+    attachment: Attachment = "present"
+    delay: float = 0.0  # seconds after launch, for late-link and hot-plug
+    metadata_unavailable_for: float = 0.0  # seconds of 503 from the metadata service
+
+
+class Hetzner:
+    """The Hetzner namespace: private gateway (routing), public DHCP, metadata service."""
+
+    def __init__(self, tag: str, stack: contextlib.ExitStack) -> None:
+        self.namespace = f"raya-{tag}-hz"
+        self.metadata_log: list[tuple[float, str, int]] = []
+        self._unavailable_until: dict[str, float] = {}
+        self._leases: list[str] = []
+        self._stack = stack
+        _run(require_tool("ip"), "netns", "add", self.namespace)
+        stack.callback(_run, "ip", "netns", "delete", self.namespace)
+        ip(self.namespace, "link", "set", "lo", "up")
+        ip(self.namespace, "address", "add", f"{METADATA_ADDRESS}/32", "dev", "lo")
+        _run("ip", "netns", "exec", self.namespace, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        ip(self.namespace, "link", "add", "pub", "type", "bridge")
+        ip(self.namespace, "address", "add", f"{PUBLIC_GATEWAY}/24", "dev", "pub")
+        ip(self.namespace, "link", "set", "pub", "up")
+        # The public side does not lead into the private network (on Hetzner it leads to the
+        # internet): a node without its private NIC must not reach its peers through it.
+        ip(self.namespace, "rule", "add", "iif", "pub", "to", "10.0.0.0/8", "unreachable")
+        with in_namespace(self.namespace):
+            stack.enter_context(
+                http_server(routes({METADATA_PATH: self._metadata}), address=(METADATA_ADDRESS, 80))
+            )
+
+    def _metadata(self, request: BaseHTTPRequestHandler) -> Reply:
+        client = request.client_address[0]
+        status = 503 if time.monotonic() < self._unavailable_until.get(client, 0) else 200
+        self.metadata_log.append((time.monotonic(), client, status))
+        return (status, client.encode() if status == 200 else b"unavailable")
+
+    def public_address(self, index: int) -> ipaddress.IPv4Address:
+        return PUBLIC_GATEWAY + 10 + index
+
+    def attach_public(self, namespace: str, index: int, unavailable_until: float) -> None:
+        """The node's public NIC, up before boot (else NetworkManager's first DHCP request
+        may be lost), with a fixed lease."""
+        mac = f"02:00:00:00:01:{index:02x}"
+        ip(self.namespace, "link", "add", f"p{index}", "type", "veth", "peer", "name", f"pn{index}")
+        ip(self.namespace, "link", "set", f"p{index}", "master", "pub", "up")
+        ip(self.namespace, "link", "set", f"pn{index}", "netns", namespace)
+        ip(namespace, "link", "set", f"pn{index}", "name", PUBLIC_INTERFACE, "address", mac)
+        ip(namespace, "link", "set", PUBLIC_INTERFACE, "up")
+        self._leases.append(f"{mac},{self.public_address(index)}")
+        self._unavailable_until[str(self.public_address(index))] = unavailable_until
+
+    def start_dhcp(self) -> None:
+        dnsmasq = subprocess.Popen(
+            [
+                "ip", "netns", "exec", self.namespace,
+                require_tool("dnsmasq"),
+                "--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--no-ping",
+                "--interface=pub", "--bind-interfaces", "--leasefile-ro", "--pid-file",
+                "--dhcp-authoritative",
+                f"--dhcp-range={PUBLIC_GATEWAY + 200},{PUBLIC_GATEWAY + 250},255.255.255.0,1h",
+                *(f"--dhcp-host={lease}" for lease in self._leases),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self._stack.callback(_stop_process, dnsmasq)
+
+    def prepare_private(self, namespace: str, index: int, attachment: Attachment) -> None:
+        """The node's private NIC: in its namespace as enp7s0 unless it is to be hot-plugged;
+        the gateway's end down until connect_private for a late link."""
+        ip(self.namespace, "link", "add", f"v{index}", "mtu", "1450", "type", "veth",
+           "peer", "name", f"vn{index}", "mtu", "1450")  # fmt: skip
+        ip(self.namespace, "address", "add", "10.0.0.1/32", "dev", f"v{index}")
+        if attachment != "hot-plug":
+            ip(self.namespace, "link", "set", f"vn{index}", "netns", namespace)
+            ip(namespace, "link", "set", f"vn{index}", "name", PRIVATE_INTERFACE)
+
+    def connect_private(
+        self, namespace: str, index: int, address: ipaddress.IPv4Address, attachment: Attachment
+    ) -> None:
+        """Give the node's private NIC its link (and hot-plug it, if so planned); route the
+        node's address to it, as Hetzner's gateway does."""
+        if attachment == "hot-plug":
+            ip(self.namespace, "link", "set", f"vn{index}", "netns", namespace)
+            ip(namespace, "link", "set", f"vn{index}", "name", PRIVATE_INTERFACE)
+        ip(self.namespace, "link", "set", f"v{index}", "up")
+        ip(self.namespace, "route", "add", f"{address}/32", "dev", f"v{index}")
+
+
+def _stop_process(process: subprocess.Popen[Any], grace: float = 30) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --- nodes -------------------------------------------------------------------------------
+
+JOB_DONE = "39f53479d3a045ac8e11786248231fbf"  # systemd's "job finished" catalogue entry
+
+
+@dataclass
+class Event:
+    at: float  # seconds after the node's launch
+    message: str
+    fields: dict[str, Any]
+
+
+@dataclass
+class BootedNode:
+    plan: NodePlan
+    namespace: str
+    folder: Path
+    launched: float = 0.0
+    process: subprocess.Popen[bytes] | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.folder / "merged"
+
+    def journal(self) -> list[Event]:
+        output = _run(
+            require_tool("journalctl"), "-D", str(self.root / "var/log/journal"),
+            "-o", "json", "--no-pager",
+        )  # fmt: skip
+        events = []
+        for line in output.splitlines():
+            entry = json.loads(line)
+            message = entry.get("MESSAGE")
+            if not isinstance(message, str):
+                continue
+            at = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6 - self.launched
+            events.append(Event(at, message, entry))
+        return events
+
+    def job_done(self, unit: str) -> Event | None:
+        """When systemd finished starting `unit` successfully, if it did."""
+        return next(
+            (
+                event
+                for event in self.journal()
+                if event.fields.get("MESSAGE_ID") == JOB_DONE
+                and event.fields.get("UNIT") == unit
+                and event.fields.get("JOB_TYPE") == "start"
+                and event.fields.get("JOB_RESULT") == "done"
+            ),
+            None,
+        )
+
+    def logged(self, identifier: str) -> list[Event]:
+        return [e for e in self.journal() if e.fields.get("SYSLOG_IDENTIFIER") == identifier]
+
+    def leader(self) -> int:
+        """The PID of the node's systemd, as the host sees it."""
+        assert self.process is not None
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                status = Path(f"/proc/{child}/status").read_text()
+                if re.search(r"^NSpid:\s+\d+\s+1$", status, re.MULTILINE):
+                    return int(child)
+        raise RuntimeError(f"{self.plan.name}: no systemd in its container")
+
+    def inside(self, *command: str) -> str:
+        return _run("nsenter", "-t", str(self.leader()), "-a", *command)
+
+    def snapshot(self) -> None:
+        """What the running node shows: its private NIC, routes and failed units."""
+        if self.process is None or self.process.poll() is not None:
+            self.state = {"failed": ["the container is not running"]}
+            return
+        self.state = {
+            "addresses": json.loads(ip(self.namespace, "-j", "address", "show")),
+            "routes": json.loads(ip(self.namespace, "-j", "-4", "route", "show", "table", "main")),
+            "route_to_control_plane": json.loads(
+                ip(self.namespace, "-j", "route", "get", "10.0.1.10")
+            ),
+            "failed": self.inside(
+                "systemctl", "list-units", "--state=failed", "--plain", "--no-legend"
+            ).split("\n"),
+            "connection": self.inside(
+                "nmcli", "-g", "GENERAL.CONNECTION,GENERAL.STATE", "device", "show",
+                PRIVATE_INTERFACE,
+            ).splitlines() if self.has_private_nic() else [],
+        }  # fmt: skip
+        self.state["failed"] = [line for line in self.state["failed"] if line.strip()]
+
+    def has_private_nic(self) -> bool:
+        return PRIVATE_INTERFACE in ip(self.namespace, "-o", "link", "show")
+
+
+STANDIN = """#!/usr/bin/python3
+# The stand-in k3s of the boot tests (tests/boot/standin.py), run by the node's python3
+# with raya's tree and the test venv's packages mounted read-only.
+import sys
+sys.path[:0] = {paths!r}
+from tests.boot.standin import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _stand_in_paths() -> list[str]:
+    return [str(REPO), str(REPO / "src"), sysconfig.get_path("purelib")]
+
+
+def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
+    """An overlay of `base` with the node's Ignition applied, its presets and a machine-id
+    of its own (so systemd runs no first-boot preset-all), and the stand-in k3s."""
+    folder = Path(tempfile.mkdtemp(prefix=f"raya-boot-{plan.name}-"))
+    folder.chmod(0o755)  # Ignition writes SSH keys as their user
+    node = BootedNode(plan, namespace, folder)
+    for name in ("upper", "work", "merged"):
+        (folder / name).mkdir()
+    _run(
+        "mount", "-t", "overlay", "overlay", "-o",
+        f"lowerdir={base},upperdir={folder / 'upper'},workdir={folder / 'work'}",
+        str(node.root),
+    )  # fmt: skip
+    fcos_layout(node.root)
+    apply_ignition(plan.ignition, node.root)
+    for name in SELINUX_STUB:
+        (node.root / name).unlink()
+    presets = [
+        line.split()[1]
+        for preset in (node.root / "etc/systemd/system-preset").glob("*.preset")
+        for line in preset.read_text().splitlines()
+        if line.startswith(("enable ", "disable "))
+    ]
+    if presets:
+        _run("systemctl", f"--root={node.root}", "preset", *presets)
+    (node.root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+    standin = node.root / K3S_BINARY_REAL.lstrip("/")
+    standin.parent.mkdir(parents=True, exist_ok=True)
+    standin.write_text(STANDIN.format(paths=_stand_in_paths()))
+    standin.chmod(0o755)
+    return node
+
+
+def _own_cgroups(name: str) -> Callable[[], None]:
+    """Put the nspawn process in a cgroup of its own in both hierarchies: with --keep-unit
+    nspawn uses the one it was started in, and two nodes would otherwise share it."""
+    paths = [Path(f"/sys/fs/cgroup/{h}/raya-boot/{name}") for h in ("systemd", "unified")]
+    for path in paths:
+        path.mkdir(parents=True, exist_ok=True)
+
+    def enter() -> None:
+        for path in paths:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    return enter
+
+
+def _remove_cgroups(name: str) -> None:
+    for hierarchy in ("systemd", "unified"):
+        top = Path(f"/sys/fs/cgroup/{hierarchy}/raya-boot/{name}")
+        if top.exists():
+            for folder, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+
+
+def _nspawn_run_dir() -> None:
+    """nspawn aborts unless /run/systemd/nspawn is a tmpfs, and /run is none here."""
+    path = Path("/run/systemd/nspawn")
+    if not os.path.ismount(path):
+        path.mkdir(parents=True, exist_ok=True)
+        _run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(path))
+
+
+def launch(node: BootedNode) -> None:
+    _nspawn_run_dir()
+    log = open(node.folder / "console.log", "wb")  # noqa: SIM115 (closed with the process)
+    environment = {**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"}
+    node.launched = time.monotonic()
+    node.process = subprocess.Popen(
+        [
+            require_tool("systemd-nspawn"), "--quiet", "--boot",
+            f"--directory={node.root}", f"--machine={node.plan.name}",
+            "--register=no", "--keep-unit", "--console=pipe",
+            f"--network-namespace-path=/run/netns/{node.namespace}",
+            "--capability=CAP_NET_ADMIN",
+            f"--bind-ro={REPO}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+        preexec_fn=_own_cgroups(node.namespace),
+    )  # fmt: skip
+    log.close()
+
+
+def shutdown(node: BootedNode) -> None:
+    if node.process is not None:
+        _stop_process(node.process)
+    _remove_cgroups(node.namespace)
+    with contextlib.suppress(RuntimeError):
+        _run("umount", str(node.root))
+    shutil.rmtree(node.folder, ignore_errors=True)
+
+
+_boots = itertools.count()
+
+
+@contextlib.contextmanager
+def booted(
+    plans: list[NodePlan], ready: Callable[[BootedNode], bool], deadline: float
+) -> Iterator[dict[str, BootedNode]]:
+    """Boot every planned node at once on one simulated Hetzner network; wait until each is
+    `ready` (or `deadline` seconds have passed), snapshot them, stop them, and yield the
+    stopped nodes, whose journals stay readable until the context exits."""
+    base = debian_root()
+    tag = f"{os.getpid() % 100000}-{next(_boots)}"
+    with contextlib.ExitStack() as stack:
+        hetzner = Hetzner(tag, stack)
+        nodes: dict[str, BootedNode] = {}
+        for index, plan in enumerate(plans):
+            namespace = f"raya-{tag}-{index}"
+            _run("ip", "netns", "add", namespace)
+            stack.callback(_run, "ip", "netns", "delete", namespace)
+            ip(namespace, "link", "set", "lo", "up")
+            node = prepare_node(base, plan, namespace)
+            stack.callback(shutdown, node)
+            nodes[plan.name] = node
+            hetzner.prepare_private(namespace, index, plan.attachment)
+        start = time.monotonic()
+        for index, plan in enumerate(plans):
+            hetzner.attach_public(
+                nodes[plan.name].namespace, index, start + plan.metadata_unavailable_for
+            )
+        hetzner.start_dhcp()
+        timers = []
+        for index, plan in enumerate(plans):
+            node = nodes[plan.name]
+            arguments = (node.namespace, index, plan.private_ip, plan.attachment)
+            if plan.attachment == "present":
+                hetzner.connect_private(*arguments)
+            launch(node)
+            if plan.attachment != "present":
+                timer = threading.Timer(plan.delay, hetzner.connect_private, arguments)
+                timer.start()
+                timers.append(timer)
+        waiting = dict(nodes)
+        while waiting and time.monotonic() < start + deadline:
+            time.sleep(1)
+            for name, node in list(waiting.items()):
+                if ready(node):
+                    node.snapshot()
+                    del waiting[name]
+        for node in waiting.values():
+            node.snapshot()
+        for index, node in enumerate(nodes.values()):
+            public = str(hetzner.public_address(index))
+            node.state["public_address"] = public
+            node.state["metadata"] = [e for e in hetzner.metadata_log if e[1] == public]
+        for timer in timers:
+            timer.cancel()
+        for node in nodes.values():
+            if node.process is not None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in nodes.values():
+            if node.process is not None:
+                _stop_process(node.process)
+        yield nodes

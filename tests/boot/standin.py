@@ -1,0 +1,118 @@
+"""The stand-in k3s the boot tests install where the image puts the real one.
+
+It runs inside a booted node (the node's python3; raya's tree mounted read-only) and knows
+only what the node's Ignition gave it. It logs its arguments, the config files it sees and
+the private addresses present when it starts (never the token), then plays its role:
+- `server`: HTTPS on the advertised address, port 6443, with a serving certificate issued
+  from the cluster's server CA and `/cacerts`, as k3s does;
+- `agent`: the k3s join check against its `server` with its token (tests/nodes/k3s_join.py);
+  connection failures are retried, as k3s does; a refused join exits 1.
+It signals readiness on $NOTIFY_SOCKET itself (the unit is Type=notify, and a
+systemd-notify child is not the main process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raya.identity import CertificateAuthority
+from raya.render import PRIVATE_INTERFACE
+from tests.nodes.k3s_join import JoinRefused, join, k3s_like_server, serving_certificate
+
+CONFIG = Path("/etc/rancher/k3s/config.yaml")
+TLS = Path("/var/lib/rancher/k3s/server/tls")
+SHOWN = ("server", "node-name", "node-ip", "advertise-address", "node-external-ip")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def notify_ready() -> None:
+    address = os.environ["NOTIFY_SOCKET"]
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.sendto(b"READY=1", address)
+
+
+def load_config() -> dict[str, Any]:
+    """config.yaml, then its drop-ins in name order, as k3s merges them."""
+    files = [CONFIG, *sorted(CONFIG.with_name("config.yaml.d").glob("*.yaml"))]
+    config: dict[str, Any] = {}
+    for path in files:
+        config.update(yaml.safe_load(path.read_text()) or {})
+    say("config files: " + " ".join(str(path) for path in files))
+    say("config: " + json.dumps({key: config[key] for key in SHOWN if key in config}))
+    return config
+
+
+def private_addresses() -> list[str]:
+    result = subprocess.run(
+        ["ip", "-j", "-4", "address", "show", "dev", PRIVATE_INTERFACE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    links = json.loads(result.stdout or "[]")
+    return [f"{a['local']}/{a['prefixlen']}" for link in links for a in link["addr_info"]]
+
+
+def serve(config: dict[str, Any]) -> int:
+    ca = CertificateAuthority(
+        cert_pem=(TLS / "server-ca.crt").read_text(), key_pem=(TLS / "server-ca.key").read_text()
+    )
+    address = str(config["advertise-address"])
+    serving = serving_certificate(ca, Path(tempfile.mkdtemp()), address)
+    cacerts = (TLS / "server-ca.crt").read_bytes()
+    secrets = str(config["token"]), str(config["agent-token"])
+    with k3s_like_server(serving, cacerts, *secrets, (address, 6443)) as url:
+        say(f"serving {url}")
+        notify_ready()
+        while True:
+            time.sleep(3600)
+
+
+def agent(config: dict[str, Any]) -> int:
+    server = str(config["server"])
+    while True:
+        try:
+            answer = join(server, str(config["token"]))
+        except JoinRefused as refusal:
+            say(f"join refused by {server}: {refusal}")
+            return 1
+        except (urllib.error.URLError, OSError) as error:
+            say(f"waiting for {server}: {error}")
+            time.sleep(1)
+            continue
+        say(f"joined {server}: {answer.decode()}")
+        notify_ready()
+        while True:
+            time.sleep(3600)
+
+
+def main(arguments: list[str]) -> int:
+    say("k3s " + " ".join(arguments))
+    config = load_config()
+    say(f"{PRIVATE_INTERFACE} addresses at start: {' '.join(private_addresses()) or 'none'}")
+    if arguments[:1] == ["server"]:
+        return serve(config)
+    if arguments[:1] == ["agent"]:
+        return agent(config)
+    say(f"unknown role {arguments!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Every node config booted under real systemd and NetworkManager (systemd-nspawn) on a
+simulated Hetzner network, asserted from the node's own journal and state."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_impostor, k3s_unit
+from tests.boot.sim import BootedNode, Event
+from tests.support import require_tool
+
+CONTROL_PLANE = "https://10.0.1.10:6443"
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    for tool in ("debootstrap", "systemd-nspawn", "ip", "dnsmasq", "nsenter", "journalctl"):
+        require_tool(tool)
+    if os.geteuid() != 0:
+        message = "the boot tests need root (namespaces, mounts, nspawn)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def fleet(tools: None) -> Iterator[dict[str, BootedNode]]:
+    with boot_fleet() as nodes:
+        yield nodes
+
+
+@pytest.fixture(scope="module")
+def impostor(tools: None) -> Iterator[dict[str, BootedNode]]:
+    with boot_impostor() as nodes:
+        yield nodes
+
+
+def _first(events: list[Event], text: str) -> Event:
+    found = [event for event in events if text in event.message]
+    assert found, f"never logged: {text}"
+    return found[0]
+
+
+def _assert_booted(node: BootedNode) -> None:
+    """The node as provisioned: hostname, the private keyfile active with its address, MTU
+    and routes, network-online.target only after it, the public address after that, k3s
+    last, seeing the private address; no failed unit."""
+    name, address = node.plan.name, str(node.plan.private_ip)
+    k3s_log = node.logged("k3s")
+    assert {event.fields["_HOSTNAME"] for event in k3s_log} == {name}
+    assert (node.root / "etc/hostname").read_text() == f"{name}\n"
+
+    assert node.state["connection"] == ["enp7s0", "100 (connected)"]
+    (link,) = [link for link in node.state["addresses"] if link["ifname"] == "enp7s0"]
+    assert link["mtu"] == 1450
+    assert [(a["local"], a["prefixlen"]) for a in link["addr_info"]] == [(address, 32)]
+    routes = {(r["dst"], r.get("gateway")) for r in node.state["routes"] if r["dev"] == "enp7s0"}
+    assert routes == {("10.0.0.1", None), ("10.0.0.0/8", "10.0.0.1")}
+
+    activated = _first(node.logged("NetworkManager"), "device (enp7s0): Activation: successful")
+    online = node.job_done("network-online.target")
+    public = node.job_done("raya-public-ipv4.service")
+    k3s = node.job_done(k3s_unit(node))
+    assert online and public and k3s, (online, public, k3s)
+    assert activated.at <= online.at <= public.at <= k3s.at
+    _first(k3s_log, f"enp7s0 addresses at start: {address}/32")
+
+    public_address = node.state["public_address"]
+    dropin = node.root / "etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml"
+    assert dropin.read_text() == f'node-external-ip: "{public_address}"\n'
+    _first(k3s_log, f'"node-external-ip": "{public_address}"')
+    assert node.state["failed"] == []
+
+
+@pytest.mark.parametrize("scenario", FLEET, ids=[f"{s.node}: {s.what}" for s in FLEET])
+def test_node_boots_as_provisioned(fleet: dict[str, BootedNode], scenario: Scenario) -> None:
+    node = fleet[scenario.node]
+    _assert_booted(node)
+    if node.plan.name != "control-plane":
+        _first(node.logged("k3s"), f"joined {CONTROL_PLANE}: welcome")
+
+
+def test_agents_reach_the_control_plane_through_the_gateway(
+    fleet: dict[str, BootedNode],
+) -> None:
+    """Hetzner's network is routed, not bridged (the simulation has no bridge and no proxy
+    ARP on the private side): the agents' path to the control plane is via 10.0.0.1."""
+    for name, node in fleet.items():
+        if name != "control-plane":
+            (route,) = node.state["route_to_control_plane"]
+            assert (route["gateway"], route["dev"]) == ("10.0.0.1", "enp7s0"), name
+
+
+def test_metadata_retried_until_it_answers(fleet: dict[str, BootedNode]) -> None:
+    node = fleet["agent-2"]
+    statuses = [status for _, client, status in node.state["metadata"]]
+    assert statuses[0] == 503 and statuses[-1] == 200, statuses
+    _first(node.logged("raya-public-ipv4"), "no public IPv4 address from")
+
+
+def test_an_agent_refuses_a_control_plane_with_another_ca(
+    impostor: dict[str, BootedNode],
+) -> None:
+    _assert_booted(impostor["control-plane"])
+    agent = impostor["agent-0"]
+    _first(
+        agent.logged("k3s"),
+        f"join refused by {CONTROL_PLANE}: token CA hash does not match",
+    )
+    assert agent.job_done("k3s-agent.service") is None
