@@ -38,13 +38,19 @@ DEFAULTS: dict[str, Any] = {
     "networkRange": "10.0.0.0/16",
     "nodesSubnet": "10.0.1.0/24",
     "controlPlaneIp": "10.0.1.10",
+    "controlPlaneVolumeSize": 10,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# It prefixes the Hetzner server names, `<clusterName>-control-plane` and
+# `<clusterName>-agent-<i>`, which must be hostnames (RFC 1123 labels, at most 63 characters):
+# 32 characters leave room for 9-digit agent numbers.
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
+# Hetzner's volume sizes, in GB.
+VOLUME_SIZES = range(10, 10241)
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 _ARM_PREFIX = "cax"
 
@@ -61,6 +67,7 @@ class StackConfig:
     network_range: ipaddress.IPv4Network
     nodes_subnet: ipaddress.IPv4Network
     control_plane_ip: ipaddress.IPv4Address
+    control_plane_volume_size: int  # GB
 
     @property
     def zone_dns_name(self) -> str:
@@ -126,7 +133,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             raise fail(key, f"is {value!r}; accepted: {accepted}")
         return value
 
-    cluster_name = text("clusterName", _CLUSTER_NAME, "2-32 lowercase letters, digits or '-'")
+    cluster_name = text(
+        "clusterName",
+        _CLUSTER_NAME,
+        "2-32 lowercase letters, digits or '-', a letter first, no '-' last (it prefixes the "
+        "Hetzner server names, e.g. <clusterName>-control-plane)",
+    )
     location = merged["location"]
     if not isinstance(location, str) or location not in LOCATIONS:
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
@@ -190,6 +202,17 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"other than the gateway {gateway}",
         )
 
+    size = merged["controlPlaneVolumeSize"]
+    # Pulumi hands a number over as text.
+    if isinstance(size, str) and size.isdigit():
+        size = int(size)
+    if isinstance(size, bool) or not isinstance(size, int) or size not in VOLUME_SIZES:
+        raise fail(
+            "controlPlaneVolumeSize",
+            f"is {size!r}; accepted: a whole number of GB from {VOLUME_SIZES.start} "
+            f"to {VOLUME_SIZES.stop - 1}",
+        )
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -201,4 +224,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         network_range=network_range,
         nodes_subnet=subnet,
         control_plane_ip=cp_ip,
+        control_plane_volume_size=size,
     )

@@ -76,6 +76,13 @@ class FakeStack:
         self._run("destroy", kwargs)
         return auto.DestroyResult("", "", summary({auto.OpType.DELETE: 21}))
 
+    # A destroy unprotects the state first (tests/program/test_deploy_guard.py checks how).
+    def export_stack(self) -> auto.Deployment:
+        return auto.Deployment(version=3, deployment={"resources": []})
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        raise AssertionError("nothing was protected: nothing to import")
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:

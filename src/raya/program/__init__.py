@@ -6,27 +6,29 @@ takes the renderer and the users' keys as arguments so tests run it under Pulumi
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from raya.config import KEYS, NAMESPACE, parse_stack_config
+from raya.errors import DeployError
 from raya.fleet import Cluster, build_cluster, fleet_file, load_fleet
-from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys
+from raya.github_keys import GITHUB_URL, fetch_keys
 from raya.pins import Pins, load_pins
-from raya.program.cluster import Renderer, define_server, find_snapshot
+from raya.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
-from raya.program.secrets import define_identity
 from raya.program.network import define_network
+from raya.program.secrets import define_identity
 from raya.render import render_node
 
 # Settings that are lists in the stack file: Pulumi hands them over as JSON text.
 _OBJECT_KEYS = frozenset({"authorizedUsers"})
 GITHUB_URL_ENV = "RAYA_GITHUB_URL"
+# Nodes to re-create with the current inputs, comma-separated: set by `raya.deploy.run`.
+REPLACE_ENV = "RAYA_REPLACE"
 
 
 def stack_values() -> dict[str, Any]:
@@ -48,11 +50,20 @@ def load(root: Path, stack: str) -> tuple[Cluster, Pins]:
 def define(
     cluster: Cluster,
     pins: Pins,
-    users: Sequence[UserKeys],
     render: Renderer = render_node,
+    *,
+    replace: Set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Declare every resource; returns the stack outputs."""
+    """Declare every resource; returns the stack outputs. The nodes named in `replace` take
+    the current inputs whole, to be re-created with them; every other server keeps what it
+    was created with and reports the difference as drift."""
     config = cluster.config
+    unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
+    if unknown:
+        raise DeployError(
+            f"replace: {', '.join(unknown)} is not a node of cluster {config.cluster_name}; "
+            f"accepted: {', '.join(node.name for node in cluster.nodes)}"
+        )
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
     image = find_snapshot(pins, config.cluster_name)
@@ -62,18 +73,21 @@ def define(
     identity = define_identity(config)
     control_plane_secrets = identity.control_plane_secrets()
     agent_secrets = identity.agent_secrets()
-    servers = {
+    volume = define_volume(cluster)
+    defined = {
         node.name: define_server(
             cluster,
             node,
             image,
             network,
             control_plane_secrets if node.role == "control-plane" else agent_secrets,
-            users,
             render,
+            volume=volume if node.role == "control-plane" else None,
+            replace=node.name in replace,
         )
         for node in cluster.nodes
     }
+    servers = {name: server.server for name, server in defined.items()}
     define_records(cluster, zone, servers)
     return {
         "zone": config.zone_dns_name,
@@ -87,15 +101,19 @@ def define(
             }
             for node in cluster.nodes
         },
+        # Per node, what it runs that differs from what the inputs render (none: in sync).
+        "drift": pulumi.Output.all(
+            **{name: server.drift for name, server in defined.items()}
+        ).apply(lambda drifts: {name: list(parts) for name, parts in drifts.items() if parts}),
     }
 
 
 def main(root: Path) -> None:
-    """The program as Pulumi runs it: read the stack, fetch the keys, declare, export."""
+    """The program as Pulumi runs it: read the stack, check every user has a key, declare,
+    export. The nodes fetch the keys themselves at boot: none is in their config."""
     cluster, pins = load(root, pulumi.get_stack())
-    keys_url = os.environ.get(GITHUB_URL_ENV, GITHUB_URL)
-    users = fetch_keys(cluster.config.authorized_users, keys_url)
-    # Keys too many to inline are fetched at boot from the same place, pinned by hash.
-    render = functools.partial(render_node, keys_base_url=keys_url)
-    for name, value in define(cluster, pins, users, render).items():
+    # A handle without a valid key (a typo) fails here, before anything is declared.
+    fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
+    replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
+    for name, value in define(cluster, pins, replace=replace).items():
         pulumi.export(name, value)
