@@ -42,6 +42,7 @@ PROTECTED = {
     (SERVER_TYPE, "control-plane"): "the control plane",
     ("hcloud:index/volume:Volume", "control-plane-state"): "the control plane's volume",
     ("hcloud:index/network:Network", "network"): "the network",
+    ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"): "the network's subnet",
     ("gcp:dns/managedZone:ManagedZone", "primary"): "the DNS zone",
 }
 # Engine operations that end the life of an existing resource.

@@ -281,3 +281,23 @@ def test_destroy_unprotects_everything_first(
     assert [action for action, _ in stack.calls] == ["export_stack", "import_stack", "destroy"]
     (resources,) = stack.imported
     assert not any(resource.get("protect") for resource in resources)
+
+
+def test_the_subnet_counts_as_the_network() -> None:
+    event = auto.EngineEvent.from_json(
+        {
+            "sequence": 1,
+            "timestamp": 1764500001,
+            "resourcePreEvent": {
+                "metadata": {
+                    "op": "delete",
+                    "urn": "urn:pulumi:prod::raya::hcloud:index/networkSubnet:NetworkSubnet::nodes",
+                    "type": "hcloud:index/networkSubnet:NetworkSubnet",
+                    "provider": "",
+                }
+            },
+        }
+    )
+    assert deploy.protected_changes([event]) == [
+        "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
+    ]
