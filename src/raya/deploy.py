@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -202,7 +202,7 @@ def _drift_collector(found: dict[str, tuple[str, ...]]) -> Callable[[auto.Engine
 
 
 def protected_changes(
-    events: Sequence[auto.EngineEvent], allowed: set[str] = frozenset()  # type: ignore[assignment]
+    events: Sequence[auto.EngineEvent], allowed: Set[str] = frozenset()
 ) -> list[str]:
     """What a preview's events would replace or delete among `PROTECTED`, one line each;
     `allowed` names nodes whose server may be replaced (`run(replace=...)`)."""
@@ -221,7 +221,7 @@ def protected_changes(
     return list(problems.values())
 
 
-def _guard(stack: auto.Stack, stack_name: str, options: dict[str, Any], allowed: set[str]) -> None:
+def _guard(stack: auto.Stack, stack_name: str, options: dict[str, Any], allowed: Set[str]) -> None:
     events: list[auto.EngineEvent] = []
     stack.preview(**{**options, "on_event": events.append})
     problems = protected_changes(events, allowed)
