@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.progra
 from tests.program.mocks import ProviderMocks, Snapshot, Zone, run_program
 
 from raya.fleet import build_cluster
-from raya.github_keys import load_keys_file
 from raya.pins import load_pins, snapshot_labels
 from raya.program import define
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -32,7 +31,6 @@ def main() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
     pins = load_pins(ROOT)
-    users = load_keys_file(EXAMPLE_ROOT / "keys.json")
 
     def mocks() -> ProviderMocks:
         labels = snapshot_labels(pins, cluster.config.cluster_name)
@@ -42,7 +40,7 @@ def main() -> None:
 
     def timed(state: ProviderMocks) -> tuple[float, int]:
         start = time.perf_counter()
-        result = run_program(state, lambda: define(cluster, pins, users))
+        result = run_program(state, lambda: define(cluster, pins))
         return time.perf_counter() - start, len(result.resources)
 
     first = [timed(mocks()) for _ in range(RUNS)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from raya.config import (
     stack_file,
 )
 from raya.errors import ConfigError
+from raya.fleet import build_cluster, server_name
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK
 from tests.support import REPO
 
@@ -315,3 +317,29 @@ def test_shipped_stacks_are_valid(root: Path, stack: str) -> None:
     config = load_stack_config(stack_file(root, stack))
     assert config.authorized_users
     assert config.zone_dns_name.endswith(".")
+
+
+@pytest.mark.parametrize(("value", "size"), [(None, 10), (10, 10), (250, 250), ("40", 40)])
+def test_control_plane_volume_size(value: Any, size: int) -> None:
+    assert parse(controlPlaneVolumeSize=value).control_plane_volume_size == size
+
+
+@pytest.mark.parametrize("value", [9, 10241, "ten", True, 12.5, "-1"])
+def test_control_plane_volume_size_out_of_hetzners_range(value: Any) -> None:
+    assert error_of(controlPlaneVolumeSize=value) == (
+        f"{SOURCE}: raya:controlPlaneVolumeSize is {value!r}; accepted: a whole number of GB "
+        "from 10 to 10240"
+    )
+
+
+def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
+    """The server names are `<clusterName>-<node>`: hostnames, RFC 1123 labels of at most 63
+    characters, whatever the accepted clusterName and however many agents fit a subnet."""
+    label = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+    for name in ("ab", "a-b", "k8s-prod-2026", "a" + "b-" * 15 + "c"):
+        config = parse(clusterName=name, networkRange="10.0.0.0/9", nodesSubnet="10.0.0.0/9")
+        cluster = build_cluster(config, ("cx23",) * 3, "agents.json")
+        longest = f"{name}-agent-{(1 << 23) - 1}"  # the last agent a /9 addresses
+        for server in (*(server_name(name, node) for node in cluster.nodes), longest):
+            assert label.fullmatch(server), server
+    assert server_name("raya", cluster.control_plane) == "raya-control-plane"

@@ -159,14 +159,16 @@ def test_bad_fleet_file(tmp_path: Path, data: object, message: str) -> None:
     assert str(caught.value).startswith(f"{path}: {message}")
 
 
-def test_node_password_is_an_hmac_of_secret_and_position() -> None:
-    password = node_password("s3cret", 3)
+def test_node_password_is_an_hmac_of_secret_and_node_name() -> None:
+    password = node_password("s3cret", "agent-3")
+    # The message agents have had since their passwords were derived from their position.
     expected = hmac.new(b"s3cret", b"raya node password agent-3", hashlib.sha256).hexdigest()
     assert password == expected
     assert len(password) == 64
-    assert node_password("s3cret", 3) == password
-    assert len({node_password("s3cret", i) for i in range(50)}) == 50
-    assert node_password("other", 3) != password
+    assert node_password("s3cret", "agent-3") == password
+    names = ["control-plane", *(f"agent-{i}" for i in range(50))]
+    assert len({node_password("s3cret", name) for name in names}) == 51
+    assert node_password("other", "agent-3") != password
 
 
 def test_example_and_repository_fleets_load() -> None:

@@ -43,13 +43,19 @@ DEFAULTS: dict[str, Any] = {
     # workflow's runners have no fixed address. Narrow them where operators have one.
     "sshSources": ["0.0.0.0/0", "::/0"],
     "apiSources": ["0.0.0.0/0", "::/0"],
+    "controlPlaneVolumeSize": 10,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# It prefixes the Hetzner server names, `<clusterName>-control-plane` and
+# `<clusterName>-agent-<i>`, which must be hostnames (RFC 1123 labels, at most 63 characters):
+# 32 characters leave room for 9-digit agent numbers.
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
+# Hetzner's volume sizes, in GB.
+VOLUME_SIZES = range(10, 10241)
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 _ARM_PREFIX = "cax"
 # The older generations CX*1 and CCX*1 name the private NIC ens10; the node configs are for
@@ -74,6 +80,7 @@ class StackConfig:
     control_plane_schedulable: bool  # False: the control plane is tainted NoSchedule
     ssh_sources: tuple[IPNetwork, ...]  # may reach 22/tcp through the Hetzner firewall
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
+    control_plane_volume_size: int  # GB
 
     @property
     def zone_dns_name(self) -> str:
@@ -144,7 +151,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             raise fail(key, f"is {value!r}; accepted: {accepted}")
         return value
 
-    cluster_name = text("clusterName", _CLUSTER_NAME, "2-32 lowercase letters, digits or '-'")
+    cluster_name = text(
+        "clusterName",
+        _CLUSTER_NAME,
+        "2-32 lowercase letters, digits or '-', a letter first, no '-' last (it prefixes the "
+        "Hetzner server names, e.g. <clusterName>-control-plane)",
+    )
     location = merged["location"]
     if not isinstance(location, str) or location not in LOCATIONS:
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
@@ -232,6 +244,16 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
                 raise fail(key, f"lists {cidr} twice")
             found.append(cidr)
         return tuple(found)
+    size = merged["controlPlaneVolumeSize"]
+    # Pulumi hands a number over as text.
+    if isinstance(size, str) and size.isdigit():
+        size = int(size)
+    if isinstance(size, bool) or not isinstance(size, int) or size not in VOLUME_SIZES:
+        raise fail(
+            "controlPlaneVolumeSize",
+            f"is {size!r}; accepted: a whole number of GB from {VOLUME_SIZES.start} "
+            f"to {VOLUME_SIZES.stop - 1}",
+        )
 
     return StackConfig(
         cluster_name=cluster_name,
@@ -247,4 +269,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_plane_schedulable=schedulable,
         ssh_sources=sources("sshSources"),
         api_sources=sources("apiSources"),
+        control_plane_volume_size=size,
     )

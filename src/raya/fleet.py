@@ -2,7 +2,7 @@
 
 An agent is fully specified by its position `i` in the list: name `agent-i`, private
 address `<subnet> + 20 + i`, DNS label `a<i>`, and a node password derived from the
-cluster's join secret and `i`.
+cluster's join secret and its name. Its Hetzner server is `<clusterName>-agent-<i>`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ class Node:
     private_ip: ipaddress.IPv4Address
     dns_label: str
     server_type: str
+
+
+def server_name(cluster_name: str, node: Node) -> str:
+    """The node's Hetzner server name: unique per Hetzner project, so prefixed by the cluster
+    (one stack each); hostnames and k3s node names stay `node.name`."""
+    return f"{cluster_name}-{node.name}"
 
 
 @dataclass(frozen=True)
@@ -110,8 +116,9 @@ def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> 
     return Cluster(config=config, control_plane=control_plane, agents=nodes)
 
 
-def node_password(agent_secret: str, index: int) -> str:
-    """Agent `index`'s node password: stable across re-creations, so k3s never refuses it.
-    Keyed by the agent secret, the one secret an agent's config already holds."""
-    message = f"raya node password agent-{index}".encode()
+def node_password(agent_secret: str, node_name: str) -> str:
+    """The node password of node `node_name` (`control-plane`, `agent-<i>`): stable across
+    re-creations of its VM, so k3s, which keeps its hash in the datastore, never refuses it.
+    Keyed by the agent secret, the one join secret every node's config already holds."""
+    message = f"raya node password {node_name}".encode()
     return hmac.new(agent_secret.encode(), message, hashlib.sha256).hexdigest()

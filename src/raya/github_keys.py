@@ -3,8 +3,10 @@
 The spec's `github_keys.tf`: each handle in `raya:authorizedUsers` gives the keys its owner
 may log in with. Every line is checked to be an SSH public key, and a handle with no key
 is an error: deploying it would lock that person out without a word. The result does not
-depend on the order GitHub answers in (keys sorted and de-duplicated), since any change to
-the keys changes the Ignition configs and so re-creates every server.
+depend on the order GitHub answers in (keys sorted and de-duplicated). The nodes fetch the
+keys themselves, at boot and every 15 minutes (`templates/snippets/raya-ssh-keys.sh.j2`,
+which checks each line the same way: a known type and a blob of that type); this module is
+what `raya keys` and `raya up` check them with before anything is touched.
 """
 
 from __future__ import annotations

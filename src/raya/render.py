@@ -22,7 +22,7 @@ from raya.butane import transpile
 from raya.config import PRIVATE_ROUTE
 from raya.errors import ButaneError, RenderError
 from raya.fleet import Cluster, Node, node_password
-from raya.github_keys import GITHUB_URL, UserKeys, authorized_keys
+from raya.github_keys import GITHUB_URL, KEY_FIELDS
 from raya.identity import (
     ClusterSecrets,
     agent_token,
@@ -36,10 +36,6 @@ from raya.identity import (
 
 # Hetzner's `user_data` limit.
 IGNITION_LIMIT = 32 * 1024
-# Keys whose text exceeds this are not carried inline but fetched at first boot, pinned by
-# hash: 150 RSA-4096 keys are ~109 KB of text and ~78 KB gzipped (their moduli are random),
-# so no encoding fits them in 32 KiB. See docs/nodes.md for the measurement.
-INLINE_KEYS_BUDGET = 8 * 1024
 TEMPLATES = Path(__file__).parent / "templates"
 
 PRIVATE_INTERFACE = "enp7s0"
@@ -53,6 +49,12 @@ SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
 # Fedora's sshd-keygen@ generates a host key type only when its file is missing or empty:
 # this one is the deployment's, the others (rsa, ecdsa) are left to the node and never trusted.
 SSH_HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+# The users' handles, one a line: the only part of a node's config that depends on the users
+# (their keys are fetched at boot, so a key rotated on GitHub changes no config).
+SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
+# The control plane's k3s state lives on its own volume, which outlives the VM.
+K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
+VOLUME_LABEL = "raya-k3s-server"
 # Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
 # first dot to be a unique DNS-1123 name.
 GCP_SECRETS = {
@@ -69,45 +71,31 @@ class RenderedNode:
 
 
 def render_node(
-    cluster: Cluster,
-    node: Node,
-    secrets: ClusterSecrets,
-    users: Sequence[UserKeys],
-    *,
-    keys_base_url: str = GITHUB_URL,
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, *, volume_id: str | None = None
 ) -> RenderedNode:
-    """One node's config. An agent's depends only on the cluster config, that agent, the join
-    secret, the server CA certificate and the users' keys."""
+    """One node's config. An agent's depends only on the cluster config, that agent, the agent
+    secret, the server CA certificate and its own host key; the control plane's also on the
+    id of the volume holding its k3s state (required for it, ignored for an agent)."""
     if node not in cluster.nodes:
         raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
-    _check_inputs(cluster, (node,), secrets, users)
-    return _render(cluster, node, secrets, _ssh_keys(users, keys_base_url))
+    _check_inputs((node,), secrets, volume_id)
+    return _render(cluster, node, secrets, volume_id or "")
 
 
 def render_cluster(
-    cluster: Cluster,
-    secrets: ClusterSecrets,
-    users: Sequence[UserKeys],
-    *,
-    keys_base_url: str = GITHUB_URL,
+    cluster: Cluster, secrets: ClusterSecrets, *, volume_id: str
 ) -> tuple[RenderedNode, ...]:
     """Every node's config, control plane first, then the agents in fleet order."""
-    _check_inputs(cluster, cluster.nodes, secrets, users)
-    keys = _ssh_keys(users, keys_base_url)
-    return tuple(_render(cluster, node, secrets, keys) for node in cluster.nodes)
+    _check_inputs(cluster.nodes, secrets, volume_id)
+    return tuple(_render(cluster, node, secrets, volume_id) for node in cluster.nodes)
 
 
-def _check_inputs(
-    cluster: Cluster, nodes: Sequence[Node], secrets: ClusterSecrets, users: Sequence[UserKeys]
-) -> None:
-    configured = {handle.lower() for handle in cluster.config.authorized_users}
-    given = {user.handle.lower() for user in users}
-    if given != configured:
-        missing = sorted(configured - given) or ["none"]
-        extra = sorted(given - configured) or ["none"]
+def _check_inputs(nodes: Sequence[Node], secrets: ClusterSecrets, volume_id: str | None) -> None:
+    if any(node.role == "control-plane" for node in nodes) and not (
+        volume_id and volume_id.isdigit()
+    ):
         raise RenderError(
-            f"keys: the users' keys must be those of raya:authorizedUsers exactly; "
-            f"missing: {', '.join(missing)}; not configured: {', '.join(extra)}"
+            f"control-plane: volume_id is {volume_id!r}; accepted: a Hetzner volume id (digits)"
         )
     for node in nodes:
         check_host_key(node.name, secrets.host_keys)
@@ -122,42 +110,53 @@ def _check_inputs(
         load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
 
 
-def keys_inline(users: Sequence[UserKeys]) -> bool:
-    """Whether the users' keys are carried inline (else fetched at first boot, pinned)."""
-    return sum(len(key.encode()) + 1 for key in authorized_keys(users)) <= INLINE_KEYS_BUDGET
+def part_digests(ignition: bytes) -> dict[str, str]:
+    """Digests of the parts of a node's config a change can come from, for drift reports:
+    `users` (the handles file) and `config` (everything else). Short: they are server labels."""
+    config = json.loads(ignition)
+    files = config.get("storage", {}).get("files", [])
+    handles = [entry for entry in files if entry["path"] == SSH_HANDLES_FILE]
+    config["storage"]["files"] = [entry for entry in files if entry["path"] != SSH_HANDLES_FILE]
+
+    def digest(value: object) -> str:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    return {"users": digest(handles), "config": digest(config)}
 
 
-def _ssh_keys(users: Sequence[UserKeys], base_url: str) -> dict[str, Any]:
-    """Inline keys if their text fits the budget, else one hash-pinned fetch per user."""
-    if keys_inline(users):
-        return {"inline": list(authorized_keys(users)), "pinned": [], "dir": SSH_KEY_DIR}
-    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", base_url):
-        raise RenderError(f"keys_base_url is {base_url!r}; accepted: an http(s) URL")
-    pinned = [
-        {
-            "handle": user.handle,
-            "url": f"{base_url.rstrip('/')}/{user.handle}.keys",
-            # sha256, not sha512: 64 bytes less per user is what keeps 50 users' worth of
-            # 39-character handles well inside the limit.
-            "hash": "sha256-" + hashlib.sha256(user.raw.encode()).hexdigest(),
-        }
-        for user in sorted(users, key=lambda user: user.handle.lower())
-    ]
-    return {"inline": [], "pinned": pinned, "dir": SSH_KEY_DIR}
+def volume_device(volume_id: str) -> str:
+    """Where a Hetzner volume appears on its server (Hetzner's docs, "volumes")."""
+    return f"/dev/disk/by-id/scsi-0HC_Volume_{volume_id}"
 
 
 def _context(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, ssh_keys: dict[str, Any]
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str
 ) -> dict[str, Any]:
     config = cluster.config
     common: dict[str, Any] = {
         "node": node,
-        "ssh_keys": ssh_keys,
+        "ssh_keys": {
+            "dir": SSH_KEY_DIR,
+            "file": f"{SSH_KEY_DIR}/raya",
+            "handles_file": SSH_HANDLES_FILE,
+            "handles": config.authorized_users,
+            "base_url": GITHUB_URL,
+            "types": list(KEY_FIELDS),
+            "script": "/usr/local/bin/raya-ssh-keys",
+            "unit": "raya-ssh-keys.service",
+            "timer": "raya-ssh-keys.timer",
+            "every": "15min",
+        },
         "host_key": {
             "path": SSH_HOST_KEY,
             "private": secrets.host_keys[node.name].private_openssh,
             "public": secrets.host_keys[node.name].public_openssh.strip() + "\n",
         },
+        # Decided by the deployment for every node: k3s keeps its hash per node name in the
+        # datastore, and refuses a node that comes back (a replaced VM) with another one.
+        "node_password_file": "/etc/rancher/node/password",
+        "node_password": node_password(secrets.agent_secret, node.name),
         "network": {
             "interface": PRIVATE_INTERFACE,
             "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
@@ -193,17 +192,24 @@ def _context(
                 "description": "k3s server (control plane)",
                 "command": "server",
                 "restart_sec": "5s",
+                # The datastore is on the volume: k3s must never start on the bare root disk.
+                "mounts": [_mount_unit(K3S_SERVER_DIR)],
             },
             "join_secret": secrets.join_secret,
             "agent_secret": secrets.agent_secret,
             "schedulable": config.control_plane_schedulable,
             "tls_san": cluster.dns_name(node).rstrip("."),
-            "tls_dir": "/var/lib/rancher/k3s/server/tls",
+            "volume": {
+                "device": volume_device(volume_id),
+                "label": VOLUME_LABEL,
+                "path": K3S_SERVER_DIR,
+            },
+            "tls_dir": f"{K3S_SERVER_DIR}/tls",
             "cas": [
                 {"name": name, "cert_pem": ca.cert_pem, "key_pem": ca.key_pem}
                 for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca))
             ],
-            "manifests_dir": "/var/lib/rancher/k3s/server/manifests",
+            "manifests_dir": f"{K3S_SERVER_DIR}/manifests",
             "gcp_secrets": [
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
@@ -217,23 +223,27 @@ def _context(
             "description": "k3s agent",
             "command": "agent",
             "restart_sec": "10s",
+            "mounts": [],
         },
         "server_url": f"https://{config.control_plane_ip}:{K3S_PORT}",
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
-        "node_password_file": "/etc/rancher/node/password",
-        "node_password": node_password(secrets.agent_secret, node.index),
     }
 
 
+def _mount_unit(path: str) -> str:
+    """The name systemd gives the mount unit of `path` (as Butane's with_mount_unit does)."""
+    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
+
+
 def _render(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, ssh_keys: dict[str, Any]
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str
 ) -> RenderedNode:
     template_name = f"{node.role}.bu.j2"
     try:
         butane = (
             _environment()
             .get_template(template_name)
-            .render(_context(cluster, node, secrets, ssh_keys))
+            .render(_context(cluster, node, secrets, volume_id))
         )
     except jinja2.TemplateError as error:
         where = getattr(error, "lineno", None)

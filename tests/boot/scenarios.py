@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from raya.fleet import Cluster, build_cluster
-from raya.github_keys import load_keys_file
 from raya.identity import ClusterSecrets, generate_example_secrets
-from raya.project import EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import RenderedNode, render_cluster
 from tests.boot.sim import Attachment, BootedNode, NodePlan, booted
+from tests.nodes.conftest import VOLUME_ID
 
 METADATA_UNAVAILABLE_FOR = 20.0
 LATE = 10.0
@@ -57,8 +57,8 @@ def fleet_cluster() -> Cluster:
 
 
 def render(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
-    users = load_keys_file(EXAMPLE_KEYS)
-    return {node.node.name: node for node in render_cluster(cluster, secrets, users)}
+    nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+    return {node.node.name: node for node in nodes}
 
 
 def k3s_unit(node: BootedNode) -> str:

@@ -35,6 +35,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
+from raya.github_keys import GITHUB_URL, load_keys_file
+from raya.project import EXAMPLE_KEYS
 from raya.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
 from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
 from tests.support import REPO, Reply, http_server, require_tool, routes
@@ -59,6 +61,9 @@ PUBLIC_NETWORK = ipaddress.IPv4Network("203.0.113.0/24")  # documentation range 
 PUBLIC_GATEWAY = PUBLIC_NETWORK.network_address + 1
 METADATA_ADDRESS = "169.254.169.254"
 METADATA_PATH = "/hetzner/v1/metadata/public-ipv4"
+# Where the simulated network serves GitHub's key pages (GitHub itself is out of reach).
+SIM_GITHUB = f"http://{METADATA_ADDRESS}/github"
+EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
 CLONE_NEWNET = 0x40000000
 
 Attachment = Literal["present", "late-link", "hot-plug"]
@@ -198,7 +203,10 @@ class Hetzner:
         ip(self.namespace, "rule", "add", "iif", "pub", "to", "10.0.0.0/8", "unreachable")
         with in_namespace(self.namespace):
             stack.enter_context(
-                http_server(routes({METADATA_PATH: self._metadata}), address=(METADATA_ADDRESS, 80))
+                http_server(
+                    routes({METADATA_PATH: self._metadata, **github_pages()}),
+                    address=(METADATA_ADDRESS, 80),
+                )
             )
 
     def _metadata(self, request: BaseHTTPRequestHandler) -> Reply:
@@ -394,6 +402,8 @@ def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
     )  # fmt: skip
     fcos_layout(node.root)
     apply_ignition(plan.ignition, node.root)
+    stand_in_volumes(node.root)
+    stand_in_github(node.root)
     for name in SELINUX_STUB:
         (node.root / name).unlink()
     presets = [
@@ -410,6 +420,46 @@ def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
     standin.write_text(STANDIN.format(paths=_stand_in_paths()))
     standin.chmod(0o755)
     return node
+
+
+def github_pages() -> dict[str, bytes]:
+    """GitHub's `<handle>.keys` pages of the example users, served under SIM_GITHUB."""
+    prefix = SIM_GITHUB.removeprefix(f"http://{METADATA_ADDRESS}")
+    return {f"{prefix}/{user.handle}.keys": user.raw.encode() for user in EXAMPLE_USERS}
+
+
+def stand_in_github(root: Path) -> None:
+    """GitHub is out of reach of the simulated network: the key fetcher asks the stand-in
+    instead (a drop-in replacing only the base URL of its command line)."""
+    unit = root / "etc/systemd/system/raya-ssh-keys.service"
+    (command,) = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
+    assert f" {GITHUB_URL} " in command, command
+    dropin = unit.with_name(unit.name + ".d") / "boot-test.conf"
+    dropin.parent.mkdir()
+    dropin.write_text(f"[Service]\nExecStart=\n{command.replace(GITHUB_URL, SIM_GITHUB)}\n")
+
+
+def stand_in_volumes(root: Path) -> None:
+    """A Hetzner volume cannot be attached to a container: each mount unit of one (as Butane
+    generates it) becomes a bind mount of a folder standing for the volume, holding what
+    Ignition wrote onto it. What is booted keeps the unit's name, place and ordering (k3s
+    requires it), not the ext4 device and its fsck."""
+    for unit in sorted((root / "etc/systemd/system").glob("*.mount")):
+        fields = dict(
+            line.split("=", 1) for line in unit.read_text().splitlines() if "=" in line
+        )
+        if not fields.get("What", "").startswith("/dev/disk/by-id/scsi-0HC_Volume_"):
+            continue
+        where = root / fields["Where"].lstrip("/")
+        volume = root / "var/lib/raya-boot-volumes" / unit.stem
+        volume.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(where, volume)
+        where.mkdir()
+        unit.write_text(
+            "# The boot test's stand-in for a Hetzner volume (tests/boot/sim.py)\n"
+            f"[Mount]\nWhat=/{volume.relative_to(root)}\nWhere={fields['Where']}\n"
+            "Type=none\nOptions=bind\n\n[Install]\nRequiredBy=local-fs.target\n"
+        )
 
 
 def _own_cgroups(name: str) -> Callable[[], None]:

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from raya.github_keys import authorized_keys
 from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_impostor, k3s_unit
-from tests.boot.sim import BootedNode, Event
+from tests.boot.sim import EXAMPLE_USERS, BootedNode, Event
 from tests.support import require_tool
 
 CONTROL_PLANE = "https://10.0.1.10:6443"
@@ -73,6 +74,11 @@ def _assert_booted(node: BootedNode) -> None:
     assert dropin.read_text() == f'node-external-ip: "{public_address}"\n'
     _first(k3s_log, f'"node-external-ip": "{public_address}"')
     assert node.state["failed"] == []
+    # core's keys, fetched at boot from (the stand-in for) GitHub, for the handles only.
+    keys = node.root / "home/core/.ssh/authorized_keys.d/raya"
+    assert keys.read_text().splitlines() == list(authorized_keys(EXAMPLE_USERS))
+    assert keys.stat().st_mode & 0o777 == 0o600
+    assert node.job_done("raya-ssh-keys.service") is not None
 
 
 @pytest.mark.parametrize("scenario", FLEET, ids=[f"{s.node}: {s.what}" for s in FLEET])

@@ -8,6 +8,8 @@ from raya.identity import ClusterSecrets, generate_example_secrets
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import RenderedNode, render_cluster
 
+VOLUME_ID = "4242"  # the control plane's volume, as Hetzner would number it
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
@@ -27,7 +29,7 @@ def users() -> tuple[UserKeys, ...]:
 
 
 @pytest.fixture(scope="session")
-def rendered(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
-) -> dict[str, RenderedNode]:
-    return {node.node.name: node for node in render_cluster(cluster, secrets, users)}
+def rendered(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
+    return {
+        node.node.name: node for node in render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+    }

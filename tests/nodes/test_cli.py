@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from raya.github_keys import dump_keys_file
 from raya.project import EXAMPLE_ROOT
-from raya.render import IGNITION_LIMIT
-from tests.nodes.fakes import many_users
+from raya.render import IGNITION_LIMIT, SSH_HANDLES_FILE
 from tests.nodes.tools import ignition_files
-from tests.support import http_server, routes
 
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
 
@@ -43,6 +41,7 @@ def _secrets_in(folder: Path) -> list[str]:
         for path, data in control_plane.items()
         if path.endswith(".key") or "/manifests/" in path
     ]
+    found.append(control_plane["/etc/rancher/node/password"].decode().strip())
     agent = ignition_files((folder / "agent-0.ign").read_bytes())
     found.append(yaml.safe_load(agent["/etc/rancher/k3s/config.yaml"])["token"])
     found.append(agent["/etc/rancher/node/password"].decode().strip())
@@ -84,55 +83,32 @@ def test_example_renders_offline_and_prints_no_secret(tmp_path: Path) -> None:
     for row, node in zip(rows, NODES, strict=True):
         assert row[4] == f"{(out / f'{node}.ign').stat().st_size:,}"
     assert "THROWAWAY" in result.stderr
-    assert "SSH keys: 3 keys of 2 users inline" in result.stderr
+    assert "SSH keys: fetched by every node at boot and every 15 minutes from GitHub, for 2 " in (
+        result.stderr
+    )
     printed = result.stdout + result.stderr
     secrets = _secrets_in(out)
-    assert len(secrets) == 7
+    assert len(secrets) == 8
     for secret in secrets:
         assert secret not in printed
 
 
-def test_a_project_renders_with_its_keys_file(tmp_path: Path) -> None:
+def test_a_project_renders_without_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The users' keys are no input of a config: rendering a project fetches nothing."""
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE_ROOT, project)
-    (project / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
-    (project / "Pulumi.prod.yaml").write_text((project / "Pulumi.example.yaml").read_text())
-    result = raya("render", "--keys-file", "keys.json", "--out", "rendered", cwd=project)
-    assert result.returncode == 0, result.stderr
-    assert len(list((project / "rendered").glob("*.ign"))) == 4
-
-
-def test_keys_come_from_the_github_url_and_pin_it(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    shutil.copytree(EXAMPLE_ROOT, project)
-    users = many_users(12)
     (project / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
     stack = yaml.safe_load((project / "Pulumi.example.yaml").read_text())
-    stack["config"]["raya:authorizedUsers"] = [user.handle for user in users]
-    (project / "Pulumi.staging.yaml").write_text(yaml.safe_dump(stack))
-    pages = {f"/{user.handle}.keys": user.raw.encode() for user in users}
-    with http_server(routes(pages)) as url:
-        result = raya("render", "-s", "staging", "--github-url", url, cwd=project)
+    stack["config"]["raya:authorizedUsers"] = ["octo-carol"]
+    (project / "Pulumi.prod.yaml").write_text(yaml.safe_dump(stack))
+    for name in ("https_proxy", "HTTPS_PROXY"):  # were anything fetched, it would fail
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    result = raya("render", "--out", "rendered", cwd=project)
     assert result.returncode == 0, result.stderr
-    assert f"36 keys of 12 users, too many to carry inline: fetched at first boot from {url}/" in (
-        result.stderr
-    )
-    files = json.loads((project / "out/agent-1.ign").read_bytes())["storage"]["files"]
-    sources = sorted(f["contents"]["source"] for f in files if "authorized_keys.d" in f["path"])
-    assert sources == sorted(f"{url}/{user.handle}.keys" for user in users)
-
-
-def test_a_keys_file_missing_a_user_is_one_line_error(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    shutil.copytree(EXAMPLE_ROOT, project)
-    (project / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
-    (project / "Pulumi.prod.yaml").write_text((project / "Pulumi.example.yaml").read_text())
-    (project / "one.json").write_text(dump_keys_file(many_users(1)))
-    result = raya("render", "--keys-file", "one.json", cwd=project)
-    assert result.returncode == 1
-    assert result.stderr.count("\n") == 1
-    assert "one.json: has no keys for octo-alice, octo-bob" in result.stderr
-    assert not (project / "out").exists()
+    agent = ignition_files((project / "rendered" / "agent-1.ign").read_bytes())
+    assert agent[SSH_HANDLES_FILE] == b"octo-carol\n"
 
 
 def test_example_takes_no_stack(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import json
 import os
@@ -22,7 +21,6 @@ from hypothesis import strategies as st
 from raya import render as render_module
 from raya.errors import RenderError
 from raya.fleet import Cluster, build_cluster, node_password
-from raya.github_keys import UserKeys, authorized_keys
 from raya.identity import (
     CertificateAuthority,
     ClusterSecrets,
@@ -32,13 +30,15 @@ from raya.identity import (
 )
 from raya.render import (
     IGNITION_LIMIT,
-    INLINE_KEYS_BUDGET,
+    SSH_HANDLES_FILE,
     RenderedNode,
+    part_digests,
     render_cluster,
     render_node,
     yaml_literal,
     yaml_quoted,
 )
+from tests.nodes.conftest import VOLUME_ID
 from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import ignition_files
 
@@ -63,26 +63,24 @@ def test_every_node_is_rendered_in_fleet_order(
 def test_rendering_is_deterministic(
     cluster: Cluster,
     secrets: ClusterSecrets,
-    users: tuple[UserKeys, ...],
     rendered: dict[str, RenderedNode],
 ) -> None:
-    again = render_cluster(cluster, secrets, users)
+    again = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
     assert [(n.butane, n.ignition) for n in again] == [
         (n.butane, n.ignition) for n in rendered.values()
     ]
     # render_node gives the same bytes as render_cluster
-    assert render_node(cluster, cluster.agents[1], secrets, users) == rendered["agent-1"]
+    assert render_node(cluster, cluster.agents[1], secrets) == rendered["agent-1"]
 
 
 def test_adding_an_agent_changes_no_other_node(
     cluster: Cluster,
     secrets: ClusterSecrets,
-    users: tuple[UserKeys, ...],
     rendered: dict[str, RenderedNode],
 ) -> None:
     types = (*(node.server_type for node in cluster.agents), "cx23")
     grown = build_cluster(cluster.config, types, "agents.json")
-    after = render_cluster(grown, secrets, users)
+    after = render_cluster(grown, secrets, volume_id=VOLUME_ID)
     assert [n.node.name for n in after][-1] == "agent-3"
     for node in after[:-1]:
         assert node.ignition == rendered[node.node.name].ignition
@@ -91,7 +89,6 @@ def test_adding_an_agent_changes_no_other_node(
 def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
     cluster: Cluster,
     secrets: ClusterSecrets,
-    users: tuple[UserKeys, ...],
     rendered: dict[str, RenderedNode],
 ) -> None:
     other = generate_example_secrets(())
@@ -105,12 +102,12 @@ def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
         cert_manager_key="gone",
     )
     for agent in cluster.agents:
-        assert render_node(cluster, agent, mixed, users).ignition == rendered[agent.name].ignition
+        assert render_node(cluster, agent, mixed).ignition == rendered[agent.name].ignition
     with pytest.raises(RenderError, match="join_secret is not usable"):
-        render_node(cluster, cluster.control_plane, mixed, users)
+        render_node(cluster, cluster.control_plane, mixed, volume_id=VOLUME_ID)
     keyless = dataclasses.replace(mixed, join_secret=secrets.join_secret)
     with pytest.raises(RenderError, match=r"server_ca\.key_pem"):
-        render_node(cluster, cluster.control_plane, keyless, users)
+        render_node(cluster, cluster.control_plane, keyless, volume_id=VOLUME_ID)
 
 
 def test_token_invariant_holds_on_the_rendered_bytes(
@@ -201,20 +198,20 @@ def test_every_node_carries_its_own_host_key(
 
 
 def test_a_node_without_a_valid_host_key_is_refused(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+    cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     agent = cluster.agents[0]
     missing = dataclasses.replace(secrets, host_keys={})
     with pytest.raises(RenderError, match=r"host_keys\[agent-0\] is missing"):
-        render_node(cluster, agent, missing, users)
+        render_node(cluster, agent, missing)
     other = example_host_key()
     mismatched = HostKey(secrets.host_keys[agent.name].private_openssh, other.public_openssh)
     wrong = dataclasses.replace(secrets, host_keys={agent.name: mismatched})
     with pytest.raises(RenderError, match="not the public half"):
-        render_node(cluster, agent, wrong, users)
+        render_node(cluster, agent, wrong)
     garbage = dataclasses.replace(secrets, host_keys={agent.name: HostKey("x", "y")})
     with pytest.raises(RenderError, match="not an unencrypted OpenSSH key"):
-        render_node(cluster, agent, garbage, users)
+        render_node(cluster, agent, garbage)
 
 
 def test_agent_config(
@@ -232,7 +229,7 @@ def test_agent_config(
         }
         assert agent.index is not None
         password = files["/etc/rancher/node/password"].decode()
-        assert password == node_password(secrets.agent_secret, agent.index) + "\n"
+        assert password == node_password(secrets.agent_secret, agent.name) + "\n"
         passwords.add(password)
         # Its own SSH host key is the one private key an agent holds.
         assert files.pop(HOST_KEY).decode() == secrets.host_keys[agent.name].private_openssh
@@ -268,86 +265,102 @@ def test_every_node_turns_zincati_auto_updates_off(rendered: dict[str, RenderedN
         assert dropin == {"updates": {"enabled": False}}, name
 
 
-def test_example_keys_are_inline_for_core(
-    users: tuple[UserKeys, ...], rendered: dict[str, RenderedNode]
+def test_no_key_travels_in_any_config_only_the_handles(
+    cluster: Cluster, rendered: dict[str, RenderedNode]
 ) -> None:
     for node in rendered.values():
         config = json.loads(node.ignition)
-        assert config["passwd"]["users"] == [
-            {"name": "core", "sshAuthorizedKeys": list(authorized_keys(users))}
-        ]
+        assert config["passwd"]["users"] == [{"name": "core"}]
+        files = ignition_files(node.ignition)
+        assert files[SSH_HANDLES_FILE] == b"octo-alice\nocto-bob\n"
+        # The one public key a config carries is the node's own host key.
+        files.pop(HOST_KEY + ".pub")
+        assert b"ssh-ed25519 AAAA" not in node.ignition + b"".join(files.values())
+        units = {unit["name"]: unit for unit in config["systemd"]["units"]}
+        assert units["raya-ssh-keys.timer"]["enabled"] is True
+        assert "OnUnitActiveSec=15min" in units["raya-ssh-keys.timer"]["contents"]
+        assert units["raya-ssh-keys.service"]["contents"].count(
+            "ExecStart=/usr/local/bin/raya-ssh-keys https://github.com "
+            f"{SSH_HANDLES_FILE} /home/core/.ssh/authorized_keys.d/raya\n"
+        ) == 1
 
 
-def test_fifty_users_with_three_rsa4096_keys_fit_pinned(
+def test_fifty_longest_handles_fit_and_keys_never_weigh(
     cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
-    users = many_users(50, long_handles=True)  # the longest GitHub logins: the worst case
-    text = "".join(key + "\n" for key in authorized_keys(users)).encode()
-    # The measurement behind the design: no compression makes these fit inline.
-    assert len(gzip.compress(text, 9, mtime=0)) > IGNITION_LIMIT
-    big = with_users(cluster, users)
-    nodes = render_cluster(big, secrets, users, keys_base_url="http://127.0.0.1:9")
+    users = many_users(50, keys_each=3, long_handles=True)
+    nodes = render_cluster(with_users(cluster, users), secrets, volume_id=VOLUME_ID)
     for node in nodes:
         assert len(node.ignition) <= IGNITION_LIMIT, (node.node.name, len(node.ignition))
-        config = json.loads(node.ignition)
-        assert config["passwd"]["users"] == [{"name": "core"}]
-        pinned = {
-            entry["path"]: entry
-            for entry in config["storage"]["files"]
-            if entry["path"].startswith("/home/core/.ssh/authorized_keys.d/")
-        }
-        assert len(pinned) == 50
-        for user in users:
-            entry = pinned[f"/home/core/.ssh/authorized_keys.d/github-{user.handle}"]
-            assert entry["contents"]["source"] == f"http://127.0.0.1:9/{user.handle}.keys"
-            digest = hashlib.sha256(user.raw.encode()).hexdigest()
-            assert entry["contents"]["verification"]["hash"] == f"sha256-{digest}"
-            assert (entry["mode"], entry["user"], entry["group"]) == (
-                0o600,
-                {"name": "core"},
-                {"name": "core"},
-            )
+    files = ignition_files(nodes[0].ignition)
+    assert files[SSH_HANDLES_FILE].decode().splitlines() == [user.handle for user in users]
 
 
-def test_inline_or_pinned_is_decided_by_the_keys_text_budget(
-    cluster: Cluster, secrets: ClusterSecrets
+def test_part_digests_tell_users_from_config(
+    cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
-    def mode(users: tuple[UserKeys, ...]) -> str:
-        node = render_node(with_users(cluster, users), cluster.agents[0], secrets, users)
-        return (
-            "inline"
-            if "sshAuthorizedKeys" in json.loads(node.ignition)["passwd"]["users"][0]
-            else "pinned"
-        )
+    more = with_users(cluster, many_users(3))
+    other = {node.node.name: node for node in render_cluster(more, secrets, volume_id="7")}
+    for name, node in rendered.items():
+        before, after = part_digests(node.ignition), part_digests(other[name].ignition)
+        assert before["users"] != after["users"]
+        # Only the control plane's config names the volume.
+        assert (before["config"] == after["config"]) == (name != "control-plane")
+        assert all(re.fullmatch(r"[0-9a-f]{16}", value) for value in before.values())
 
-    key_line = len(many_users(1, 1)[0].keys[0]) + 1
-    fits = INLINE_KEYS_BUDGET // key_line
-    assert mode(many_users(fits, 1)) == "inline"
-    assert mode(many_users(fits + 1, 1)) == "pinned"
+
+def test_the_control_plane_keeps_its_state_on_its_volume(
+    secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
+) -> None:
+    config = json.loads(rendered["control-plane"].ignition)
+    assert config["storage"]["filesystems"] == [
+        {
+            "device": f"/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}",
+            "format": "ext4",
+            "label": "raya-k3s-server",
+            "wipeFilesystem": False,
+            "path": "/var/lib/rancher/k3s/server",
+        }
+    ]
+    units = {unit["name"]: unit["contents"] for unit in config["systemd"]["units"]}
+    mount = units["var-lib-rancher-k3s-server.mount"].splitlines()
+    assert "Where=/var/lib/rancher/k3s/server" in mount
+    assert f"What=/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}" in mount
+    k3s = units["k3s.service"].splitlines()
+    assert "Requires=var-lib-rancher-k3s-server.mount" in k3s
+    assert "After=var-lib-rancher-k3s-server.mount" in k3s
+    # A replacement VM finds these on the volume and must rewrite them, not fail.
+    on_volume = [
+        entry
+        for entry in config["storage"]["files"]
+        if entry["path"].startswith("/var/lib/rancher/k3s/server/")
+    ]
+    assert len(on_volume) == 6 and all(entry["overwrite"] for entry in on_volume)
+    files = ignition_files(rendered["control-plane"].ignition)
+    password = files["/etc/rancher/node/password"].decode()
+    assert password == node_password(secrets.agent_secret, "control-plane") + "\n"
+
+
+@pytest.mark.parametrize("volume_id", [None, "", "vol-1"])
+def test_the_control_plane_needs_its_volume_id(
+    cluster: Cluster, secrets: ClusterSecrets, volume_id: str | None
+) -> None:
+    with pytest.raises(RenderError, match=r"control-plane: volume_id is .*; accepted: a Hetzner"):
+        render_node(cluster, cluster.control_plane, secrets, volume_id=volume_id)
 
 
 def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
-    cluster: Cluster, secrets: ClusterSecrets
+    cluster: Cluster, secrets: ClusterSecrets, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    users = many_users(110, 1)
+    monkeypatch.setattr(render_module, "IGNITION_LIMIT", 6000)
     with pytest.raises(RenderError) as caught:
-        render_node(with_users(cluster, users), cluster.control_plane, secrets, users)
+        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID)
     message = str(caught.value)
     assert message.startswith("control-plane: Ignition config is ")
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
-    assert size > IGNITION_LIMIT
-    assert "largest parts: /home/core/.ssh/authorized_keys.d/* (110 entries, " in message
+    assert size > 6000
+    assert "over Hetzner's user_data limit of 6000" in message
     assert "/var/lib/rancher/k3s/server/manifests/* (2 entries, " in message
-
-
-def test_users_must_be_exactly_the_configured_ones(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
-) -> None:
-    with pytest.raises(RenderError, match="missing: octo-bob; not configured: none"):
-        render_cluster(cluster, secrets, users[:1])
-    extra = (*users, *many_users(1))
-    with pytest.raises(RenderError, match="missing: none; not configured: user-00"):
-        render_cluster(cluster, secrets, extra)
 
 
 @pytest.mark.parametrize(
@@ -365,33 +378,32 @@ def test_users_must_be_exactly_the_configured_ones(
 def test_unusable_secrets_are_refused(
     cluster: Cluster,
     secrets: ClusterSecrets,
-    users: tuple[UserKeys, ...],
     change: dict[str, Any],
     message: str,
 ) -> None:
     with pytest.raises(RenderError, match=message):
-        render_cluster(cluster, dataclasses.replace(secrets, **change), users)
+        render_cluster(cluster, dataclasses.replace(secrets, **change), volume_id=VOLUME_ID)
 
 
 def test_the_agent_secret_must_not_be_the_server_secret(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+    cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     same = dataclasses.replace(secrets, agent_secret=secrets.join_secret)
     with pytest.raises(RenderError, match="agent_secret equals join_secret"):
-        render_cluster(cluster, same, users)
+        render_cluster(cluster, same, volume_id=VOLUME_ID)
 
 
 def test_a_schedulable_control_plane_is_not_tainted(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+    cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     config = dataclasses.replace(cluster.config, control_plane_schedulable=True)
     schedulable = dataclasses.replace(cluster, config=config)
-    node = render_node(schedulable, schedulable.control_plane, secrets, users)
+    node = render_node(schedulable, schedulable.control_plane, secrets, volume_id=VOLUME_ID)
     assert "node-taint" not in yaml.safe_load(ignition_files(node.ignition)[K3S_CONFIG])
 
 
 def test_ca_certificates_are_checked(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+    cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     ca = secrets.server_ca
     for cert_pem, message in (
@@ -401,13 +413,12 @@ def test_ca_certificates_are_checked(
     ):
         bad = dataclasses.replace(secrets, server_ca=CertificateAuthority(cert_pem, ca.key_pem))
         with pytest.raises(RenderError, match=message):
-            render_cluster(cluster, bad, users)
+            render_cluster(cluster, bad, volume_id=VOLUME_ID)
 
 
 def test_an_undefined_template_variable_is_an_error(
     cluster: Cluster,
     secrets: ClusterSecrets,
-    users: tuple[UserKeys, ...],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     original = render_module._context
@@ -419,7 +430,7 @@ def test_an_undefined_template_variable_is_an_error(
 
     monkeypatch.setattr(render_module, "_context", without_tls_san)
     with pytest.raises(RenderError, match=r"control-plane.*'tls_san' is undefined"):
-        render_node(cluster, cluster.control_plane, secrets, users)
+        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID)
 
 
 # No deadline: speed is measured in bench/, never asserted in a test.
@@ -437,22 +448,15 @@ def test_literal_blocks_read_back_exactly(text: str, indent: int) -> None:
 
 
 def test_a_node_from_another_fleet_is_refused(
-    cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
+    cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     bigger = build_cluster(cluster.config, ("cx23",) * 5, "agents.json")
     with pytest.raises(RenderError, match="agent-4: not a node of cluster raya"):
-        render_node(cluster, bigger.agents[4], secrets, users)
-
-
-def test_the_keys_base_url_must_be_http(cluster: Cluster, secrets: ClusterSecrets) -> None:
-    users = many_users(12)
-    with pytest.raises(RenderError, match="keys_base_url is 'file:///etc'"):
-        render_cluster(with_users(cluster, users), secrets, users, keys_base_url="file:///etc")
+        render_node(cluster, bigger.agents[4], secrets)
 
 
 RENDER_IN_A_PROCESS = """
 import hashlib, json, sys
-from raya.github_keys import load_keys_file
 from raya.identity import CertificateAuthority, ClusterSecrets, HostKey
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import render_cluster
@@ -463,7 +467,7 @@ data["host_keys"] = {name: HostKey(**key) for name, key in data["host_keys"].ite
 nodes = render_cluster(
     load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK),
     ClusterSecrets(**data),
-    load_keys_file(EXAMPLE_ROOT / "keys.json"),
+    volume_id="4242",
 )
 print(json.dumps([hashlib.sha256(node.ignition).hexdigest() for node in nodes]))
 """

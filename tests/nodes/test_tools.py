@@ -15,12 +15,9 @@ from pathlib import Path
 import pytest
 
 from raya.fleet import Cluster
-from raya.github_keys import UserKeys, authorized_keys
 from raya.identity import ClusterSecrets
-from raya.render import RenderedNode, render_cluster
-from tests.nodes.fakes import many_users, with_users
+from raya.render import RenderedNode
 from tests.nodes.tools import (
-    IgnitionFailed,
     apply_ignition,
     ignition_files,
     ignition_validate,
@@ -39,8 +36,18 @@ KEY_DIR = "/home/core/.ssh/authorized_keys.d"
 # What the image itself provides to the units (k3s is put there by Packer).
 IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/usr/sbin/nft", "/bin/sh"]
 GUARD = "raya-metadata-guard.service"
-# The units every node's config carries, besides its k3s unit.
-NODE_UNITS = (WAIT_UNIT, "raya-public-ipv4.service", GUARD)
+# The units every node's config carries, besides its k3s unit (and the control plane's
+# volume mount).
+NODE_UNITS = (
+    WAIT_UNIT,
+    "raya-public-ipv4.service",
+    GUARD,
+    "raya-ssh-keys.service",
+    "raya-ssh-keys.timer",
+)
+MOUNT_UNIT = "var-lib-rancher-k3s-server.mount"
+# The control plane's volume, for systemd-analyze: the device its mount unit names.
+VOLUME_DEVICE = "/dev/disk/by-id/scsi-0HC_Volume_4242"
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -118,7 +125,7 @@ def _preset(root: Path) -> list[str]:
 
 
 def test_ignition_applies_the_control_plane(
-    rendered: dict[str, RenderedNode], applied: dict[str, Path], users: tuple[UserKeys, ...]
+    rendered: dict[str, RenderedNode], applied: dict[str, Path]
 ) -> None:
     node, root = rendered["control-plane"], applied["control-plane"]
     _check_applied_files(node, root)
@@ -137,11 +144,11 @@ def test_ignition_applies_the_control_plane(
     assert (root / "var/usrlocal/bin/raya-public-ipv4").stat().st_mode & 0o777 == 0o755
     assert "enable k3s.service" in _preset(root)
     assert (root / "etc/systemd/system/k3s.service").read_text() == _unit(node, "k3s.service")
-    _check_core_user(root, users)
+    _check_core_user(root)
 
 
 def test_ignition_applies_the_agents(
-    rendered: dict[str, RenderedNode], applied: dict[str, Path], users: tuple[UserKeys, ...]
+    rendered: dict[str, RenderedNode], applied: dict[str, Path]
 ) -> None:
     for name in ("agent-0", "agent-1", "agent-2"):
         node, root = rendered[name], applied[name]
@@ -151,7 +158,7 @@ def test_ignition_applies_the_agents(
         assert "enable k3s-agent.service" in _preset(root)
         assert not (root / "etc/systemd/system/k3s.service").exists()
         assert not (root / "var/lib/rancher").exists()
-        _check_core_user(root, users)
+        _check_core_user(root)
 
 
 def test_sshd_host_key_is_placed_and_readable_by_ssh_keygen(
@@ -178,64 +185,19 @@ def test_sshd_host_key_is_placed_and_readable_by_ssh_keygen(
         assert fingerprint.startswith("SHA256:")
 
 
-def _check_core_user(root: Path, users: tuple[UserKeys, ...]) -> None:
+def _check_core_user(root: Path) -> None:
+    """core exists, its key folder is ready for the fetcher, and no key came with the config."""
     passwd = {line.split(":")[0]: line for line in (root / "etc/passwd").read_text().splitlines()}
     assert "core" in passwd
-    keys = (root / KEY_DIR.lstrip("/") / "ignition").read_text()
-    assert keys.splitlines() == list(authorized_keys(users))
+    key_dir = root / KEY_DIR.lstrip("/")
+    assert list(key_dir.iterdir()) == []
+    assert key_dir.stat().st_mode & 0o777 == 0o700
+    assert _owner(root, key_dir) == ("core", "core")
 
 
 def _unit(node: RenderedNode, name: str) -> str:
     units = json.loads(node.ignition)["systemd"]["units"]
     return str(next(unit["contents"] for unit in units if unit["name"] == name))
-
-
-@pytest.fixture(scope="module")
-def pinned(cluster: Cluster, secrets: ClusterSecrets) -> tuple[Cluster, tuple[UserKeys, ...]]:
-    """Twelve users with three RSA-4096 keys each: over the inline budget, so pinned."""
-    users = many_users(12)
-    return with_users(cluster, users), users
-
-
-def _keys_server_routes(users: tuple[UserKeys, ...]) -> dict[str, bytes]:
-    return {f"/{user.handle}.keys": user.raw.encode() for user in users}
-
-
-def test_ignition_fetches_pinned_keys_and_checks_them(
-    pinned: tuple[Cluster, tuple[UserKeys, ...]], secrets: ClusterSecrets, tmp_path: Path
-) -> None:
-    cluster, users = pinned
-    with contextlib.ExitStack() as stack, http_server(routes(_keys_server_routes(users))) as url:
-        nodes = render_cluster(cluster, secrets, users, keys_base_url=url)
-        for node in nodes[:2]:
-            path = tmp_path / f"{node.node.name}.ign"
-            path.write_bytes(node.ignition)
-            assert ignition_validate(path).returncode == 0
-            root = _apply(node, stack)
-            _check_applied_files(node, root)
-            key_dir = root / KEY_DIR.lstrip("/")
-            assert sorted(p.name for p in key_dir.iterdir()) == sorted(
-                f"github-{user.handle}" for user in users
-            )
-            for user in users:
-                assert (key_dir / f"github-{user.handle}").read_text() == user.raw
-            assert key_dir.stat().st_mode & 0o777 == 0o700
-            assert _owner(root, key_dir) == ("core", "core")
-
-
-def test_ignition_refuses_keys_that_changed_since_rendering(
-    pinned: tuple[Cluster, tuple[UserKeys, ...]], secrets: ClusterSecrets, tmp_path: Path
-) -> None:
-    cluster, users = pinned
-    pages = _keys_server_routes(users)
-    with http_server(routes(pages)) as url:
-        agent = render_cluster(cluster, secrets, users, keys_base_url=url)[1]
-        first = f"/{users[0].handle}.keys"
-        pages[first] = pages[first] + b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIntruder\n"
-        with pytest.raises(IgnitionFailed) as caught, contextlib.ExitStack() as stack:
-            _apply(agent, stack)
-    assert caught.value.stage == "files"
-    assert "hash" in caught.value.log.lower()
 
 
 @pytest.mark.parametrize("name", ["control-plane", "agent-0"])
@@ -278,12 +240,16 @@ def test_systemd_accepts_every_unit(
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
         k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
-        assert sorted(units) == sorted([*NODE_UNITS, k3s]), name
-        assert units[-1] == k3s
+        own = [MOUNT_UNIT, k3s] if name == "control-plane" else [k3s]
+        assert sorted(units) == sorted([*NODE_UNITS, *own]), name
+        if name == "control-plane":  # the volume's device, as systemd-fsck@ needs it
+            device = copy / VOLUME_DEVICE.lstrip("/")
+            device.parent.mkdir(parents=True, exist_ok=True)
+            device.touch()
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
         # ...and it can fail: a misspelled directive is reported.
-        unit = copy / "etc/systemd/system" / units[-1]
+        unit = copy / "etc/systemd/system" / next(u for u in units if u.startswith("k3s"))
         unit.write_text(unit.read_text().replace("Restart=always", "Restrat=always"))
         result = systemd_verify(copy, units)
         assert "Unknown key" in result.stdout + result.stderr
@@ -298,6 +264,8 @@ def test_units_need_the_private_network_and_the_public_address(
         assert {"Before=network-online.target", "WantedBy=network-online.target"} <= set(wait)
         # The metadata guard loads before any network (see below).
         for name in set(_unit_names(node)) - {WAIT_UNIT, GUARD}:
+            if name.endswith((".mount", ".timer")):
+                continue
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
             assert "After=network-online.target" in lines, name

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tests.support import require_tool
@@ -97,11 +97,22 @@ def fcos_layout(root: Path) -> None:
         (root / name).write_text(text)
 
 
-def apply_ignition(config: bytes, root: Path) -> str:
+# What FCOS' initramfs runs, less what needs systemd on D-Bus (the `disks` stage waits for
+# its devices through systemd, which this machine does not run).
+STAGES = ("fetch-offline", "fetch", "files")
+
+
+def apply_ignition(
+    config: bytes,
+    root: Path,
+    stages: Sequence[str] = STAGES,
+    before: Callable[[str], None] | None = None,
+) -> str:
     """Run the real Ignition on `config` as FCOS' initramfs does, into `root`; its log.
 
-    fetch-offline first; if that says the config needs the network (remote contents),
-    fetch; then files. Every stage must end "Ignition finished successfully".
+    `stages` in order, `before(stage)` called ahead of each; `fetch` only if fetch-offline
+    said the config needs the network (remote contents). Every stage must end "Ignition
+    finished successfully".
     """
     ignition = require_tool("ignition", IGNITION)
     work = root.parent / "ignition-run"
@@ -109,10 +120,11 @@ def apply_ignition(config: bytes, root: Path) -> str:
     (work / "config.ign").write_bytes(config)
     environment = {**os.environ, "IGNITION_CONFIG_FILE": str(work / "config.ign")}
     logs = []
-    stages = ["fetch-offline", "fetch", "files"]
     for stage in stages:
         if stage == "fetch" and not (work / "neednet").exists():
             continue
+        if before is not None:
+            before(stage)
         result = subprocess.run(
             [
                 ignition,

@@ -58,6 +58,29 @@ class Registered:
     id: str
     outputs: dict[str, Any]
     secret_outputs: frozenset[str]  # additional_secret_outputs, as the engine receives them
+    options: Options = field(default_factory=lambda: Options())
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resource options the engine (not the mocks) applies, as the monitor receives them."""
+
+    ignore_changes: tuple[str, ...] = ()
+    protect: bool = False
+
+
+@dataclass
+class Stored:
+    """One resource in the state: the inputs the engine stored (ignored ones kept), id, outputs."""
+
+    inputs: str  # JSON
+    id: str
+    outputs: dict[str, Any]
+
+
+# The hcloud server's properties whose change re-creates it (the provider's ForceNew).
+SERVER_FORCE_NEW = ("image", "location", "userData", "sshKeys", "datacenter")
+SERVER_TYPE = "hcloud:index/server:Server"
 
 
 @dataclass
@@ -89,21 +112,32 @@ class RecordingMonitor(MockMonitor):
                 request.additionalSecretOutputs
             )
             self.provider_mocks.dependencies[request.name] = frozenset(request.dependencies)
+            self.provider_mocks.options[request.name] = Options(
+                tuple(request.ignoreChanges), bool(request.protect)
+            )
         return super().RegisterResource(request)  # type: ignore[no-untyped-call]
 
 
 class ProviderMocks(pulumi.runtime.Mocks):
-    """The providers raya uses, faked realistically; `state` is what `pulumi up` keeps."""
+    """The providers raya uses, faked realistically; `state` is what `pulumi up` keeps.
+
+    What the engine does with the state is played too: an input named in `ignore_changes`
+    keeps its stored value; unchanged inputs keep the id and outputs; a server whose
+    ForceNew input changed, or named in `force_replace` (`pulumi up --replace`, which keeps
+    ignored inputs too), is re-created (listed in `replaced`); another changed server is
+    updated in place; any other changed resource is re-created.
+    """
 
     def __init__(self, zones: list[Zone], snapshots: list[Snapshot]) -> None:
         self.zones = zones
         self.snapshots = snapshots
-        # (type, name, inputs) -> (id, outputs): same inputs on the same resource, same outputs,
-        # as the engine does for an unchanged resource.
-        self.state: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
+        self.state: dict[tuple[str, str], Stored] = {}  # by (type, name)
         self.resources: dict[str, Registered] = {}  # this run's resources by name
         self.secret_outputs: dict[str, frozenset[str]] = {}  # by resource name
         self.dependencies: dict[str, frozenset[str]] = {}  # URNs each waits for, by name
+        self.options: dict[str, Options] = {}  # by resource name
+        self.force_replace: frozenset[str] = frozenset()  # resource names, for the next run
+        self.replaced: list[str] = []  # this run's re-created resources
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._serial = 1000
@@ -165,16 +199,40 @@ class ProviderMocks(pulumi.runtime.Mocks):
         ]
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        key = (args.typ, args.name, json.dumps(args.inputs, sort_keys=True, default=str))
         with self._lock:
-            if key not in self.state:
+            options = self.options[args.name]
+            stored = self.state.get((args.typ, args.name))
+            inputs = dict(args.inputs)
+            if stored is not None:
+                inputs = _keep_ignored(inputs, json.loads(stored.inputs), options.ignore_changes)
+            text = json.dumps(inputs, sort_keys=True, default=str)
+            if stored is not None and args.name in self.force_replace:
+                stored = None
+            elif stored is not None and stored.inputs != text:
+                old = json.loads(stored.inputs)
+                if args.typ == SERVER_TYPE and all(
+                    old.get(key) == inputs.get(key) for key in SERVER_FORCE_NEW
+                ):
+                    stored = Stored(text, stored.id, {**stored.outputs, **reveal(inputs)})
+                else:
+                    stored = None
+            if stored is None:
+                if (args.typ, args.name) in self.state:
+                    self.replaced.append(args.name)
                 self._serial += 1
-                self.state[key] = self._create(args.typ, args.name, reveal(args.inputs))
-            id_, outputs = self.state[key]
+                id_, outputs = self._create(args.typ, args.name, reveal(inputs))
+                stored = Stored(text, id_, outputs)
+            self.state[(args.typ, args.name)] = stored
             self.resources[args.name] = Registered(
-                args.typ, args.name, args.inputs, id_, outputs, self.secret_outputs[args.name]
+                args.typ,
+                args.name,
+                args.inputs,
+                stored.id,
+                stored.outputs,
+                self.secret_outputs[args.name],
+                options,
             )
-        return id_, outputs
+        return stored.id, stored.outputs
 
     def _create(self, typ: str, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         serial = self._serial
@@ -203,6 +261,9 @@ class ProviderMocks(pulumi.runtime.Mocks):
             outputs["ipv6Address"] = f"2001:db8:{serial:x}::1"
             outputs["status"] = "running"
             return str(serial), outputs
+        elif typ == "hcloud:index/volume:Volume":
+            outputs["linuxDevice"] = f"/dev/disk/by-id/scsi-0HC_Volume_{serial}"
+            return str(serial), outputs
         elif typ == "gcp:dns/managedZone:ManagedZone":
             outputs["nameServers"] = _name_servers(inputs["name"])
             outputs["project"] = PROJECT
@@ -220,6 +281,26 @@ class ProviderMocks(pulumi.runtime.Mocks):
         elif typ == "gcp:serviceaccount/key:Key":
             outputs["privateKey"] = _service_account_key(inputs["serviceAccountId"])
         return f"{name}-{serial}", outputs
+
+
+def _keep_ignored(
+    inputs: dict[str, Any], stored: dict[str, Any], paths: tuple[str, ...]
+) -> dict[str, Any]:
+    """`inputs` with the values of `paths` (`name` or `name["key"]`) taken from `stored`."""
+    result = dict(inputs)
+    for path in paths:
+        name, _, rest = path.partition('["')
+        if not rest:
+            if name in stored:
+                result[name] = stored[name]
+            continue
+        key = rest.removesuffix('"]')
+        old = stored.get(name, {})
+        inner = dict(reveal(result.get(name)) or {})
+        if key in old:
+            inner[key] = old[key]
+        result[name] = inner
+    return result
 
 
 def _name_servers(zone: str) -> list[str]:
@@ -352,6 +433,7 @@ class Run:
     resources: dict[str, Registered]
     outputs: dict[str, Any]
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
 
     def of_type(self, typ: str) -> dict[str, Registered]:
         return {name: r for name, r in self.resources.items() if r.typ == typ}
@@ -359,10 +441,12 @@ class Run:
 
 def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> Run:
     """Run `program()` once against `mocks`, in a fresh monitor; what it returns is taken as
-    the stack outputs."""
+    the stack outputs. `Run.replaced` lists the resources the run re-created."""
     mocks.resources = {}
     mocks.secret_outputs = {}
     mocks.dependencies = {}
+    mocks.options = {}
+    mocks.replaced = []
     mocks.calls = []
     _quiet_abandoned_futures()
     pulumi.runtime.set_mocks(
@@ -375,7 +459,12 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
         return pulumi.Output.from_input(program()).apply(lambda value: outputs.update(value or {}))
 
     run()
-    return Run(resources=dict(mocks.resources), outputs=outputs, calls=list(mocks.calls))
+    return Run(
+        resources=dict(mocks.resources),
+        outputs=outputs,
+        calls=list(mocks.calls),
+        replaced=list(mocks.replaced),
+    )
 
 
 def _quiet_abandoned_futures() -> None:

@@ -6,6 +6,8 @@ what raya, through the real SDK, asked of the CLI. Stack operations print the re
 (`recorded/up-3.stdout.txt`) and write the recorded engine events to `--event-log`; stack
 `failing` fails the way the CLI does (exit 255, `error:` lines). Outputs come from
 $STANDIN_OUTPUTS (`{"name": [value, secret]}`), masked the way `stack output --json` masks.
+`stack export` answers a state with a protected control plane; what `stack import` is given
+is logged as `["imported", state]`.
 """
 
 from __future__ import annotations
@@ -58,6 +60,18 @@ def main(args: list[str]) -> int:
         shown = "--show-secrets" in args
         print(json.dumps({name: value if shown or not secret else "[secret]"
                           for name, (value, secret) in outputs.items()}))
+    elif args[:2] == ["stack", "export"]:
+        # A state whose control plane is protected, as the program leaves it.
+        print(json.dumps({"version": 3, "deployment": {"resources": [
+            {"urn": "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane",
+             "type": "hcloud:index/server:Server", "protect": True},
+            {"urn": "urn:pulumi:prod::raya::hcloud:index/server:Server::agent-0",
+             "type": "hcloud:index/server:Server"},
+        ]}}))
+    elif args[:2] == ["stack", "import"]:
+        imported = Path(str(option(args, "--file"))).read_text()
+        with open(os.environ["STANDIN_LOG"], "a") as log:
+            log.write(json.dumps(["imported", json.loads(imported)]) + "\n")
     elif args[:2] == ["stack", "history"]:
         print(json.dumps([{
             "kind": "update", "startTime": "2022-04-01T07:30:53.000000Z", "message": "",

@@ -12,6 +12,7 @@ import sys
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pulumi import automation as auto
@@ -57,6 +58,13 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Standin:
     monkeypatch.setenv("STANDIN_OUTPUTS", json.dumps(OUTPUTS))
     (tmp_path / "pulumi.log").touch()
     return Standin(tmp_path / "pulumi.log")
+
+    # A destroy unprotects the state first (tests/program/test_deploy_guard.py checks how).
+    def export_stack(self) -> auto.Deployment:
+        return auto.Deployment(version=3, deployment={"resources": []})
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        raise AssertionError("nothing was protected: nothing to import")
 
 
 @pytest.fixture
@@ -204,6 +212,13 @@ def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
     yes = CliRunner().invoke(app, ["destroy", "--yes", "--root", str(project)])
     assert yes.exit_code == 0
     assert [run[0] for run in standin.operations()] == ["destroy", "destroy"]
+    # Each destroy lifted the control plane's protection first (the confirmation is it).
+    imported: list[Any] = [run[1] for run in standin.calls() if run[0] == "imported"]
+    assert len(imported) == 2
+    assert all(
+        not resource.get("protect") for state in imported
+        for resource in state["deployment"]["resources"]
+    )
 
 
 def test_open_stack_drives_the_cli_in_the_project(project: Path, standin: Standin) -> None:

@@ -14,15 +14,18 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from raya.errors import ConfigError
+from raya.errors import ConfigError, DeployError, KeysError
 from raya.pins import load_pins, snapshot_labels
-from raya.program import GITHUB_URL_ENV, main
+from raya.program import GITHUB_URL_ENV, REPLACE_ENV, main
 from raya.project import EXAMPLE_ROOT
+from raya.render import SSH_HANDLES_FILE
 from tests.program.ignition import ignition_files
 from tests.program.mocks import ProviderMocks, Snapshot, Zone, reveal, run_program
 from tests.support import REPO, http_server
 
 KEYS = json.loads((EXAMPLE_ROOT / "keys.json").read_text())
+# A key of another user: what a key rotation on GitHub looks like from here.
+EXAMPLE_OTHER_KEY = KEYS["octo-bob"].splitlines()[0] + "\n"
 
 
 @pytest.fixture
@@ -83,15 +86,66 @@ def test_main_reads_the_stack_and_fetches_keys(
     assert servers == ["agent-0", "agent-1", "agent-2", "control-plane"]
     assert inputs["control-plane"]["location"] == "hel1"
     assert inputs["agent-0"]["image"] == "7"
-    # The keys GitHub served are the ones the nodes carry.
-    served = {line for body in KEYS.values() for line in body.splitlines() if line}
-    ignition = json.loads(inputs["agent-0"]["userData"])
-    carried = {
-        key for user in ignition["passwd"]["users"] for key in user.get("sshAuthorizedKeys", [])
-    }
-    files = ignition_files(inputs["agent-0"]["userData"])
-    carried |= {line.decode() for body in files.values() for line in body.splitlines()}
-    assert served <= carried
+    # The keys GitHub served were checked, and are carried by no node: they fetch them.
+    for server in servers:
+        user_data = inputs[server]["userData"]
+        ignition = json.loads(user_data)
+        assert ignition["passwd"]["users"] == [{"name": "core"}]
+        assert ignition_files(user_data)[SSH_HANDLES_FILE].decode().splitlines() == sorted(KEYS)
+        for body in KEYS.values():
+            for line in filter(None, body.splitlines()):
+                assert line.split()[1] not in user_data
+
+
+def test_a_user_rotating_keys_on_github_changes_nothing(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    before = run_program(targets, lambda: main(project))
+    handle = sorted(KEYS)[0]
+    KEYS[handle], original = EXAMPLE_OTHER_KEY, KEYS[handle]
+    try:
+        after = run_program(targets, lambda: main(project))
+    finally:
+        KEYS[handle] = original
+    assert after.replaced == []
+    for name, resource in before.resources.items():
+        assert reveal(after.resources[name].inputs) == reveal(resource.inputs), name
+
+
+def test_a_handle_without_keys_fails_before_anything_is_declared(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    handle = sorted(KEYS)[0]
+    KEYS[handle], original = "\n", KEYS[handle]  # an empty keys page
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    try:
+        with pytest.raises(KeysError, match=f"{handle} has no SSH keys"):
+            run_program(targets, lambda: main(project))
+    finally:
+        KEYS[handle] = original
+    assert targets.resources == {}
+
+
+def test_main_replaces_the_nodes_raya_deploy_names(
+    project: Path,
+    github: list[str],
+    stack_config: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    run_program(targets, lambda: main(project))
+    monkeypatch.setenv(REPLACE_ENV, "agent-2,control-plane")
+    result = run_program(targets, lambda: main(project))
+    lifted = sorted(name for name, r in result.resources.items() if r.typ.endswith(":Server")
+                    and not r.options.ignore_changes)  # fmt: skip
+    assert lifted == ["agent-2", "control-plane"]
+    monkeypatch.setenv(REPLACE_ENV, "agent-9")
+    with pytest.raises(DeployError, match="replace: agent-9 is not a node of cluster kube"):
+        run_program(mocks(project), lambda: main(project))
 
 
 def test_main_reads_lists_and_booleans_as_pulumi_stores_them(

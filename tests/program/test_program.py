@@ -15,18 +15,17 @@ import yaml
 
 from raya.errors import DeployError, RenderError
 from raya.fleet import Cluster, build_cluster
-from raya.github_keys import load_keys_file
 from raya.pins import load_pins, snapshot_labels
 from raya.program import define
 from raya.program.dns import zone_resource_name
 from raya.program.secrets import account_id
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import part_digests
 from tests.program.ignition import ignition_files
 from tests.program.mocks import ProviderMocks, Run, Snapshot, Zone, is_secret, reveal, run_program
 from tests.support import REPO
 
 PINS = load_pins(REPO)
-USERS = load_keys_file(EXAMPLE_ROOT / "keys.json")
 EXAMPLE = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
 LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
 SERVER = "hcloud:index/server:Server"
@@ -57,7 +56,7 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
 
 
 def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
-    return run_program(mocks, lambda: define(cluster, PINS, USERS, **kwargs))
+    return run_program(mocks, lambda: define(cluster, PINS, **kwargs))
 
 
 def with_agents(cluster: Cluster, agents: tuple[str, ...]) -> Cluster:
@@ -93,6 +92,8 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             (RECORD, "delegation"),
             *[(RECORD, label) for label in ("cp", "a0", "a1", "a2")],
             *[(SERVER, name) for name in ("control-plane", "agent-0", "agent-1", "agent-2")],
+            ("hcloud:index/volume:Volume", "control-plane-state"),
+            ("hcloud:index/volumeAttachment:VolumeAttachment", "control-plane-volume"),
             ("gcp:serviceaccount/account:Account", "external-dns"),
             ("gcp:serviceaccount/account:Account", "cert-manager"),
             ("gcp:serviceaccount/key:Key", "external-dns-key"),
@@ -130,11 +131,17 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
     }
     for name, (server_type, ip, role) in expected_servers.items():
         server = inputs[name]
-        assert server["name"] == name
+        assert server["name"] == f"raya-{name}"  # hostnames stay {name}: see tests/nodes
         assert server["image"] == "42"
         assert server["serverType"] == server_type
         assert server["location"] == "nbg1"
-        assert server["labels"] == {"managed_by": "raya", "role": role}
+        digests = part_digests(server["userData"].encode())
+        assert server["labels"] == {
+            "managed_by": "raya",
+            "role": role,
+            "raya-users": digests["users"],
+            "raya-config": digests["config"],
+        }
         assert server["networks"] == [{"networkId": int(network.id), "ip": ip, "aliasIps": []}]
         assert server["publicNets"] == [{"ipv4Enabled": True, "ipv6Enabled": True}]
         assert server["userData"].startswith("{")
@@ -180,6 +187,21 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             "member": account.outputs["member"],
         }
 
+    volume = inputs["control-plane-state"]
+    assert volume == {
+        "name": "raya-control-plane-state",
+        "size": 10,
+        "location": "nbg1",
+        "labels": {"managed_by": "raya", "role": "control-plane-state"},
+    }
+    assert inputs["control-plane-state"] == volume
+    attachment = result.of_type("hcloud:index/volumeAttachment:VolumeAttachment")
+    assert reveal(attachment["control-plane-volume"].inputs) == {
+        "serverId": int(result.resources["control-plane"].id),
+        "volumeId": int(result.resources["control-plane-state"].id),
+        "automount": False,
+    }
+    assert result.outputs["drift"] == {}
     assert result.outputs["zone"] == "raya.example.com."
     assert result.outputs["nameServers"] == zone.outputs["nameServers"]
     assert result.outputs["servers"]["agent-1"] == {
@@ -368,12 +390,12 @@ def test_missing_snapshot_says_to_build_the_image() -> None:
 
 
 def test_render_failure_names_the_node() -> None:
-    def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
+    def render(cluster: Any, node: Any, secrets: Any, *, volume_id: Any = None) -> Any:
         if node.name == "agent-1":
             raise RenderError("user_data is 40000 bytes, over 32768")
         from raya.render import render_node
 
-        return render_node(cluster, node, secrets, users)
+        return render_node(cluster, node, secrets, volume_id=volume_id)
 
     with pytest.raises(pulumi.RunError, match=r"agent-1: .*40000 bytes"):
         run(provider_mocks(), render=render)
@@ -382,11 +404,11 @@ def test_render_failure_names_the_node() -> None:
 def test_agents_never_see_control_plane_keys() -> None:
     seen: dict[str, Any] = {}
 
-    def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
+    def render(cluster: Any, node: Any, secrets: Any, *, volume_id: Any = None) -> Any:
         seen[node.name] = secrets
         from raya.render import render_node
 
-        return render_node(cluster, node, secrets, users)
+        return render_node(cluster, node, secrets, volume_id=volume_id)
 
     result = run(provider_mocks(), render=render)
     cp = seen.pop("control-plane")

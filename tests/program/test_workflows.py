@@ -54,7 +54,11 @@ def test_pull_requests_test_validate_and_preview() -> None:
 def test_main_builds_the_image_then_deploys_one_run_at_a_time() -> None:
     workflow = load("main.yml")
     assert workflow["concurrency"]["cancel-in-progress"] is False
-    assert runs(workflow, "deploy") == ["./raya image build --stack prod", "./raya up --stack prod"]
+    assert runs(workflow, "deploy") == [
+        "./raya image build --stack prod",
+        # CI never replaces nor deletes the control plane, its volume, network or zone.
+        "./raya up --stack prod --no-destroy-protected",
+    ]
     assert workflow["jobs"]["deploy"]["needs"] == ["test"]
 
 

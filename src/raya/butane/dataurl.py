@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import struct
 import zlib
@@ -52,6 +53,9 @@ def make_data_url(data: bytes, may_compress: bool) -> tuple[str, bool]:
     return "data:," + "".join(map(_PERCENT.__getitem__, data)), False
 
 
+# Pure, and the costliest step of a render (the Go model is Python): the files every node
+# carries (scripts, units) are compressed once per process, not once per node.
+@functools.lru_cache(maxsize=512)
 def _gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
     """Gzip bytes whose `;base64,` form plus len("gzip") is under budget, else None.
 

@@ -21,7 +21,6 @@ StackOption = Annotated[
 ]
 
 
-
 def _progress(line: str) -> None:
     # Lines of the Pulumi CLI's own display, in which secrets read `[secret]`.
     out.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -40,23 +39,49 @@ def deploy_module(command: str) -> ModuleType:
     return deploy
 
 
-def _run(action: Action, stack: str, root: Path | None) -> Result:
-    result: Result = deploy_module(action).run(action, project_root(root), stack, _progress)
+def _run(
+    action: Action, stack: str, root: Path | None, *, no_destroy_protected: bool = False
+) -> Result:
+    result: Result = deploy_module(action).run(
+        action, project_root(root), stack, _progress, no_destroy_protected=no_destroy_protected
+    )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
+    for node, parts in result.drift.items():
+        out.print(
+            f"drift: {node} runs other {', '.join(parts)} than the inputs render; "
+            "left as it is (docs/deploy.md, Day two)",
+            markup=False,
+            soft_wrap=True,
+        )
     return result
 
 
 @app.command()
 def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
-    """Show what `raya up` would change, without changing anything."""
+    """Show what `raya up` would change, and each node's drift, without changing anything."""
     _run("preview", stack, root)
 
 
 @app.command()
-def up(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
-    """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts."""
-    result = _run("up", stack, root)
+def up(
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    no_destroy_protected: Annotated[
+        bool,
+        typer.Option(
+            "--no-destroy-protected",
+            help="Preview first; fail, changing nothing, if the preview replaces or deletes "
+            "the control plane, its volume, the network or the DNS zone (what CI runs).",
+        ),
+    ] = False,
+) -> None:
+    """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts.
+
+    Servers are never replaced for a change of users, image or config: `raya up` lists it as
+    drift, per node, and leaves them running.
+    """
+    result = _run("up", stack, root, no_destroy_protected=no_destroy_protected)
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
 
@@ -67,7 +92,8 @@ def destroy(
     root: RootOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete every resource of the stack: servers, network, DNS zone, service accounts."""
+    """Delete every resource of the stack: servers, the control plane's volume, network, DNS
+    zone, service accounts (protected ones included: the confirmation is the protection)."""
     if not yes and not typer.confirm(
         f"Destroy every resource of stack {stack}, its servers and DNS zone included?", err=True
     ):

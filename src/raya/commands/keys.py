@@ -39,7 +39,7 @@ def keys(
     save: Annotated[
         Path | None,
         typer.Option(
-            "--save", help="Also write the keys to this file, for `raya render --keys-file`."
+            "--save", help="Also write the keys to this file (`--keys-file` reads it back)."
         ),
     ] = None,
     github_url: GithubUrlOption = GITHUB_URL,

@@ -8,25 +8,19 @@ from typing import Annotated
 import typer
 
 from raya.cli import app, err, out
-from raya.commands.options import (
-    ExampleOption,
-    GithubUrlOption,
-    KeysFileOption,
-    RootOption,
-    resolve_users,
-    select_project,
-)
+from raya.commands.options import ExampleOption, RootOption, select_project
 from raya.errors import RenderError
 from raya.files import write_atomically
-from raya.github_keys import GITHUB_URL
 from raya.identity import generate_example_secrets
 from raya.project import DEFAULT_STACK, load_cluster
-from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluster
+from raya.render import IGNITION_LIMIT, RenderedNode, render_cluster
 
+# Stands for the control plane's volume, whose id Hetzner decides when it is created.
+EXAMPLE_VOLUME_ID = "100000001"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    "keys, SSH host keys); these configs show what the nodes get but cannot join a real cluster. "
-    "`raya up` renders with the stack's own secrets."
+    f"keys, SSH host keys), and a made-up volume id ({EXAMPLE_VOLUME_ID}); these configs show "
+    "what the nodes get but cannot join a real cluster. `raya up` renders with the stack's own."
 )
 
 
@@ -40,21 +34,18 @@ def render(
     out_dir: Annotated[
         Path, typer.Option("--out", "-o", help="Folder to write <node>.bu and <node>.ign to.")
     ] = Path("out"),
-    keys_file: KeysFileOption = None,
     example: ExampleOption = False,
-    github_url: GithubUrlOption = GITHUB_URL,
 ) -> None:
     """Render every node's Butane and Ignition config and print their sizes.
 
     The secrets are throwaway ones generated on the spot, and said so: the real join token,
     CAs and service account keys exist only in the deployment's state.
     """
-    root, stack, keys_file = select_project(root, stack, example, keys_file)
+    root, stack, _ = select_project(root, stack, example, None)
     cluster = load_cluster(root, stack)
-    users = resolve_users(cluster.config, keys_file, github_url)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
     secrets = generate_example_secrets(node.name for node in cluster.nodes)
-    rendered = render_cluster(cluster, secrets, users, keys_base_url=github_url)
+    rendered = render_cluster(cluster, secrets, volume_id=EXAMPLE_VOLUME_ID)
     _write(out_dir, rendered)
 
     rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]
@@ -73,15 +64,13 @@ def render(
     for row in rows:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         out.print(line.rstrip(), markup=False, soft_wrap=True)
-    keys = sum(len(user.keys) for user in users)
-    if keys_inline(users):
-        how = f"{keys} keys of {len(users)} users inline"
-    else:
-        how = (
-            f"{keys} keys of {len(users)} users, too many to carry inline: fetched at first "
-            f"boot from {github_url.rstrip('/')}/<handle>.keys, pinned by sha256"
-        )
-    err.print(f"SSH keys: {how}", markup=False, soft_wrap=True)
+    users = cluster.config.authorized_users
+    err.print(
+        f"SSH keys: fetched by every node at boot and every 15 minutes from GitHub, for "
+        f"{len(users)} users ({', '.join(users)})",
+        markup=False,
+        soft_wrap=True,
+    )
     err.print(f"wrote {len(rendered)} nodes' .bu and .ign files to {out_dir}", markup=False)
 
 

@@ -6,19 +6,19 @@ takes the renderer and the users' keys as arguments so tests run it under Pulumi
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from raya.config import KEYS, NAMESPACE, parse_stack_config
+from raya.errors import DeployError
 from raya.fleet import Cluster, build_cluster, fleet_file, load_fleet
-from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys
+from raya.github_keys import GITHUB_URL, fetch_keys
 from raya.pins import Pins, load_pins
-from raya.program.cluster import Renderer, define_server, find_snapshot
+from raya.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
 from raya.program.firewall import define_firewall
 from raya.program.network import define_network
@@ -30,6 +30,8 @@ _OBJECT_KEYS = frozenset(
     {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources"}
 )
 GITHUB_URL_ENV = "RAYA_GITHUB_URL"
+# Nodes to re-create with the current inputs, comma-separated: set by `raya.deploy.run`.
+REPLACE_ENV = "RAYA_REPLACE"
 
 
 def stack_values() -> dict[str, Any]:
@@ -51,11 +53,20 @@ def load(root: Path, stack: str) -> tuple[Cluster, Pins]:
 def define(
     cluster: Cluster,
     pins: Pins,
-    users: Sequence[UserKeys],
     render: Renderer = render_node,
+    *,
+    replace: Set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Declare every resource; returns the stack outputs."""
+    """Declare every resource; returns the stack outputs. The nodes named in `replace` take
+    the current inputs whole, to be re-created with them; every other server keeps what it
+    was created with and reports the difference as drift."""
     config = cluster.config
+    unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
+    if unknown:
+        raise DeployError(
+            f"replace: {', '.join(unknown)} is not a node of cluster {config.cluster_name}; "
+            f"accepted: {', '.join(node.name for node in cluster.nodes)}"
+        )
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
     image = find_snapshot(pins, config.cluster_name)
@@ -64,7 +75,8 @@ def define(
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(config, [node.name for node in cluster.nodes])
-    servers = {
+    volume = define_volume(cluster)
+    defined = {
         node.name: define_server(
             cluster,
             node,
@@ -74,11 +86,13 @@ def define(
             identity.control_plane_secrets(node.name)
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),
-            users,
             render,
+            volume=volume if node.role == "control-plane" else None,
+            replace=node.name in replace,
         )
         for node in cluster.nodes
     }
+    servers = {name: server.server for name, server in defined.items()}
     define_records(cluster, zone, servers)
     return {
         "zone": config.zone_dns_name,
@@ -96,15 +110,19 @@ def define(
             }
             for node in cluster.nodes
         },
+        # Per node, what it runs that differs from what the inputs render (none: in sync).
+        "drift": pulumi.Output.all(
+            **{name: server.drift for name, server in defined.items()}
+        ).apply(lambda drifts: {name: list(parts) for name, parts in drifts.items() if parts}),
     }
 
 
 def main(root: Path) -> None:
-    """The program as Pulumi runs it: read the stack, fetch the keys, declare, export."""
+    """The program as Pulumi runs it: read the stack, check every user has a key, declare,
+    export. The nodes fetch the keys themselves at boot: none is in their config."""
     cluster, pins = load(root, pulumi.get_stack())
-    keys_url = os.environ.get(GITHUB_URL_ENV, GITHUB_URL)
-    users = fetch_keys(cluster.config.authorized_users, keys_url)
-    # Keys too many to inline are fetched at boot from the same place, pinned by hash.
-    render = functools.partial(render_node, keys_base_url=keys_url)
-    for name, value in define(cluster, pins, users, render).items():
+    # A handle without a valid key (a typo) fails here, before anything is declared.
+    fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
+    replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
+    for name, value in define(cluster, pins, replace=replace).items():
         pulumi.export(name, value)
