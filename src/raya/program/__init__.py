@@ -20,8 +20,8 @@ from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys
 from raya.pins import Pins, load_pins
 from raya.program.cluster import Renderer, define_server, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
-from raya.program.secrets import define_identity
 from raya.program.network import define_network
+from raya.program.secrets import define_identity
 from raya.render import render_node
 
 # Settings that are lists in the stack file: Pulumi hands them over as JSON text.
