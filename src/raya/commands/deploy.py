@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import RootOption, project_root
+from raya.console import err, out
 from raya.errors import DeployError
 from raya.project import DEFAULT_STACK
+
+commands = typer.Typer()  # what this module adds to `raya`
 
 if TYPE_CHECKING:
     from raya.deploy import Action, Result
@@ -41,13 +43,13 @@ def _run(action: Action, stack: str, root: Path | None) -> Result:
     return result
 
 
-@app.command()
+@commands.command()
 def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
     """Show what `raya up` would change, without changing anything."""
     _run("preview", stack, root)
 
 
-@app.command()
+@commands.command()
 def up(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
     """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts."""
     result = _run("up", stack, root)
@@ -55,7 +57,7 @@ def up(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
 
 
-@app.command()
+@commands.command()
 def destroy(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import (
     ExampleOption,
     GithubUrlOption,
@@ -17,6 +16,7 @@ from raya.commands.options import (
     resolve_users,
     select_project,
 )
+from raya.console import err, out
 from raya.errors import RenderError
 from raya.github_keys import GITHUB_URL
 from raya.identity import generate_example_secrets
@@ -29,8 +29,10 @@ THROWAWAY = (
     "`raya up` renders with the stack's own secrets."
 )
 
+commands = typer.Typer()  # what this module adds to `raya`
 
-@app.command()
+
+@commands.command()
 def render(
     stack: Annotated[
         str | None,
