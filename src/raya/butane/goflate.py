@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress, groupby
+from itertools import compress, groupby, repeat
 from math import log2
 from operator import mul
 
@@ -145,18 +145,27 @@ _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)
 
 def _codes(lengths: list[int]) -> list[str]:
     """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
-    next_code, code = [0] * 16, 0
-    for bits in range(2, 16):
-        code = (code + lengths.count(bits - 1)) << 1
-        next_code[bits] = code
-    codes = [""] * len(lengths)
-    for symbol in compress(range(len(lengths)), lengths):
-        bits = lengths[symbol]
-        codes[symbol] = _BINARY[bits](next_code[bits])
-        next_code[bits] += 1
-    return codes
+    # The used symbols by code length, then by symbol: the order codes are handed out
+    # in, consecutively within each length.
+    order = sorted(compress(range(len(lengths)), lengths), key=lengths.__getitem__)
+    ordered = list(map(lengths.__getitem__, order))
+    handed_out: list[str] = []
+    code = 0
+    for bits in range(1, 16):
+        count = bisect_right(ordered, bits) - bisect_left(ordered, bits)
+        if count:
+            if bits < len(_MSB):
+                handed_out += _MSB[bits][code:code + count]
+            else:
+                handed_out += map(_BINARY[bits], range(code, code + count))
+        code = (code + count) << 1
+    found = dict(zip(order, handed_out, strict=True))
+    return list(map(found.get, range(len(lengths)), repeat("")))
 
 
+# Every code of up to 10 bits as its string (longer ones are rare and formatted).
+_MSB = [[f"{value:0{bits}b}" if bits else "" for value in range(1 << bits)]
+        for bits in range(11)]
 _BINARY = [f"{{:0{bits}b}}".format for bits in range(16)]  # [0] is never used
 
 
