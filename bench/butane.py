@@ -1,121 +1,55 @@
 """Benchmark: how many node-sized Butane configs per second `raya.butane` transpiles.
 
-Not a test: it prints figures and ratios. Target: 1,000 node configs per second on
-one core. The ratio to the real `butane` is measured side by side in the same run (one
-process per config, as a caller would run it) when a `butane` binary is found (`--butane`,
-else PATH); without one no ratio is printed, never one against an assumed figure.
+Not a test: it prints figures. The configs are the ones `raya render --example` writes
+(control plane + 3 agents, about 8 KB of Butane on average), rendered with several sets of
+throwaway secrets so that no two are alike. Target: 500 configs/s on one core.
 
-    .venv/bin/python bench/butane.py [--nodes 200] [--rounds 9] [--butane PATH]
+The ratio to the real `butane` is measured side by side in the same run (one process per
+config, as a caller would run it) when a `butane` binary is found (`--butane`, else PATH).
+It is not installable on the build VM: without one, the only comparison printed is the
+figure quoted from the issue that set the target, labelled as such.
+
+    .venv/bin/python bench/butane.py [--sets 10] [--rounds 9] [--butane PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.butane.divergent
+from raya.butane import ButaneDiagnostics, transpile
+from raya.identity import generate_example_secrets
+from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import render_cluster
 
-from tests.butane.divergent import DIVERGENT
-
-from raya.butane import transpile
-
-TARGET = 1000.0
+TARGET = 500.0
+# Quoted, not measured here: issue 14's differential run timed the real Butane
+# (v0.29-dev, --strict, started once per config) at 77-80 node-sized configs/s.
+QUOTED_BUTANE = (77.0, 80.0)
 VECTORS = Path(__file__).resolve().parents[1] / "tests" / "butane" / "vectors"
 
-# Shaped like 16-full-agent.bu plus the private NIC keyfile every raya node carries.
-NODE = """\
-variant: fcos
-version: 1.4.0
-passwd:
-  users:
-    - name: core
-      ssh_authorized_keys:
-        - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{key} alice@example
-storage:
-  files:
-    - path: /etc/hostname
-      mode: 0644
-      overwrite: true
-      contents:
-        inline: agent-{i}
-    - path: /etc/rancher/k3s/config.yaml
-      mode: 0600
-      contents:
-        inline: |
-          server: https://10.0.1.10:6443
-          token: "K10{ca}::server:{secret}"
-          node-name: agent-{i}
-          node-ip: 10.0.{hi}.{lo}
-          flannel-iface: enp7s0
-    - path: /etc/rancher/node/password
-      mode: 0600
-      contents:
-        inline: "{password}\\n"
-    - path: /etc/NetworkManager/system-connections/enp7s0.nmconnection
-      mode: 0600
-      contents:
-        inline: |
-          [connection]
-          id=enp7s0
-          type=ethernet
-          interface-name=enp7s0
 
-          [ethernet]
-          mtu=1450
-
-          [ipv4]
-          method=manual
-          address1=10.0.{hi}.{lo}/24
-          route1=10.0.0.0/8,10.0.0.1
-          route1_options=onlink=true
-          may-fail=false
-          never-default=true
-
-          [ipv6]
-          method=disabled
-    - path: /etc/tmpfiles.d/k3s.conf
-      mode: 0644
-      contents:
-        inline: |
-          Z /var/usrlocal/bin/k3s - - -
-systemd:
-  units:
-    - name: k3s-agent.service
-      enabled: true
-      contents: |
-        [Unit]
-        Description=Lightweight Kubernetes (agent)
-        Wants=network-online.target
-        After=network-online.target
-
-        [Service]
-        Type=notify
-        ExecStart=/usr/local/bin/k3s agent
-        Restart=always
-        RestartSec=5s
-
-        [Install]
-        WantedBy=multi-user.target
-    - name: zincati.service
-      enabled: false
-"""
-
-
-def node_configs(count: int) -> list[str]:
-    def digest(*parts: object) -> str:
-        return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
-
+def example_configs(sets: int) -> list[str]:
+    """The example project's Butane configs (control plane first), `sets` times over,
+    each time with fresh throwaway secrets."""
+    cluster = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    names = [node.name for node in cluster.nodes]
     return [
-        NODE.format(i=i, hi=1 + (20 + i) // 250, lo=(20 + i) % 250 + 2, ca=digest("ca"),
-                    secret=digest("secret")[:32], password=digest("password", i)[:32],
-                    key=digest("key", i)[:24])
-        for i in range(count)
+        node.butane
+        for _ in range(sets)
+        for node in render_cluster(cluster, generate_example_secrets(names), volume_id="1")
     ]
+
+
+def transpiles(text: str, files_dir: Path) -> bool:
+    try:
+        transpile(text, files_dir)
+    except ButaneDiagnostics:
+        return False
+    return True
 
 
 def rate(texts: list[str], files_dir: Path | None, rounds: int) -> tuple[float, float]:
@@ -149,35 +83,37 @@ def butane_rate(butane: str, texts: list[str], rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=200, help="node configs to generate")
+    parser.add_argument("--sets", type=int, default=10,
+                        help="secret sets to render the example with (4 configs each)")
     parser.add_argument("--rounds", type=int, default=9, help="passes; the best one counts")
     parser.add_argument("--butane", default=shutil.which("butane"),
                         help="the real butane binary to compare with (default: PATH)")
     args = parser.parse_args()
 
-    nodes = node_configs(args.nodes)
-    size = sum(len(transpile(text)) for text in nodes) / len(nodes)
+    nodes = example_configs(args.sets)
+    butane = sum(map(len, nodes)) / len(nodes)
+    ignition = sum(len(transpile(text)) for text in nodes) / len(nodes)
     node_rate, node_wall = rate(nodes, None, args.rounds)
-    print(f"node configs: {args.nodes} x ~{size:,.0f} bytes of Ignition")
+    low, high = QUOTED_BUTANE
+    print(f"node configs (`raya render --example`): {len(nodes)} x {butane:,.0f} B of Butane "
+          f"on average -> {ignition:,.0f} B of Ignition")
     print(f"  {node_rate:,.0f} configs/s of CPU time ({1000 / node_rate:.2f} ms each), "
-          f"{node_wall:,.0f}/s wall clock")
-    print(f"  {node_rate / TARGET:.2f}x the {TARGET:,.0f}/s target")
+          f"{node_wall:,.0f}/s wall clock (best of {args.rounds} passes, one process)")
+    print(f"  target {TARGET:,.0f}/s: {node_rate / TARGET:.2f}x it")
     if args.butane:
         real = butane_rate(args.butane, nodes, max(1, args.rounds // 3))
         print(f"  real butane ({args.butane}), side by side: {real:,.0f} configs/s wall clock; "
               f"raya {node_wall / real:.1f}x that (wall clock against wall clock)")
     else:
-        print("  real butane: not found (--butane or PATH); no ratio measured")
+        print(f"  real butane: not found (--butane or PATH), no ratio measured; quoted, not "
+              f"measured here: started once per config it did {low:.0f}-{high:.0f}/s "
+              f"elsewhere (issue 14); raya {node_rate / high:.1f}-{node_rate / low:.1f}x that")
 
-    if VECTORS.is_dir():
-        # The cases Butane accepts, less those raya still diverges on (some it refuses).
-        cases = [p for p in sorted((VECTORS / "cases").glob("*.bu"))
-                 if (VECTORS / "expected" / f"{p.stem}.ign").exists()
-                 and p.stem not in DIVERGENT]
-        texts = [p.read_text() for p in cases]
-        vector_rate, _ = rate(texts * 20, VECTORS / "files", args.rounds)
-        print(f"butane vectors: {len(texts)} cases Butane and raya accept, {vector_rate:,.0f} "
-              "configs/s of CPU time")
+    texts = [text for text in map(Path.read_text, sorted((VECTORS / "cases").glob("*.bu")))
+             if transpiles(text, VECTORS / "files")]
+    vector_rate, _ = rate(texts, VECTORS / "files", args.rounds)
+    print(f"butane vectors raya transpiles: {len(texts)} cases, {vector_rate:,.0f} configs/s "
+          "of CPU time (mostly small configs, some with local files)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from raya import __version__
-from raya.cli import app
+from raya.cli import COMMANDS, app
 from tests.support import REPO
 
 
@@ -24,8 +24,9 @@ def commands(
     """Every command and group under `command` (default: the whole app), with its path."""
     command = command or typer.main.get_command(app)
     yield path, command
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        yield from commands(sub, (*path, name))
+    context = typer.Context(command)
+    for name in sorted(getattr(command, "list_commands", lambda _: [])(context)):
+        yield from commands(command.get_command(context, name), (*path, name))
 
 
 ALL = list(commands())
@@ -53,6 +54,48 @@ def test_help_on_every_command(path: tuple[str, ...], command: Any) -> None:
         if param.param_type_name == "option":
             assert param.help, f"raya {' '.join(path)} {param.opts[0]} has no help text"
             assert param.opts[0] in result.output
+
+
+def test_the_help_lists_each_command_with_its_own_summary() -> None:
+    listed = raya("--help").stdout
+    for name, (_, summary) in COMMANDS.items():
+        command = dict(ALL)[(name,)]
+        assert " ".join(command.help.split("\n\n")[0].split()) == summary, name
+        assert f" {name} " in listed
+
+
+# Modules a command must not pull in unless it needs them: start-up time (raya butane
+# starts in a blink) and the deploy extra being optional. pydantic comes with Typer 0.29's
+# conversion of options (pyproject.toml keeps Typer below it).
+HEAVY = ("hcloud", "requests", "pulumi", "jinja2", "cryptography", "pydantic")
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["--help"], ["butane", "-"], ["butane", "--help"]], ids=" ".join
+)
+def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
+    probe = (
+        "import sys; from raya.cli import main\n"
+        "try:\n    main()\n"
+        "finally:\n"
+        "    loaded = sorted({m.split('.')[0] for m in sys.modules} | "
+        "{m for m in sys.modules if m.startswith('raya.')})\n"
+        "    sys.stderr.write('\\nLOADED ' + ' '.join(loaded))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True,
+        input="variant: fcos\nversion: 1.4.0\n",
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stderr.rsplit("LOADED ", 1)[1].split())
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    commands = {m for m in loaded if m.startswith("raya.commands.")}
+    assert commands <= {"raya.commands.butane"}, commands
+    # The probe sees what a heavy command loads, so a pass above is not for lack of eyes.
+    if args == ["--help"]:
+        heavy = subprocess.run([sys.executable, "-c", probe, "render", "--help"],
+                               capture_output=True, text=True)
+        assert {"jinja2", "cryptography"} <= set(heavy.stderr.rsplit("LOADED ", 1)[1].split())
 
 
 def test_version() -> None:

@@ -143,6 +143,9 @@ def abs_path(t: Translator, value: str | None, path: Path) -> None:
 
 def go_clean(value: str) -> str:
     """Go's path.Clean (unlike POSIX normpath, it also folds a leading "//")."""
+    probe = value + "/"
+    if value[:1] == "/" and "//" not in probe and "/./" not in probe and "/../" not in probe:
+        return value  # clean already (most paths): normpath is slow Python before 3.12
     cleaned = posixpath.normpath(value)
     return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
 

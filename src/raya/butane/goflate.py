@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress, groupby
+from itertools import compress, groupby, repeat
 from math import log2
 from operator import mul
 
@@ -68,7 +68,7 @@ class BlockPlan:
             return self._huffman()
         header = "000" + "0" * (-(position + 3) % 8)  # BFINAL=0, BTYPE=00, then align
         size = len(self.data)
-        return (header + _LSB[16][size] + _LSB[16][size ^ 0xFFFF]
+        return (header + f"{size:016b}"[::-1] + f"{size ^ 0xFFFF:016b}"[::-1]
                 + "".join(map(_LSB[8].__getitem__, self.data)))
 
     def _huffman(self) -> str:
@@ -138,27 +138,34 @@ def _lsb(value: int, bits: int) -> str:
     return _LSB[bits][value]
 
 
-# Every extra-bits value deflate can send, precomputed: _LSB[bits][value].
+# Every extra-bits value deflate can send (13 bits at most), precomputed: _LSB[bits][value].
 _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)]
-        for bits in range(17)]
+        for bits in range(14)]
 
 
 def _codes(lengths: list[int]) -> list[str]:
     """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
-    counts = Counter(lengths)
-    counts[0] = 0
-    next_code, code = [0] * 16, 0
+    # The used symbols by code length, then by symbol: the order codes are handed out
+    # in, consecutively within each length.
+    order = sorted(compress(range(len(lengths)), lengths), key=lengths.__getitem__)
+    ordered = list(map(lengths.__getitem__, order))
+    handed_out: list[str] = []
+    code = 0
     for bits in range(1, 16):
-        code = (code + counts[bits - 1]) << 1
-        next_code[bits] = code
-    codes = [""] * len(lengths)
-    for symbol in compress(range(len(lengths)), lengths):
-        bits = lengths[symbol]
-        codes[symbol] = _BINARY[bits](next_code[bits])
-        next_code[bits] += 1
-    return codes
+        count = bisect_right(ordered, bits) - bisect_left(ordered, bits)
+        if count:
+            if bits < len(_MSB):
+                handed_out += _MSB[bits][code:code + count]
+            else:
+                handed_out += map(_BINARY[bits], range(code, code + count))
+        code = (code + count) << 1
+    found = dict(zip(order, handed_out, strict=True))
+    return list(map(found.get, range(len(lengths)), repeat("")))
 
 
+# Every code of up to 10 bits as its string (longer ones are rare and formatted).
+_MSB = [[f"{value:0{bits}b}" if bits else "" for value in range(1 << bits)]
+        for bits in range(11)]
 _BINARY = [f"{{:0{bits}b}}".format for bits in range(16)]  # [0] is never used
 
 
@@ -287,10 +294,13 @@ class _Block:
 
 
 def _entropy(freq: list[int]) -> float:
-    total = sum(freq)
+    """Bits of an ideal code for these frequencies: sum of f * log2(total / f)."""
+    used = list(filter(None, freq))
+    total = sum(used)
     if not total:
         return 0.0
-    return sum(f * log2(total / f) for f in freq if f)
+    spent: float = sum(map(mul, used, map(log2, used)))
+    return total * log2(total) - spent
 
 
 def _cost(freq: list[int], lengths: list[int]) -> int:
@@ -302,29 +312,27 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
     and where Go cuts blocks: (tokens so far, input bytes so far) at each full block."""
     n = len(data)
     # Go inserts every position into its hash chains exactly once, in order, so the
-    # chains can be built up front. They are keyed by the 4 bytes themselves: Go's
-    # hash collisions only add candidates that cannot match.
-    keys = [data[i:i + 4] for i in range(n - (_MIN_MATCH - 1))]
-    seen = Counter(keys)
+    # chains can be built up front. They are keyed by the 4 bytes themselves (read as
+    # one int): Go's hash collisions only add candidates that cannot match.
+    keys = [0] * max(n - (_MIN_MATCH - 1), 0)
+    for start in range(4):
+        keys[start::4] = memoryview(data[start:start + (n - start) // 4 * 4]).cast("I").tolist()
     prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
-    hits = []  # positions that have a previous occurrence, ascending
-    last: dict[bytes, int] = {}
-    for i in [i for i, key in enumerate(keys) if seen[key] > 1]:
-        key = keys[i]
-        before = last.get(key)
-        if before:
-            prev[i] = before
-            hits.append(i)
-        last[key] = i + 1
+    last: dict[int, int] = {}
+    get = last.get
+    for position, key in enumerate(keys, 1):
+        prev[position - 1] = get(key, 0)
+        last[key] = position
+    hits = list(compress(range(n), prev))  # positions that have a previous occurrence, ascending
     tokens: list[int] = []
     boundaries: list[tuple[int, int]] = []
     append = tokens.append
     index, length, offset, pending = 0, _MIN_MATCH - 1, 0, False
     while index < n:
-        chain_head = prev[index]
-        if chain_head and chain_head <= index - 32768:  # out of Go's window
-            chain_head = 0
-        if not chain_head and length < _MIN_MATCH:
+        candidate = prev[index] - 1  # the nearest earlier position with the same 4 bytes
+        if candidate < index - 32768:  # none within Go's window
+            candidate = -1
+        if candidate < 0 and length < _MIN_MATCH:
             # Nothing to match here and nothing pending: literals up to the next
             # position that has candidates.
             after = bisect_right(hits, index)  # this position may be an out-of-window hit
@@ -342,8 +350,8 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
         prev_length, prev_offset = length, offset
         length, offset = _MIN_MATCH - 1, 0
         lookahead = n - index
-        if chain_head and lookahead > prev_length and prev_length < _LAZY:
-            length, offset = _find_match(data, prev, index, chain_head - 1, lookahead)
+        if candidate >= 0 and lookahead > prev_length and prev_length < _LAZY:
+            length, offset = _find_match(data, prev, index, candidate, lookahead)
         if prev_length >= _MIN_MATCH and length <= prev_length:
             append(_MATCH | prev_length << 16 | prev_offset)
             index += prev_length - 1

@@ -15,12 +15,14 @@ import yaml
 
 from raya import kubeconfig as kube
 from raya import ssh as ssh_model
-from raya.cli import app, err
 from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
+from raya.console import err
 from raya.errors import DeployError
 from raya.files import write_atomically
 from raya.project import DEFAULT_STACK
+
+commands = typer.Typer()  # what this module adds to `raya`
 
 # Below this, `raya kubeconfig` says to run `raya up`, which re-issues the certificate.
 RENEW_WARNING = datetime.timedelta(days=30)
@@ -32,7 +34,7 @@ def stack_outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]
     return outputs
 
 
-@app.command()
+@commands.command()
 def kubeconfig(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
@@ -56,8 +58,10 @@ def kubeconfig(
         bool, typer.Option("--stdout", help="Print the kubeconfig (it holds a private key).")
     ] = False,
 ) -> None:
-    """Write the cluster's admin kubeconfig: no SSH, the API's certificate pinned to the
-    cluster's server CA. Its client certificate lasts 90 days; `raya up` renews it."""
+    """Write the cluster's admin kubeconfig, made from the deployment's own PKI (no SSH).
+
+    The API's certificate is pinned to the cluster's server CA. The client certificate lasts
+    90 days; `raya up` renews it in its last 30."""
     if stdout and (merge or out_file):
         raise typer.BadParameter("--stdout prints the kubeconfig; it takes no --out or --merge")
     text = stack_outputs("kubeconfig", stack, root).get("kubeconfig")
@@ -95,7 +99,7 @@ def _expiry(document: dict[str, Any]) -> datetime.datetime:
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc
 
 
-@app.command(context_settings={"ignore_unknown_options": True})
+@commands.command(context_settings={"ignore_unknown_options": True})
 def ssh(
     node: Annotated[
         str, typer.Argument(help="The node: its name (agent-1), DNS label (a1) or DNS name.")

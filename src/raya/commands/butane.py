@@ -10,11 +10,12 @@ import typer
 
 from raya.butane import ButaneDiagnostics, to_json, translate
 from raya.butane.report import render
-from raya.cli import app
 from raya.errors import ButaneError
 
+commands = typer.Typer()  # what this module adds to `raya`
 
-@app.command("butane")
+
+@commands.command("butane")
 def butane_command(
     file: Annotated[
         str, typer.Argument(help="Butane config to transpile; '-' or nothing reads stdin.")

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import RootOption, project_root
+from raya.console import err, out
 from raya.errors import DeployError
 from raya.project import DEFAULT_STACK
+
+commands = typer.Typer()  # what this module adds to `raya`
 
 if TYPE_CHECKING:
     from raya.deploy import Action, Result
@@ -57,13 +59,13 @@ def _run(
     return result
 
 
-@app.command()
+@commands.command()
 def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
     """Show what `raya up` would change, and each node's drift, without changing anything."""
     _run("preview", stack, root)
 
 
-@app.command()
+@commands.command()
 def up(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
@@ -86,14 +88,16 @@ def up(
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
 
 
-@app.command()
+@commands.command()
 def destroy(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete every resource of the stack: servers, the control plane's volume, network, DNS
-    zone, service accounts (protected ones included: the confirmation is the protection)."""
+    """Delete every resource of the stack: servers, volume, network, DNS zone, service accounts.
+
+    Protected ones included (the control plane and its volume): the confirmation is the
+    protection."""
     if not yes and not typer.confirm(
         f"Destroy every resource of stack {stack}, its servers and DNS zone included?", err=True
     ):

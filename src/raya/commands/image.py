@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import RootOption, project_root
 from raya.config import load_stack_config, stack_file
+from raya.console import err, out
 from raya.errors import ImageError
 from raya.image import (
     FCOS_BUILDS_URL,
@@ -37,7 +37,8 @@ image = typer.Typer(
     help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",
     no_args_is_help=True,
 )
-app.add_typer(image, name="image")
+commands = typer.Typer()  # what this module adds to `raya`
+commands.add_typer(image, name="image")
 
 FcosBuildsUrl = Annotated[
     str,

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import (
     ExampleOption,
     GithubUrlOption,
@@ -17,12 +16,15 @@ from raya.commands.options import (
     select_project,
 )
 from raya.config import load_stack_config, stack_file
+from raya.console import err, out
 from raya.errors import KeysError
 from raya.github_keys import GITHUB_URL, dump_keys_file, key_info
 from raya.project import DEFAULT_STACK
 
+commands = typer.Typer()  # what this module adds to `raya`
 
-@app.command()
+
+@commands.command()
 def keys(
     stack: Annotated[
         str | None,

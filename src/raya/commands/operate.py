@@ -11,15 +11,17 @@ import typer
 
 from raya import roll as roll_model
 from raya import status as st
-from raya.cli import app, err, out
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
+from raya.console import err, out
 from raya.errors import DeployError
 from raya.image import HCLOUD_API_URL
 from raya.kubeconfig import api_client as kube_api_client
 from raya.pins import load_pins
 from raya.project import DEFAULT_STACK, load_cluster
+
+commands = typer.Typer()  # what this module adds to `raya`
 
 HcloudEndpointOption = Annotated[
     str,
@@ -28,7 +30,7 @@ HcloudEndpointOption = Annotated[
 _STYLE = {st.HEALTHY: "green", st.UNHEALTHY: "red", st.UNKNOWN: "yellow", st.SKIPPED: "dim"}
 
 
-@app.command()
+@commands.command()
 def status(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
@@ -42,8 +44,9 @@ def status(
     ] = True,
     hcloud_endpoint: HcloudEndpointOption = HCLOUD_API_URL,
 ) -> None:
-    """One row per node: its server, snapshot against the pins, drift, DNS record and
-    Kubernetes node. Exits 1 when anything is not healthy, so scripts can use it.
+    """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
+
+    Exits 1 when anything is not healthy, so scripts can use it.
 
     Needs HCLOUD_TOKEN; asks the zone's own name servers and the API with the cluster's CA."""
     report = collect(stack, project_root(root), drift, hcloud_endpoint)
@@ -128,7 +131,7 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-@app.command()
+@commands.command()
 def roll(
     nodes: Annotated[
         list[str] | None,
@@ -147,8 +150,10 @@ def roll(
         typer.Option("--ready-timeout", help="Seconds to wait for a replaced node to be Ready."),
     ] = roll_model.READY_TIMEOUT,
 ) -> None:
-    """Apply drift one node at a time: agents first (cordoned, drained, replaced, back Ready,
-    uncordoned), then the control plane alone. The first failure stops the roll."""
+    """Apply drift one node at a time: agents drained and replaced first, then the control plane.
+
+    Agents are cordoned, drained, replaced and uncordoned once back Ready; the control plane
+    is replaced alone, last. The first failure stops the roll."""
     folder = project_root(root)
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)

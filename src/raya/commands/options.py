@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from raya.cli import err
 from raya.config import StackConfig
+from raya.console import err
 from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
 from raya.project import DEFAULT_STACK, EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, find_root
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from raya.cli import app, err, out
 from raya.commands.options import ExampleOption, RootOption, select_project
+from raya.console import err, out
 from raya.errors import RenderError
 from raya.files import write_atomically
 from raya.identity import generate_example_secrets
@@ -23,8 +23,10 @@ THROWAWAY = (
     "what the nodes get but cannot join a real cluster. `raya up` renders with the stack's own."
 )
 
+commands = typer.Typer()  # what this module adds to `raya`
 
-@app.command()
+
+@commands.command()
 def render(
     stack: Annotated[
         str | None,

@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints figures, none asserts (run them as scripts)."""
