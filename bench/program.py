@@ -7,6 +7,7 @@ The mocks compute realistic outputs (real keys and certificates), as in tests/pr
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -18,9 +19,10 @@ from tests.program.mocks import ProviderMocks, Snapshot, Zone, run_program
 
 from raya.fleet import build_cluster
 from raya.github_keys import load_keys_file
-from raya.pins import load_pins, snapshot_labels
+from raya.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.program import define
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import render_node
 
 AGENTS = 200
 TARGET = 5.0
@@ -33,6 +35,7 @@ def main() -> None:
     cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
     pins = load_pins(ROOT)
     users = load_keys_file(EXAMPLE_ROOT / "keys.json")
+    render = functools.partial(render_node, charts=load_chart_pins(ROOT))
 
     def mocks() -> ProviderMocks:
         labels = snapshot_labels(pins, cluster.config.cluster_name)
@@ -42,7 +45,7 @@ def main() -> None:
 
     def timed(state: ProviderMocks) -> tuple[float, int]:
         start = time.perf_counter()
-        result = run_program(state, lambda: define(cluster, pins, users))
+        result = run_program(state, lambda: define(cluster, pins, users, render))
         return time.perf_counter() - start, len(result.resources)
 
     first = [timed(mocks()) for _ in range(RUNS)]

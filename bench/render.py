@@ -19,8 +19,11 @@ from tests.nodes.fakes import many_users, with_users
 from raya.fleet import build_cluster
 from raya.github_keys import authorized_keys, load_keys_file
 from raya.identity import generate_example_secrets
+from raya.pins import load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import IGNITION_LIMIT, INLINE_KEYS_BUDGET, keys_inline, render_cluster
+
+CHARTS = load_chart_pins(EXAMPLE_ROOT)
 
 AGENTS = 200
 TARGET = 1.0
@@ -35,7 +38,7 @@ def fleet_time() -> None:
     times = []
     for _ in range(RUNS):
         start = time.perf_counter()
-        nodes = render_cluster(cluster, secrets, users)
+        nodes = render_cluster(cluster, secrets, users, charts=CHARTS)
         times.append(time.perf_counter() - start)
     total = sum(len(node.ignition) for node in nodes)
     best, median = min(times), statistics.median(times)
@@ -59,7 +62,7 @@ def size_table() -> None:
         for long_handles in (False, True):
             users = many_users(count, long_handles=long_handles)
             cluster = with_users(example, users)
-            nodes = render_cluster(cluster, secrets, users)
+            nodes = render_cluster(cluster, secrets, users, charts=CHARTS)
             text = "".join(key + "\n" for key in authorized_keys(users)).encode()
             cp, agent = len(nodes[0].ignition), len(nodes[1].ignition)
             rows.append(

@@ -26,6 +26,7 @@ MINIMAL: dict[str, Any] = {
     "authorizedUsers": ["octo-alice"],
     "managedSubdomain": "raya",
     "parentZone": "example.com",
+    "acmeEmail": "ops@example.org",
 }
 
 
@@ -53,6 +54,7 @@ def test_defaults_are_the_specs() -> None:
     assert config.gateway == ipaddress.IPv4Address("10.0.0.1")
     assert config.parent_zone == "example.com."
     assert config.zone_dns_name == "raya.example.com."
+    assert config.acme_email == "ops@example.org"
 
 
 def test_every_setting_can_be_given() -> None:
@@ -67,6 +69,7 @@ def test_every_setting_can_be_given() -> None:
         networkRange="10.8.0.0/16",
         nodesSubnet="10.8.4.0/22",
         controlPlaneIp="10.8.4.5",
+        acmeEmail="Certs+lab@Corp.Example.org",
     )
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
@@ -76,6 +79,7 @@ def test_every_setting_can_be_given() -> None:
     assert config.gateway == ipaddress.IPv4Address("10.8.0.1")
     assert config.nodes_subnet == ipaddress.IPv4Network("10.8.4.0/22")
     assert config.control_plane_ip == ipaddress.IPv4Address("10.8.4.5")
+    assert config.acme_email == "Certs+lab@Corp.Example.org"
     assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
 
 
@@ -91,7 +95,7 @@ def test_unknown_setting() -> None:
     )
 
 
-@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone"])
+@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail"])
 def test_required_settings(key: str) -> None:
     assert error_of(**{key: None}) == f"{SOURCE}: raya:{key} is required"
 
@@ -203,6 +207,24 @@ def test_required_settings(key: str) -> None:
         ),
         ({"controlPlaneIp": "10.0.1.0"}, "raya:controlPlaneIp is 10.0.1.0; accepted: a host"),
         ({"controlPlaneIp": "10.0.1.255"}, "raya:controlPlaneIp is 10.0.1.255; accepted: a host"),
+        *(
+            (
+                {"acmeEmail": value},
+                f"raya:acmeEmail is {value!r}; accepted: an e-mail address such as ops@example.org",
+            )
+            for value in (
+                "ops",
+                "ops@localhost",
+                "ops@@example.org",
+                "o ps@example.org",
+                '"ops"@example.org',
+                "ops@example.org\n",
+                "ops@-example.org",
+                "ops@example.o",
+                "",
+                ["ops@example.org"],
+            )
+        ),
         (
             {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.1"},
             "raya:controlPlaneIp is 10.0.0.1; accepted: a host address of nodesSubnet "
@@ -234,6 +256,7 @@ def test_load_reads_only_the_raya_namespace(tmp_path: Path) -> None:
         "  raya:authorizedUsers: [octo-alice, octo-bob]\n"
         "  raya:managedSubdomain: lab\n"
         "  raya:parentZone: example.net\n"
+        "  raya:acmeEmail: ops@example.net\n"
         "  raya:location: fsn1\n",
     )
     config = load_stack_config(path)

@@ -39,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "nodesSubnet": "10.0.1.0/24",
     "controlPlaneIp": "10.0.1.10",
 }
-REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
+REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
@@ -47,6 +47,11 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
 _ARM_PREFIX = "cax"
+# An address Let's Encrypt can write to: a plain local part, one @, a dotted domain.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class StackConfig:
     network_range: ipaddress.IPv4Network
     nodes_subnet: ipaddress.IPv4Network
     control_plane_ip: ipaddress.IPv4Address
+    acme_email: str  # the Let's Encrypt account's contact
 
     @property
     def zone_dns_name(self) -> str:
@@ -155,6 +161,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             raise fail("authorizedUsers", f"lists {user!r} twice (also as {seen[user.lower()]!r})")
         seen[user.lower()] = user
 
+    acme_email = text("acmeEmail", _EMAIL, "an e-mail address such as ops@example.org")
     subdomain = text("managedSubdomain", _DNS_LABEL, "one lowercase DNS label such as 'raya'")
     parent = merged["parentZone"]
     labels = parent.removesuffix(".").split(".") if isinstance(parent, str) else []
@@ -201,4 +208,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         network_range=network_range,
         nodes_subnet=subnet,
         control_plane_ip=cp_ip,
+        acme_email=acme_email,
     )

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pulumi import automation as auto
 
 from raya.errors import DeployError
-from raya.pins import load_pins
+from raya.pins import load_chart_pins, load_pins
 from raya.project import load_cluster
 
 Action = Literal["preview", "up", "destroy"]
@@ -83,6 +83,7 @@ def run(
     if action != "destroy":
         load_cluster(root, stack_name)
         load_pins(root)
+        load_chart_pins(root)
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
     # The CLI's own display, where secrets read `[secret]`; plain text, raya prints it.

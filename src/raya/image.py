@@ -2,8 +2,8 @@
 
 The pins (`raya.pins`) decide everything: the snapshot's labels, the artifacts the Packer
 template downloads and the checks made here. Every remote (Hetzner's API, the FCOS build
-server, k3s' channel server and release downloads) is an endpoint a caller can replace, so
-tests point them at local servers.
+server, k3s' channel server and release downloads, the add-ons' Helm chart repositories) is
+an endpoint a caller can replace, so tests point them at local servers.
 """
 
 from __future__ import annotations
@@ -21,15 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 from hcloud import Client, HCloudException
 
 from raya import __version__
+from raya.addons import CERT_MANAGER, EXTERNAL_DNS
 from raya.config import StackConfig
 from raya.errors import ImageError
 from raya.pins import (
+    CHART_VERSION,
+    ChartPin,
+    ChartPins,
     FcosPin,
     K3sPin,
     Pins,
+    dump_chart_pins,
     dump_pin,
     fcos_pin_path,
     k3s_pin_path,
@@ -62,9 +68,18 @@ class Endpoints:
     fcos_builds: str = FCOS_BUILDS_URL
     k3s_channels: str = K3S_CHANNELS_URL
     k3s_releases: str = K3S_RELEASES_URL
+    # The Helm chart repositories: the official ones, which the cluster itself fetches from.
+    cert_manager_charts: str = CERT_MANAGER.repo
+    external_dns_charts: str = EXTERNAL_DNS.repo
 
     def __post_init__(self) -> None:
-        for name in ("fcos_builds", "k3s_channels", "k3s_releases"):
+        for name in (
+            "fcos_builds",
+            "k3s_channels",
+            "k3s_releases",
+            "cert_manager_charts",
+            "external_dns_charts",
+        ):
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
 
@@ -76,11 +91,14 @@ class Snapshot:
     created: str
 
 
+AnyPin = FcosPin | K3sPin | ChartPins
+
+
 @dataclass(frozen=True)
 class PinChange:
     path: Path
-    old: FcosPin | K3sPin
-    new: FcosPin | K3sPin
+    old: AnyPin
+    new: AnyPin
 
     @property
     def changed(self) -> bool:
@@ -202,6 +220,48 @@ def upstream_k3s_sha256(version: str, releases_url: str = K3S_RELEASES_URL) -> s
     raise ImageError(f"{url}: no line for the k3s binary")
 
 
+def _release(version: str) -> tuple[int, int, int] | None:
+    """A released chart version as numbers, None for a pre-release or anything else."""
+    found = CHART_VERSION.fullmatch(version)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def latest_chart(chart: str, repo_url: str) -> ChartPin:
+    """The newest released version of `chart` in the Helm repository at `repo_url`, with the
+    digest (sha256 of the chart archive) its `index.yaml` publishes, if it publishes one."""
+    url = f"{repo_url}/index.yaml"
+    try:
+        index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        raise ImageError(f"{url}: not a Helm repository index: {error}") from None
+    entries = index.get("entries") if isinstance(index, dict) else None
+    releases = entries.get(chart) if isinstance(entries, dict) else None
+    if not isinstance(releases, list):
+        raise ImageError(f"{url}: no chart {chart!r} under entries (is it the right repository?)")
+    candidates = [
+        (number, entry)
+        for entry in releases
+        if isinstance(entry, dict)
+        and isinstance(entry.get("version"), str)
+        and (number := _release(entry["version"])) is not None
+    ]
+    if not candidates:
+        raise ImageError(f"{url}: chart {chart!r} has no released version")
+    _, newest = max(candidates, key=lambda candidate: candidate[0])
+    digest = newest.get("digest")
+    if digest is None:
+        return ChartPin(version=newest["version"], digest=None)
+    where = f"{url}: {chart} {newest['version']}"
+    return ChartPin(version=newest["version"], digest=_sha256(str(digest), where))
+
+
+def latest_chart_pins(endpoints: Endpoints) -> ChartPins:
+    return ChartPins(
+        cert_manager=latest_chart(CERT_MANAGER.name, endpoints.cert_manager_charts),
+        external_dns=latest_chart(EXTERNAL_DNS.name, endpoints.external_dns_charts),
+    )
+
+
 def latest_pins(stream: str, endpoints: Endpoints) -> Pins:
     version = latest_k3s(endpoints.k3s_channels)
     return Pins(
@@ -241,8 +301,10 @@ def write_pins(changes: Sequence[PinChange]) -> None:
     for change in changes:
         if change.changed:
             temporary = change.path.with_name(change.path.name + ".tmp")
+            new = change.new
+            text = dump_chart_pins(new) if isinstance(new, ChartPins) else dump_pin(new)
             try:
-                temporary.write_text(dump_pin(change.new), encoding="utf-8")
+                temporary.write_text(text, encoding="utf-8")
                 temporary.replace(change.path)
             except OSError as error:
                 raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None

@@ -18,6 +18,8 @@ from typing import Any
 
 import jinja2
 
+from raya.addons import GCP_SECRETS
+from raya.addons import manifests as addon_manifests
 from raya.butane import transpile
 from raya.config import PRIVATE_ROUTE
 from raya.errors import ButaneError, RenderError
@@ -31,6 +33,7 @@ from raya.identity import (
     full_token,
     load_ca_certificate,
 )
+from raya.pins import ChartPins
 
 # Hetzner's `user_data` limit.
 IGNITION_LIMIT = 32 * 1024
@@ -47,12 +50,6 @@ K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
 K3S_PORT = 6443
 SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
-# Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
-# first dot to be a unique DNS-1123 name.
-GCP_SECRETS = {
-    "external_dns_key": ("raya-external-dns-credentials.yaml", "external-dns-gcp-credentials"),
-    "cert_manager_key": ("raya-cert-manager-credentials.yaml", "cert-manager-gcp-credentials"),
-}
 
 
 @dataclass(frozen=True)
@@ -68,14 +65,16 @@ def render_node(
     secrets: ClusterSecrets,
     users: Sequence[UserKeys],
     *,
+    charts: ChartPins,
     keys_base_url: str = GITHUB_URL,
 ) -> RenderedNode:
     """One node's config. An agent's depends only on the cluster config, that agent, the join
-    secret, the server CA certificate and the users' keys."""
+    secret, the server CA certificate and the users' keys; the control plane's also on the
+    chart pins of its add-ons."""
     if node not in cluster.nodes:
         raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
     _check_inputs(cluster, (node,), secrets, users)
-    return _render(cluster, node, secrets, _ssh_keys(users, keys_base_url))
+    return _render(cluster, node, secrets, _ssh_keys(users, keys_base_url), charts)
 
 
 def render_cluster(
@@ -83,12 +82,13 @@ def render_cluster(
     secrets: ClusterSecrets,
     users: Sequence[UserKeys],
     *,
+    charts: ChartPins,
     keys_base_url: str = GITHUB_URL,
 ) -> tuple[RenderedNode, ...]:
     """Every node's config, control plane first, then the agents in fleet order."""
     _check_inputs(cluster, cluster.nodes, secrets, users)
     keys = _ssh_keys(users, keys_base_url)
-    return tuple(_render(cluster, node, secrets, keys) for node in cluster.nodes)
+    return tuple(_render(cluster, node, secrets, keys, charts) for node in cluster.nodes)
 
 
 def _check_inputs(
@@ -138,7 +138,11 @@ def _ssh_keys(users: Sequence[UserKeys], base_url: str) -> dict[str, Any]:
 
 
 def _context(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, ssh_keys: dict[str, Any]
+    cluster: Cluster,
+    node: Node,
+    secrets: ClusterSecrets,
+    ssh_keys: dict[str, Any],
+    charts: ChartPins,
 ) -> dict[str, Any]:
     config = cluster.config
     common: dict[str, Any] = {
@@ -184,6 +188,11 @@ def _context(
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
             ],
+            "addons": sorted(
+                addon_manifests(
+                    config, charts, secrets.external_dns_key, secrets.cert_manager_key
+                ).items()
+            ),
         }
     assert node.index is not None
     return {
@@ -202,15 +211,16 @@ def _context(
 
 
 def _render(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, ssh_keys: dict[str, Any]
+    cluster: Cluster,
+    node: Node,
+    secrets: ClusterSecrets,
+    ssh_keys: dict[str, Any],
+    charts: ChartPins,
 ) -> RenderedNode:
     template_name = f"{node.role}.bu.j2"
+    context = _context(cluster, node, secrets, ssh_keys, charts)
     try:
-        butane = (
-            _environment()
-            .get_template(template_name)
-            .render(_context(cluster, node, secrets, ssh_keys))
-        )
+        butane = _environment().get_template(template_name).render(context)
     except jinja2.TemplateError as error:
         where = getattr(error, "lineno", None)
         raise RenderError(

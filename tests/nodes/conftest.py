@@ -5,8 +5,12 @@ import pytest
 from raya.fleet import Cluster
 from raya.github_keys import UserKeys, load_keys_file
 from raya.identity import ClusterSecrets, generate_example_secrets
+from raya.pins import ChartPins, load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import RenderedNode, render_cluster
+
+# The example project's chart pins: those of `raya render --example`.
+CHARTS: ChartPins = load_chart_pins(EXAMPLE_ROOT)
 
 
 @pytest.fixture(scope="session")
@@ -28,4 +32,5 @@ def users() -> tuple[UserKeys, ...]:
 def rendered(
     cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
 ) -> dict[str, RenderedNode]:
-    return {node.node.name: node for node in render_cluster(cluster, secrets, users)}
+    nodes = render_cluster(cluster, secrets, users, charts=CHARTS)
+    return {node.node.name: node for node in nodes}

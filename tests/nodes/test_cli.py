@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from raya.addons import GCP_SECRETS
 from raya.github_keys import dump_keys_file
 from raya.project import EXAMPLE_ROOT
 from raya.render import IGNITION_LIMIT
@@ -34,6 +35,9 @@ def raya(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+SECRET_MANIFESTS = {file for file, _ in GCP_SECRETS.values()}
+
+
 def _secrets_in(folder: Path) -> list[str]:
     """Every secret the rendered files carry: join secret, token, CA keys, SA keys, passwords."""
     control_plane = ignition_files((folder / "control-plane.ign").read_bytes())
@@ -41,7 +45,7 @@ def _secrets_in(folder: Path) -> list[str]:
     found += [
         data.decode()
         for path, data in control_plane.items()
-        if path.endswith(".key") or "/manifests/" in path
+        if path.endswith(".key") or path.rsplit("/", 1)[-1] in SECRET_MANIFESTS
     ]
     agent = ignition_files((folder / "agent-0.ign").read_bytes())
     found.append(yaml.safe_load(agent["/etc/rancher/k3s/config.yaml"])["token"])

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raya import render as render_module
+from raya.addons import GCP_SECRETS
 from raya.errors import RenderError
 from raya.fleet import Cluster, build_cluster, node_password
 from raya.github_keys import UserKeys, authorized_keys
@@ -32,6 +33,7 @@ from raya.render import (
     yaml_literal,
     yaml_quoted,
 )
+from tests.nodes.conftest import CHARTS
 from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import ignition_files
 
@@ -58,12 +60,14 @@ def test_rendering_is_deterministic(
     users: tuple[UserKeys, ...],
     rendered: dict[str, RenderedNode],
 ) -> None:
-    again = render_cluster(cluster, secrets, users)
+    again = render_cluster(cluster, secrets, users, charts=CHARTS)
     assert [(n.butane, n.ignition) for n in again] == [
         (n.butane, n.ignition) for n in rendered.values()
     ]
     # render_node gives the same bytes as render_cluster
-    assert render_node(cluster, cluster.agents[1], secrets, users) == rendered["agent-1"]
+    assert render_node(
+        cluster, cluster.agents[1], secrets, users, charts=CHARTS,
+    ) == rendered["agent-1"]
 
 
 def test_adding_an_agent_changes_no_other_node(
@@ -74,7 +78,7 @@ def test_adding_an_agent_changes_no_other_node(
 ) -> None:
     types = (*(node.server_type for node in cluster.agents), "cx23")
     grown = build_cluster(cluster.config, types, "agents.json")
-    after = render_cluster(grown, secrets, users)
+    after = render_cluster(grown, secrets, users, charts=CHARTS)
     assert [n.node.name for n in after][-1] == "agent-3"
     for node in after[:-1]:
         assert node.ignition == rendered[node.node.name].ignition
@@ -95,9 +99,10 @@ def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
         cert_manager_key="gone",
     )
     for agent in cluster.agents:
-        assert render_node(cluster, agent, mixed, users).ignition == rendered[agent.name].ignition
+        node = render_node(cluster, agent, mixed, users, charts=CHARTS)
+        assert node.ignition == rendered[agent.name].ignition
     with pytest.raises(RenderError, match=r"server_ca\.key_pem"):
-        render_node(cluster, cluster.control_plane, mixed, users)
+        render_node(cluster, cluster.control_plane, mixed, users, charts=CHARTS)
 
 
 def test_token_invariant_holds_on_the_rendered_bytes(
@@ -138,7 +143,8 @@ def test_service_account_keys_are_kube_system_secrets(
     secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
-    manifests = {path: data for path, data in files.items() if path.startswith(MANIFESTS)}
+    secret_files = {f"{MANIFESTS}/{file}" for file, _ in GCP_SECRETS.values()}
+    manifests = {path: data for path, data in files.items() if path in secret_files}
     assert len(manifests) == 2
     names = [path.rsplit("/", 1)[1].split(".")[0] for path in manifests]
     assert len(set(names)) == 2
@@ -201,7 +207,7 @@ def test_fifty_users_with_three_rsa4096_keys_fit_pinned(
     # The measurement behind the design: no compression makes these fit inline.
     assert len(gzip.compress(text, 9, mtime=0)) > IGNITION_LIMIT
     big = with_users(cluster, users)
-    nodes = render_cluster(big, secrets, users, keys_base_url="http://127.0.0.1:9")
+    nodes = render_cluster(big, secrets, users, keys_base_url="http://127.0.0.1:9", charts=CHARTS)
     for node in nodes:
         assert len(node.ignition) <= IGNITION_LIMIT, (node.node.name, len(node.ignition))
         config = json.loads(node.ignition)
@@ -228,7 +234,9 @@ def test_inline_or_pinned_is_decided_by_the_keys_text_budget(
     cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     def mode(users: tuple[UserKeys, ...]) -> str:
-        node = render_node(with_users(cluster, users), cluster.agents[0], secrets, users)
+        node = render_node(
+            with_users(cluster, users), cluster.agents[0], secrets, users, charts=CHARTS,
+        )
         return (
             "inline"
             if "sshAuthorizedKeys" in json.loads(node.ignition)["passwd"]["users"][0]
@@ -246,23 +254,25 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
 ) -> None:
     users = many_users(110, 1)
     with pytest.raises(RenderError) as caught:
-        render_node(with_users(cluster, users), cluster.control_plane, secrets, users)
+        render_node(
+            with_users(cluster, users), cluster.control_plane, secrets, users, charts=CHARTS,
+        )
     message = str(caught.value)
     assert message.startswith("control-plane: Ignition config is ")
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > IGNITION_LIMIT
     assert "largest parts: /home/core/.ssh/authorized_keys.d/* (110 entries, " in message
-    assert "/var/lib/rancher/k3s/server/manifests/* (2 entries, " in message
+    assert "/var/lib/rancher/k3s/server/manifests/* (4 entries, " in message
 
 
 def test_users_must_be_exactly_the_configured_ones(
     cluster: Cluster, secrets: ClusterSecrets, users: tuple[UserKeys, ...]
 ) -> None:
     with pytest.raises(RenderError, match="missing: octo-bob; not configured: none"):
-        render_cluster(cluster, secrets, users[:1])
+        render_cluster(cluster, secrets, users[:1], charts=CHARTS)
     extra = (*users, *many_users(1))
     with pytest.raises(RenderError, match="missing: none; not configured: user-00"):
-        render_cluster(cluster, secrets, extra)
+        render_cluster(cluster, secrets, extra, charts=CHARTS)
 
 
 @pytest.mark.parametrize(
@@ -283,7 +293,7 @@ def test_unusable_secrets_are_refused(
     message: str,
 ) -> None:
     with pytest.raises(RenderError, match=message):
-        render_cluster(cluster, dataclasses.replace(secrets, **change), users)
+        render_cluster(cluster, dataclasses.replace(secrets, **change), users, charts=CHARTS)
 
 
 def test_ca_certificates_are_checked(
@@ -297,7 +307,7 @@ def test_ca_certificates_are_checked(
     ):
         bad = dataclasses.replace(secrets, server_ca=CertificateAuthority(cert_pem, ca.key_pem))
         with pytest.raises(RenderError, match=message):
-            render_cluster(cluster, bad, users)
+            render_cluster(cluster, bad, users, charts=CHARTS)
 
 
 def test_an_undefined_template_variable_is_an_error(
@@ -315,7 +325,7 @@ def test_an_undefined_template_variable_is_an_error(
 
     monkeypatch.setattr(render_module, "_context", without_tls_san)
     with pytest.raises(RenderError, match=r"control-plane.*'tls_san' is undefined"):
-        render_node(cluster, cluster.control_plane, secrets, users)
+        render_node(cluster, cluster.control_plane, secrets, users, charts=CHARTS)
 
 
 @given(st.text())
@@ -334,13 +344,15 @@ def test_a_node_from_another_fleet_is_refused(
 ) -> None:
     bigger = build_cluster(cluster.config, ("cx23",) * 5, "agents.json")
     with pytest.raises(RenderError, match="agent-4: not a node of cluster raya"):
-        render_node(cluster, bigger.agents[4], secrets, users)
+        render_node(cluster, bigger.agents[4], secrets, users, charts=CHARTS)
 
 
 def test_the_keys_base_url_must_be_http(cluster: Cluster, secrets: ClusterSecrets) -> None:
     users = many_users(12)
     with pytest.raises(RenderError, match="keys_base_url is 'file:///etc'"):
-        render_cluster(with_users(cluster, users), secrets, users, keys_base_url="file:///etc")
+        render_cluster(
+            with_users(cluster, users), secrets, users, keys_base_url="file:///etc", charts=CHARTS,
+        )
 
 
 RENDER_IN_A_PROCESS = """
@@ -348,6 +360,7 @@ import hashlib, json, sys
 from raya.github_keys import load_keys_file
 from raya.identity import CertificateAuthority, ClusterSecrets
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.pins import load_chart_pins
 from raya.render import render_cluster
 data = json.load(open(sys.argv[1]))
 for ca in ("server_ca", "client_ca"):
@@ -356,6 +369,7 @@ nodes = render_cluster(
     load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK),
     ClusterSecrets(**data),
     load_keys_file(EXAMPLE_ROOT / "keys.json"),
+    charts=load_chart_pins(EXAMPLE_ROOT),
 )
 print(json.dumps([hashlib.sha256(node.ignition).hexdigest() for node in nodes]))
 """

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from raya.fleet import Cluster
 from raya.github_keys import UserKeys, authorized_keys
 from raya.identity import ClusterSecrets
 from raya.render import RenderedNode, render_cluster
+from tests.nodes.conftest import CHARTS
 from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import (
     IgnitionFailed,
@@ -127,7 +129,20 @@ def test_ignition_applies_the_control_plane(
     }
     assert tls.stat().st_mode & 0o777 == 0o700
     manifests = root / "var/lib/rancher/k3s/server/manifests"
-    assert sorted(p.stat().st_mode & 0o777 for p in manifests.iterdir()) == [0o600, 0o600]
+    assert manifests.stat().st_mode & 0o777 == 0o700
+    # The credentials Secrets and the add-ons (HelmCharts, ClusterIssuers), each 0600.
+    assert {p.name: p.stat().st_mode & 0o777 for p in manifests.iterdir()} == {
+        "raya-cert-manager-credentials.yaml": 0o600,
+        "raya-external-dns-credentials.yaml": 0o600,
+        "raya-helm-charts.yaml": 0o600,
+        "raya-cluster-issuers.yaml": 0o600,
+    }
+    kinds = {
+        p.name: [doc["kind"] for doc in yaml.safe_load_all(p.read_text())]
+        for p in manifests.iterdir()
+    }
+    assert kinds["raya-helm-charts.yaml"] == ["HelmChart", "HelmChart"]
+    assert kinds["raya-cluster-issuers.yaml"] == ["ClusterIssuer", "ClusterIssuer"]
     assert (root / "etc/rancher/k3s/config.yaml").stat().st_mode & 0o777 == 0o600
     # /usr/local is /var/usrlocal, as on FCOS
     assert (root / "var/usrlocal/bin/raya-public-ipv4").stat().st_mode & 0o777 == 0o755
@@ -178,7 +193,7 @@ def test_ignition_fetches_pinned_keys_and_checks_them(
 ) -> None:
     cluster, users = pinned
     with contextlib.ExitStack() as stack, http_server(routes(_keys_server_routes(users))) as url:
-        nodes = render_cluster(cluster, secrets, users, keys_base_url=url)
+        nodes = render_cluster(cluster, secrets, users, keys_base_url=url, charts=CHARTS)
         for node in nodes[:2]:
             path = tmp_path / f"{node.node.name}.ign"
             path.write_bytes(node.ignition)
@@ -201,7 +216,7 @@ def test_ignition_refuses_keys_that_changed_since_rendering(
     cluster, users = pinned
     pages = _keys_server_routes(users)
     with http_server(routes(pages)) as url:
-        agent = render_cluster(cluster, secrets, users, keys_base_url=url)[1]
+        agent = render_cluster(cluster, secrets, users, keys_base_url=url, charts=CHARTS)[1]
         first = f"/{users[0].handle}.keys"
         pages[first] = pages[first] + b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIntruder\n"
         with pytest.raises(IgnitionFailed) as caught, contextlib.ExitStack() as stack:

@@ -57,6 +57,7 @@ def stack_config() -> Iterator[dict[str, str]]:
         "raya:authorizedUsers": json.dumps(sorted(KEYS)),
         "raya:managedSubdomain": "k8s",
         "raya:parentZone": "example.com",
+        "raya:acmeEmail": "ops@example.org",
     }
     yield values
     pulumi.runtime.set_all_config({})

@@ -14,16 +14,27 @@ import yaml
 from raya.errors import DeployError, RenderError
 from raya.fleet import Cluster, build_cluster
 from raya.github_keys import load_keys_file
-from raya.pins import load_pins, snapshot_labels
+from raya.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.program import define
 from raya.program.dns import zone_resource_name
 from raya.program.secrets import account_id
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import render_node
 from tests.program.ignition import ignition_files
-from tests.program.mocks import ProviderMocks, Run, Snapshot, Zone, is_secret, reveal, run_program
+from tests.program.mocks import (
+    PROJECT,
+    ProviderMocks,
+    Run,
+    Snapshot,
+    Zone,
+    is_secret,
+    reveal,
+    run_program,
+)
 from tests.support import REPO
 
 PINS = load_pins(REPO)
+CHARTS = load_chart_pins(REPO)
 USERS = load_keys_file(EXAMPLE_ROOT / "keys.json")
 EXAMPLE = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
 LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
@@ -53,7 +64,12 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
     )
 
 
+def default_render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
+    return render_node(cluster, node, secrets, users, charts=CHARTS)
+
+
 def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
+    kwargs.setdefault("render", default_render)
     return run_program(mocks, lambda: define(cluster, PINS, USERS, **kwargs))
 
 
@@ -197,6 +213,25 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
         assert b"PRIVATE KEY" not in everything and b"service_account" not in everything
 
 
+def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> None:
+    result = run(provider_mocks())
+    control_plane = ignition_files(user_data(result)["control-plane"])
+    manifests = "/var/lib/rancher/k3s/server/manifests"
+    zone = EXAMPLE.config.zone_dns_name.rstrip(".")
+    charts = list(yaml.safe_load_all(control_plane[f"{manifests}/raya-helm-charts.yaml"]))
+    values = yaml.safe_load(charts[1]["spec"]["valuesContent"])
+    # The project the mocks create the service accounts (and every GCP resource) in.
+    assert f"--google-project={PROJECT}" in values["extraArgs"]
+    assert values["domainFilters"] == [zone]
+    for issuer in yaml.safe_load_all(control_plane[f"{manifests}/raya-cluster-issuers.yaml"]):
+        (solver,) = issuer["spec"]["acme"]["solvers"]
+        assert solver["dns01"]["cloudDNS"]["project"] == PROJECT
+        assert solver["selector"]["dnsZones"] == [zone]
+    for name in ("external-dns", "cert-manager"):
+        email = result.resources[name].outputs["email"]
+        assert email.endswith(f"@{PROJECT}.iam.gserviceaccount.com")
+
+
 def test_the_engine_is_told_which_outputs_are_secret() -> None:
     result = run(provider_mocks())
     expected = {
@@ -271,9 +306,7 @@ def test_render_failure_names_the_node() -> None:
     def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
         if node.name == "agent-1":
             raise RenderError("user_data is 40000 bytes, over 32768")
-        from raya.render import render_node
-
-        return render_node(cluster, node, secrets, users)
+        return render_node(cluster, node, secrets, users, charts=CHARTS)
 
     with pytest.raises(pulumi.RunError, match=r"agent-1: .*40000 bytes"):
         run(provider_mocks(), render=render)
@@ -284,9 +317,7 @@ def test_agents_never_see_control_plane_keys() -> None:
 
     def render(cluster: Any, node: Any, secrets: Any, users: Any) -> Any:
         seen[node.name] = secrets
-        from raya.render import render_node
-
-        return render_node(cluster, node, secrets, users)
+        return render_node(cluster, node, secrets, users, charts=CHARTS)
 
     result = run(provider_mocks(), render=render)
     cp = seen.pop("control-plane")

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from raya.addons import CERT_MANAGER, EXTERNAL_DNS
 from raya.cli import app, err, out
 from raya.commands.options import RootOption, project_root
 from raya.config import load_stack_config, stack_file
@@ -17,10 +18,13 @@ from raya.image import (
     HCLOUD_API_URL,
     K3S_CHANNELS_URL,
     K3S_RELEASES_URL,
+    AnyPin,
     Endpoints,
+    PinChange,
     check_pins,
     find_packer,
     find_snapshots,
+    latest_chart_pins,
     latest_pins,
     packer_commands,
     packer_environment,
@@ -30,7 +34,17 @@ from raya.image import (
     template_path,
     write_pins,
 )
-from raya.pins import FCOS_STREAMS, FcosPin, K3sPin, label_selector, load_pins, snapshot_labels
+from raya.pins import (
+    FCOS_STREAMS,
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    chart_pins_path,
+    label_selector,
+    load_chart_pins,
+    load_pins,
+    snapshot_labels,
+)
 from raya.project import DEFAULT_STACK
 
 image = typer.Typer(
@@ -133,7 +147,13 @@ def build(
     _say(f"built the snapshot labelled {label_selector(labels)}")
 
 
-def _describe(pin: FcosPin | K3sPin) -> str:
+def _describe_chart(name: str, pin: ChartPin) -> str:
+    return f"{name} {pin.version} (sha256 {pin.digest or 'not recorded'})"
+
+
+def _describe(pin: AnyPin) -> str:
+    if isinstance(pin, ChartPins):
+        return ", ".join(_describe_chart(name, chart) for name, chart in pin.by_name().items())
     stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
     return f"{stream}{pin.version} (sha256 {pin.sha256})"
 
@@ -162,8 +182,25 @@ def pins(
         ),
     ] = K3S_CHANNELS_URL,
     k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
+    cert_manager_charts_url: Annotated[
+        str,
+        typer.Option(
+            "--cert-manager-charts-url",
+            envvar="RAYA_CERT_MANAGER_CHARTS_URL",
+            help="Helm repository of the cert-manager chart (its index.yaml is read).",
+        ),
+    ] = CERT_MANAGER.repo,
+    external_dns_charts_url: Annotated[
+        str,
+        typer.Option(
+            "--external-dns-charts-url",
+            envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
+            help="Helm repository of the external-dns chart (its index.yaml is read).",
+        ),
+    ] = EXTERNAL_DNS.repo,
 ) -> None:
-    """Compare the pins with the newest FCOS release of the stream and the stable k3s.
+    """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
+    newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
     """
@@ -173,12 +210,21 @@ def pins(
         )
     root = project_root(root)
     current = load_pins(root)
+    current_charts = load_chart_pins(root)
     endpoints = Endpoints(
-        fcos_builds=fcos_builds_url, k3s_channels=k3s_channels_url, k3s_releases=k3s_releases_url
+        fcos_builds=fcos_builds_url,
+        k3s_channels=k3s_channels_url,
+        k3s_releases=k3s_releases_url,
+        cert_manager_charts=cert_manager_charts_url,
+        external_dns_charts=external_dns_charts_url,
     )
     with err.status("looking up the newest releases..."):
         latest = latest_pins(stream or current.fcos.stream, endpoints)
-    changes = pin_changes(root, current, latest)
+        latest_charts = latest_chart_pins(endpoints)
+    changes = (
+        *pin_changes(root, current, latest),
+        PinChange(chart_pins_path(root), current_charts, latest_charts),
+    )
     for change in changes:
         name = change.path.relative_to(root)
         if not change.changed:

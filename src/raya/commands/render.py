@@ -20,6 +20,7 @@ from raya.commands.options import (
 from raya.errors import RenderError
 from raya.github_keys import GITHUB_URL
 from raya.identity import generate_example_secrets
+from raya.pins import load_chart_pins
 from raya.project import DEFAULT_STACK, load_cluster
 from raya.render import IGNITION_LIMIT, RenderedNode, keys_inline, render_cluster
 
@@ -53,7 +54,10 @@ def render(
     cluster = load_cluster(root, stack)
     users = resolve_users(cluster.config, keys_file, github_url)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
-    rendered = render_cluster(cluster, generate_example_secrets(), users, keys_base_url=github_url)
+    charts = load_chart_pins(root)
+    rendered = render_cluster(
+        cluster, generate_example_secrets(), users, charts=charts, keys_base_url=github_url
+    )
     _write(out_dir, rendered)
 
     rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]

@@ -17,11 +17,11 @@ import pulumi
 from raya.config import KEYS, NAMESPACE, parse_stack_config
 from raya.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys
-from raya.pins import Pins, load_pins
+from raya.pins import Pins, load_chart_pins, load_pins
 from raya.program.cluster import Renderer, define_server, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
-from raya.program.secrets import define_identity
 from raya.program.network import define_network
+from raya.program.secrets import define_identity
 from raya.render import render_node
 
 # Settings that are lists in the stack file: Pulumi hands them over as JSON text.
@@ -49,9 +49,10 @@ def define(
     cluster: Cluster,
     pins: Pins,
     users: Sequence[UserKeys],
-    render: Renderer = render_node,
+    render: Renderer,
 ) -> dict[str, Any]:
-    """Declare every resource; returns the stack outputs."""
+    """Declare every resource; returns the stack outputs. `render` builds a node's config
+    (`render_node` with the chart pins and where the keys are fetched from)."""
     config = cluster.config
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
@@ -96,6 +97,6 @@ def main(root: Path) -> None:
     keys_url = os.environ.get(GITHUB_URL_ENV, GITHUB_URL)
     users = fetch_keys(cluster.config.authorized_users, keys_url)
     # Keys too many to inline are fetched at boot from the same place, pinned by hash.
-    render = functools.partial(render_node, keys_base_url=keys_url)
+    render = functools.partial(render_node, charts=load_chart_pins(root), keys_base_url=keys_url)
     for name, value in define(cluster, pins, users, render).items():
         pulumi.export(name, value)
