@@ -35,6 +35,7 @@ from raya.pins import (
     FcosPin,
     K3sPin,
     Pins,
+    chart_pins_path,
     dump_chart_pins,
     dump_pin,
     fcos_pin_path,
@@ -226,39 +227,60 @@ def _release(version: str) -> tuple[int, int, int] | None:
     return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
-def latest_chart(chart: str, repo_url: str) -> ChartPin:
-    """The newest released version of `chart` in the Helm repository at `repo_url`, with the
-    digest (sha256 of the chart archive) its `index.yaml` publishes, if it publishes one."""
+def chart_releases(chart: str, repo_url: str) -> dict[str, str | None]:
+    """Every released version of `chart` in the Helm repository at `repo_url`, with the digest
+    (sha256 of the chart archive) its `index.yaml` publishes for it, None where it has none."""
     url = f"{repo_url}/index.yaml"
     try:
         index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as error:
         raise ImageError(f"{url}: not a Helm repository index: {error}") from None
     entries = index.get("entries") if isinstance(index, dict) else None
-    releases = entries.get(chart) if isinstance(entries, dict) else None
-    if not isinstance(releases, list):
+    listed = entries.get(chart) if isinstance(entries, dict) else None
+    if not isinstance(listed, list):
         raise ImageError(f"{url}: no chart {chart!r} under entries (is it the right repository?)")
-    candidates = [
-        (number, entry)
-        for entry in releases
-        if isinstance(entry, dict)
-        and isinstance(entry.get("version"), str)
-        and (number := _release(entry["version"])) is not None
-    ]
-    if not candidates:
+    releases: dict[str, str | None] = {}
+    for entry in listed:
+        version = entry.get("version") if isinstance(entry, dict) else None
+        if isinstance(version, str) and _release(version) is not None:
+            digest = entry.get("digest")
+            where = f"{url}: {chart} {version}"
+            releases[version] = None if digest is None else _sha256(str(digest), where)
+    if not releases:
         raise ImageError(f"{url}: chart {chart!r} has no released version")
-    _, newest = max(candidates, key=lambda candidate: candidate[0])
-    digest = newest.get("digest")
-    if digest is None:
-        return ChartPin(version=newest["version"], digest=None)
-    where = f"{url}: {chart} {newest['version']}"
-    return ChartPin(version=newest["version"], digest=_sha256(str(digest), where))
+    return releases
 
 
-def latest_chart_pins(endpoints: Endpoints) -> ChartPins:
-    return ChartPins(
-        cert_manager=latest_chart(CERT_MANAGER.name, endpoints.cert_manager_charts),
-        external_dns=latest_chart(EXTERNAL_DNS.name, endpoints.external_dns_charts),
+def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
+    version = max(releases, key=lambda version: _release(version) or (0, 0, 0))
+    return ChartPin(version=version, digest=releases[version])
+
+
+def chart_updates(
+    root: Path, current: ChartPins, endpoints: Endpoints
+) -> tuple[ChartPins, tuple[str, ...]]:
+    """The newest release of each chart, and what is wrong with the current pins: a pinned
+    version the repository no longer lists, or listed with another digest than the pin's."""
+    latest, problems = {}, []
+    for chart, repo_url in (
+        (CERT_MANAGER.name, endpoints.cert_manager_charts),
+        (EXTERNAL_DNS.name, endpoints.external_dns_charts),
+    ):
+        releases = chart_releases(chart, repo_url)
+        latest[chart] = newest_chart(releases)
+        pin = current.by_name()[chart]
+        index = f"{repo_url}/index.yaml"
+        if pin.version not in releases:
+            problems.append(f"{chart} {pin.version} is pinned but not listed in {index}")
+        elif pin.digest is not None and releases[pin.version] != pin.digest:
+            problems.append(
+                f"{chart} {pin.version} is pinned with sha256 {pin.digest} but {index} "
+                f"publishes {releases[pin.version]}"
+            )
+    path = chart_pins_path(root)
+    return (
+        ChartPins(cert_manager=latest["cert-manager"], external_dns=latest["external-dns"]),
+        tuple(f"{path}: {problem}" for problem in problems),
     )
 
 

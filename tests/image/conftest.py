@@ -155,12 +155,18 @@ class FakeWeb:
 
     def publish_charts(self, charts: ChartPins) -> None:
         """Two Helm repository indexes, as `helm repo index` writes them: the newest release
-        of each chart is `charts`' version; an older release and a newer pre-release are
-        listed too, and the jetstack index holds another chart."""
-        self.publish_index("/charts/jetstack", "cert-manager", charts.cert_manager)
-        self.publish_index("/charts/external-dns", "external-dns", charts.external_dns)
+        of each chart is `charts`' version; older releases (the project's pins among them)
+        and a newer pre-release are listed too, and the jetstack index holds another chart."""
+        self.publish_index(
+            "/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager
+        )
+        self.publish_index(
+            "/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns
+        )
 
-    def publish_index(self, path: str, chart: str, newest: ChartPin) -> None:
+    def publish_index(
+        self, path: str, chart: str, newest: ChartPin, older: ChartPin | None = None
+    ) -> None:
         def entry(name: str, version: str, digest: str | None) -> dict[str, Any]:
             return {
                 "apiVersion": "v2",
@@ -173,10 +179,11 @@ class FakeWeb:
             }
 
         prefix = "v" if newest.version.startswith("v") else ""
+        listed = [newest] + ([older] if older and older.version != newest.version else [])
         entries = {
             chart: [
                 entry(chart, f"{prefix}99.0.0-alpha.1", "3" * 64),
-                entry(chart, newest.version, newest.digest),
+                *(entry(chart, pin.version, pin.digest) for pin in listed),
                 entry(chart, f"{prefix}0.9.0", "4" * 64),
             ]
         }

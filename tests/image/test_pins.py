@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from raya.errors import ImageError
 from raya.image import (
     Endpoints,
+    chart_releases,
+    chart_updates,
     check_pins,
-    latest_chart,
-    latest_chart_pins,
     latest_fcos,
     latest_k3s,
     latest_pins,
+    newest_chart,
     upstream_fcos_sha256,
     upstream_k3s_sha256,
 )
@@ -270,17 +273,58 @@ def test_a_digest_not_yet_recorded_is_recorded(project: Path, web: FakeWeb) -> N
     assert load_chart_pins(project) == CHARTS
 
 
-def test_latest_chart_skips_pre_releases_and_other_charts(web: FakeWeb) -> None:
+def test_the_newest_release_skips_pre_releases_and_other_charts(
+    project: Path, web: FakeWeb
+) -> None:
     web.publish_charts(CHARTS)
-    assert latest_chart("cert-manager", web.cert_manager_charts) == CHARTS.cert_manager
-    assert latest_chart_pins(endpoints(web)) == CHARTS
+    releases = chart_releases("cert-manager", web.cert_manager_charts)
+    assert releases == {"v1.18.2": CHARTS.cert_manager.digest, "v0.9.0": "4" * 64}
+    assert newest_chart(releases) == CHARTS.cert_manager
+    assert chart_updates(project, CHARTS, endpoints(web)) == (CHARTS, ())
     with pytest.raises(ImageError, match="no chart 'external-dns' under entries"):
-        latest_chart("external-dns", web.cert_manager_charts)
+        chart_releases("external-dns", web.cert_manager_charts)
 
 
 def test_a_repository_without_digests_gives_none(web: FakeWeb) -> None:
     web.publish_index("/charts/plain", "external-dns", ChartPin("1.20.0", None))
-    assert latest_chart("external-dns", f"{web.url}/charts/plain") == ChartPin("1.20.0", None)
+    releases = chart_releases("external-dns", f"{web.url}/charts/plain")
+    assert newest_chart(releases) == ChartPin("1.20.0", None)
+
+
+def test_a_republished_chart_is_an_error_until_updated(project: Path, web: FakeWeb) -> None:
+    republished = dataclasses.replace(CHARTS.external_dns, digest="7" * 64)
+    web.publish(PINS, dataclasses.replace(CHARTS, external_dns=republished))
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 1
+    assert (
+        f"warning: {project}/image/charts.pin: external-dns 1.14.3 is pinned with sha256 "
+        f"{'2' * 64} but {web.external_dns_charts}index.yaml publishes {'7' * 64}"
+    ) in result.stderr.replace("\n", "")
+    assert "image/charts.pin: outdated" in result.stdout
+    assert snapshot(project) == before
+    # --update records what the repository now publishes, with the warning.
+    result = pins(project, web, "--update")
+    assert result.returncode == 0 and "warning: " in result.stderr
+    assert load_chart_pins(project).external_dns == republished
+
+
+def test_a_pinned_version_gone_from_the_repository_is_an_error(
+    project: Path, web: FakeWeb
+) -> None:
+    web.publish(PINS, NEW_CHARTS)
+    index = yaml.safe_load(web.files["/charts/jetstack/index.yaml"])
+    index["entries"]["cert-manager"] = [
+        e for e in index["entries"]["cert-manager"] if e["version"] != "v1.18.2"
+    ]
+    web.files["/charts/jetstack/index.yaml"] = yaml.safe_dump(index).encode()
+    updates, problems = chart_updates(project, CHARTS, endpoints(web))
+    assert updates == NEW_CHARTS
+    assert problems == (
+        f"{project}/image/charts.pin: cert-manager v1.18.2 is pinned but not listed in "
+        f"{web.cert_manager_charts}/index.yaml",
+    )
+    assert pins(project, web).returncode == 1
 
 
 @pytest.mark.parametrize(
@@ -295,10 +339,10 @@ def test_a_repository_without_digests_gives_none(web: FakeWeb) -> None:
         ),
     ],
 )
-def test_latest_chart_explains_a_bad_index(web: FakeWeb, body: bytes, message: str) -> None:
+def test_a_bad_index_is_explained(web: FakeWeb, body: bytes, message: str) -> None:
     web.files["/charts/bad/index.yaml"] = body
     with pytest.raises(ImageError, match=message) as caught:
-        latest_chart("cert-manager", f"{web.url}/charts/bad")
+        chart_releases("cert-manager", f"{web.url}/charts/bad")
     assert f"{web.url}/charts/bad/index.yaml" in str(caught.value)
 
 

@@ -21,10 +21,10 @@ from raya.image import (
     AnyPin,
     Endpoints,
     PinChange,
+    chart_updates,
     check_pins,
     find_packer,
     find_snapshots,
-    latest_chart_pins,
     latest_pins,
     packer_commands,
     packer_environment,
@@ -220,7 +220,7 @@ def pins(
     )
     with err.status("looking up the newest releases..."):
         latest = latest_pins(stream or current.fcos.stream, endpoints)
-        latest_charts = latest_chart_pins(endpoints)
+        latest_charts, problems = chart_updates(root, current_charts, endpoints)
     changes = (
         *pin_changes(root, current, latest),
         PinChange(chart_pins_path(root), current_charts, latest_charts),
@@ -233,7 +233,15 @@ def pins(
             _say(f"{name}: {_describe(change.old)} -> {_describe(change.new)}")
         else:
             _say(f"{name}: outdated, {_describe(change.old)}; newest {_describe(change.new)}")
+    for problem in problems:
+        err.print(f"warning: {problem}", markup=False, soft_wrap=True)
     if update:
         write_pins(changes)
-    elif any(change.changed for change in changes):
+        return
+    if any(change.changed for change in changes):
         _say("run `raya image pins --update` to rewrite them")
+    if problems:
+        raise ImageError(
+            "the chart pins do not match their repositories (see above): review the change "
+            "upstream, then `raya image pins --update` moves to the newest releases"
+        )
