@@ -128,26 +128,26 @@ def parse_chart_pins(path: Path) -> ChartPins:
             f"{path}: expected a JSON object with exactly the charts {', '.join(CHART_NAMES)}; "
             f"found {found or 'none'}"
         )
-    pins = {}
-    for name in CHART_NAMES:
-        entry = data[name]
-        where = f"{name}: "
-        if isinstance(entry, dict) and entry.get("digest") is None and "digest" in entry:
-            fields = _fields(path, {**entry, "digest": ""}, ("version", "digest"), where)
-            digest = None
-        else:
-            fields = _fields(path, entry, ("version", "digest"), where)
-            _check(path, f"{name}.digest", fields["digest"], _SHA256, "64 lowercase hex digits")
-            digest = fields["digest"]
-        _check(
-            path,
-            f"{name}.version",
-            fields["version"],
-            CHART_VERSION,
-            "a released chart version such as 1.19.0 or v1.19.1",
-        )
-        pins[name] = ChartPin(version=fields["version"], digest=digest)
+    pins = {name: _chart_pin(path, name, data[name]) for name in CHART_NAMES}
     return ChartPins(cert_manager=pins["cert-manager"], external_dns=pins["external-dns"])
+
+
+def _chart_pin(path: Path, name: str, entry: object) -> ChartPin:
+    unrecorded = isinstance(entry, dict) and "digest" in entry and entry["digest"] is None
+    if unrecorded and isinstance(entry, dict):  # checked as text, kept as None
+        entry = {**entry, "digest": ""}
+    fields = _fields(path, entry, ("version", "digest"), f"{name}: ")
+    _check(
+        path,
+        f"{name}.version",
+        fields["version"],
+        CHART_VERSION,
+        "a released chart version such as 1.19.0 or v1.19.1",
+    )
+    if unrecorded:
+        return ChartPin(version=fields["version"], digest=None)
+    _check(path, f"{name}.digest", fields["digest"], _SHA256, "64 lowercase hex digits")
+    return ChartPin(version=fields["version"], digest=fields["digest"])
 
 
 def load_chart_pins(root: Path) -> ChartPins:
