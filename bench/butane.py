@@ -22,6 +22,7 @@ from pathlib import Path
 
 from raya.butane import ButaneDiagnostics, transpile
 from raya.identity import generate_example_secrets
+from raya.pins import load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import render_cluster
 
@@ -37,10 +38,13 @@ def example_configs(sets: int) -> list[str]:
     each time with fresh throwaway secrets."""
     cluster = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     names = [node.name for node in cluster.nodes]
+    charts = load_chart_pins(EXAMPLE_ROOT)
     return [
         node.butane
         for _ in range(sets)
-        for node in render_cluster(cluster, generate_example_secrets(names), volume_id="1")
+        for node in render_cluster(
+            cluster, generate_example_secrets(names), charts=charts, volume_id="1"
+        )
     ]
 
 

@@ -7,6 +7,7 @@ The mocks compute realistic outputs (real keys and certificates), as in tests/pr
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -17,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.progra
 from tests.program.mocks import ProviderMocks, Snapshot, Zone, run_program
 
 from raya.fleet import build_cluster
-from raya.pins import load_pins, snapshot_labels
+from raya.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.program import define
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.render import render_node
 
 AGENTS = 200
 TARGET = 5.0
@@ -31,6 +33,7 @@ def main() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
     pins = load_pins(ROOT)
+    render = functools.partial(render_node, charts=load_chart_pins(ROOT))
 
     def mocks() -> ProviderMocks:
         labels = snapshot_labels(pins, cluster.config.cluster_name)
@@ -40,7 +43,7 @@ def main() -> None:
 
     def timed(state: ProviderMocks) -> tuple[float, int]:
         start = time.perf_counter()
-        result = run_program(state, lambda: define(cluster, pins))
+        result = run_program(state, lambda: define(cluster, pins, render))
         return time.perf_counter() - start, len(result.resources)
 
     first = [timed(mocks()) for _ in range(RUNS)]

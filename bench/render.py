@@ -18,10 +18,12 @@ from tests.nodes.fakes import many_users, with_users
 from raya.butane import dataurl
 from raya.fleet import build_cluster
 from raya.identity import generate_example_secrets
+from raya.pins import load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import IGNITION_LIMIT, render_cluster
 
 VOLUME_ID = "100000001"
+CHARTS = load_chart_pins(EXAMPLE_ROOT)
 
 AGENTS = 200
 TARGET = 1.0
@@ -38,7 +40,7 @@ def fleet_time() -> None:
         # once per process, not once per run.
         dataurl._gzip_if_shorter.cache_clear()
         start = time.perf_counter()
-        nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+        nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
         times.append(time.perf_counter() - start)
     total = sum(len(node.ignition) for node in nodes)
     best, median = min(times), statistics.median(times)
@@ -62,7 +64,7 @@ def size_table() -> None:
         for long_handles in (False, True):
             users = many_users(count, long_handles=long_handles)
             cluster = with_users(example, users)
-            nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+            nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
             cp, agent = len(nodes[0].ignition), len(nodes[1].ignition)
             rows.append(
                 (

@@ -132,6 +132,7 @@ def bad_project(tmp_path: Path) -> Path:
     (tmp_path / "Pulumi.prod.yaml").write_text(
         "config:\n  raya:authorizedUsers: [octo-alice]\n  raya:managedSubdomain: raya\n"
         "  raya:parentZone: example.com\n  raya:nodesSubnet: 10.9.1.0/24\n"
+        "  raya:acmeEmail: ops@example.org\n"
     )
     return tmp_path
 
@@ -169,7 +170,7 @@ def test_error_text_is_not_taken_as_markup(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.yaml").write_text("name: raya\n")
     (tmp_path / "Pulumi.prod.yaml").write_text(
         "config:\n  raya:authorizedUsers: ['[bold]x']\n  raya:managedSubdomain: raya\n"
-        "  raya:parentZone: example.com\n"
+        "  raya:parentZone: example.com\n  raya:acmeEmail: ops@example.org\n"
     )
     result = raya("keys", "--root", str(tmp_path))
     assert result.returncode == 1

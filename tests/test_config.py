@@ -28,6 +28,7 @@ MINIMAL: dict[str, Any] = {
     "authorizedUsers": ["octo-alice"],
     "managedSubdomain": "raya",
     "parentZone": "example.com",
+    "acmeEmail": "ops@example.org",
 }
 
 
@@ -58,6 +59,7 @@ def test_defaults_are_the_specs() -> None:
     assert config.control_plane_schedulable is False
     anywhere = (ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
     assert config.ssh_sources == config.api_sources == anywhere
+    assert config.acme_email == "ops@example.org"
 
 
 def test_every_setting_can_be_given() -> None:
@@ -75,6 +77,7 @@ def test_every_setting_can_be_given() -> None:
         controlPlaneSchedulable=True,
         sshSources=["203.0.113.0/24", "2001:db8::/32"],
         apiSources=[],
+        acmeEmail="Certs+lab@Corp.Example.org",
     )
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
@@ -90,6 +93,7 @@ def test_every_setting_can_be_given() -> None:
         ipaddress.IPv6Network("2001:db8::/32"),
     )
     assert config.api_sources == ()
+    assert config.acme_email == "Certs+lab@Corp.Example.org"
     assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
 
 
@@ -105,7 +109,7 @@ def test_unknown_setting() -> None:
     )
 
 
-@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone"])
+@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail"])
 def test_required_settings(key: str) -> None:
     assert error_of(**{key: None}) == f"{SOURCE}: raya:{key} is required"
 
@@ -217,6 +221,24 @@ def test_required_settings(key: str) -> None:
         ),
         ({"controlPlaneIp": "10.0.1.0"}, "raya:controlPlaneIp is 10.0.1.0; accepted: a host"),
         ({"controlPlaneIp": "10.0.1.255"}, "raya:controlPlaneIp is 10.0.1.255; accepted: a host"),
+        *(
+            (
+                {"acmeEmail": value},
+                f"raya:acmeEmail is {value!r}; accepted: an e-mail address such as ops@example.org",
+            )
+            for value in (
+                "ops",
+                "ops@localhost",
+                "ops@@example.org",
+                "o ps@example.org",
+                '"ops"@example.org',
+                "ops@example.org\n",
+                "ops@-example.org",
+                "ops@example.o",
+                "",
+                ["ops@example.org"],
+            )
+        ),
         (
             {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.1"},
             "raya:controlPlaneIp is 10.0.0.1; accepted: a host address of nodesSubnet "
@@ -274,6 +296,7 @@ def test_load_reads_only_the_raya_namespace(tmp_path: Path) -> None:
         "  raya:authorizedUsers: [octo-alice, octo-bob]\n"
         "  raya:managedSubdomain: lab\n"
         "  raya:parentZone: example.net\n"
+        "  raya:acmeEmail: ops@example.net\n"
         "  raya:location: fsn1\n",
     )
     config = load_stack_config(path)

@@ -21,6 +21,7 @@ BASE: dict[str, Any] = {
     "authorizedUsers": ["octo-alice"],
     "managedSubdomain": "raya",
     "parentZone": "example.com",
+    "acmeEmail": "ops@example.org",
 }
 
 
@@ -198,6 +199,7 @@ def test_load_cluster_names_the_fleet_file(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.dev.yaml").write_text(
         "config:\n  raya:authorizedUsers: [a]\n  raya:managedSubdomain: raya\n"
         "  raya:parentZone: example.com\n  raya:nodesSubnet: 10.0.1.0/27\n"
+        "  raya:acmeEmail: ops@example.org\n"
     )
     fleet = fleet_file(tmp_path)
     fleet.parent.mkdir(parents=True)

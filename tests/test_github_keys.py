@@ -552,6 +552,7 @@ def project(tmp_path: Path, users: list[str]) -> Path:
     (tmp_path / "Pulumi.dev.yaml").write_text(
         "config:\n  raya:authorizedUsers:\n"
         f"{handles}  raya:managedSubdomain: raya\n  raya:parentZone: example.com\n"
+        "  raya:acmeEmail: ops@example.org\n"
     )
     (tmp_path / "sub").mkdir()
     return tmp_path

@@ -9,14 +9,19 @@ import pytest
 
 from raya.errors import ConfigError
 from raya.pins import (
+    ChartPin,
+    ChartPins,
     FcosPin,
     K3sPin,
     Pins,
+    chart_pins_path,
+    dump_chart_pins,
     dump_pin,
     fcos_pin_path,
     k3s_pin_path,
     label_selector,
     label_value,
+    load_chart_pins,
     load_pins,
     parse_fcos_pin,
     parse_k3s_pin,
@@ -170,3 +175,70 @@ def test_bad_label_value(value: str) -> None:
     assert str(caught.value) == (
         f"{value!r} cannot be a Hetzner label value (alphanumerics and -_. only)"
     )
+
+
+CHARTS: dict[str, dict[str, str | None]] = {
+    "cert-manager": {"version": "v1.18.2", "digest": "1" * 64},
+    "external-dns": {"version": "1.14.3", "digest": None},
+}
+
+
+def write_charts(tmp_path: Path, data: object) -> Path:
+    (tmp_path / "image").mkdir(exist_ok=True)
+    chart_pins_path(tmp_path).write_text(data if isinstance(data, str) else json.dumps(data))
+    return tmp_path
+
+
+def test_chart_pins_round_trip(tmp_path: Path) -> None:
+    pins = load_chart_pins(write_charts(tmp_path, CHARTS))
+    assert pins == ChartPins(
+        cert_manager=ChartPin("v1.18.2", "1" * 64), external_dns=ChartPin("1.14.3", None)
+    )
+    assert dump_chart_pins(pins) == json.dumps(CHARTS, indent=2) + "\n"
+
+
+def test_the_repository_chart_pins_are_valid_and_the_examples() -> None:
+    pins = load_chart_pins(REPO)
+    # `raya render --example` shows what a deployment of this repository installs.
+    assert load_chart_pins(REPO / "src" / "raya" / "example") == pins
+    assert chart_pins_path(REPO).read_text() == dump_chart_pins(pins)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "expected a JSON object with exactly the charts cert-manager, external-dns; found"),
+        (
+            {"cert-manager": CHARTS["cert-manager"]},
+            "expected a JSON object with exactly the charts cert-manager, external-dns; "
+            "found cert-manager",
+        ),
+        (
+            {**CHARTS, "traefik": CHARTS["cert-manager"]},
+            "expected a JSON object with exactly the charts",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.14.3"}},
+            "external-dns: field 'digest' is required and must be a string",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.14.3", "digest": "x"}},
+            "field 'external-dns.digest' is 'x'; accepted: 64 lowercase hex digits",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.15.0-rc.1", "digest": None}},
+            "field 'external-dns.version' is '1.15.0-rc.1'; accepted: a released chart version",
+        ),
+        (
+            {**CHARTS, "cert-manager": {**CHARTS["cert-manager"], "repo": "x"}},
+            "cert-manager: unknown field(s) repo; accepted: version, digest",
+        ),
+        ({**CHARTS, "cert-manager": "v1.18.2"}, "cert-manager: expected a JSON object"),
+        ("{", "not JSON: "),
+    ],
+)
+def test_bad_chart_pins(tmp_path: Path, data: object, message: str) -> None:
+    root = write_charts(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        load_chart_pins(root)
+    assert str(caught.value).startswith(f"{chart_pins_path(root)}: {message}")

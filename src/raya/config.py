@@ -45,7 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
 }
-REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone")
+REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
@@ -63,6 +63,11 @@ _ARM_PREFIX = "cax"
 _ENS10_TYPE = re.compile(r"c?cx[0-9]1")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# An address Let's Encrypt can write to: a plain local part, one @, a dotted domain.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class StackConfig:
     ssh_sources: tuple[IPNetwork, ...]  # may reach 22/tcp through the Hetzner firewall
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
     control_plane_volume_size: int  # GB
+    acme_email: str  # the Let's Encrypt account's contact
 
     @property
     def zone_dns_name(self) -> str:
@@ -185,6 +191,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             raise fail("authorizedUsers", f"lists {user!r} twice (also as {seen[user.lower()]!r})")
         seen[user.lower()] = user
 
+    acme_email = text("acmeEmail", _EMAIL, "an e-mail address such as ops@example.org")
     subdomain = text("managedSubdomain", _DNS_LABEL, "one lowercase DNS label such as 'raya'")
     parent = merged["parentZone"]
     labels = parent.removesuffix(".").split(".") if isinstance(parent, str) else []
@@ -270,4 +277,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         ssh_sources=sources("sshSources"),
         api_sources=sources("apiSources"),
         control_plane_volume_size=size,
+        acme_email=acme_email,
     )

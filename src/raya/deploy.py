@@ -21,7 +21,7 @@ from pulumi import automation as auto
 
 from raya.errors import DeployError
 from raya.fleet import Cluster
-from raya.pins import load_pins
+from raya.pins import load_chart_pins, load_pins
 from raya.program import REPLACE_ENV, drift
 from raya.project import load_cluster
 
@@ -129,6 +129,7 @@ def run(
     if action != "destroy":
         cluster = load_cluster(root, stack_name)
         load_pins(root)
+        load_chart_pins(root)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")

@@ -2,8 +2,8 @@
 
 The pins (`raya.pins`) decide everything: the snapshot's labels, the artifacts the Packer
 template downloads and the checks made here. Every remote (Hetzner's API, the FCOS build
-server, k3s' channel server and release downloads) is an endpoint a caller can replace, so
-tests point them at local servers.
+server, k3s' channel server and release downloads, the add-ons' Helm chart repositories) is
+an endpoint a caller can replace, so tests point them at local servers.
 """
 
 from __future__ import annotations
@@ -21,16 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 from hcloud import Client, HCloudException
 
 from raya import __version__
+from raya.addons import CERT_MANAGER, EXTERNAL_DNS
 from raya.config import StackConfig
 from raya.errors import ImageError
 from raya.files import write_atomically
 from raya.pins import (
+    CHART_VERSION,
+    ChartPin,
+    ChartPins,
     FcosPin,
     K3sPin,
     Pins,
+    chart_pins_path,
+    dump_chart_pins,
     dump_pin,
     fcos_pin_path,
     k3s_pin_path,
@@ -63,9 +70,18 @@ class Endpoints:
     fcos_builds: str = FCOS_BUILDS_URL
     k3s_channels: str = K3S_CHANNELS_URL
     k3s_releases: str = K3S_RELEASES_URL
+    # The Helm chart repositories: the official ones, which the cluster itself fetches from.
+    cert_manager_charts: str = CERT_MANAGER.repo
+    external_dns_charts: str = EXTERNAL_DNS.repo
 
     def __post_init__(self) -> None:
-        for name in ("fcos_builds", "k3s_channels", "k3s_releases"):
+        for name in (
+            "fcos_builds",
+            "k3s_channels",
+            "k3s_releases",
+            "cert_manager_charts",
+            "external_dns_charts",
+        ):
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
 
@@ -77,11 +93,14 @@ class Snapshot:
     created: str
 
 
+AnyPin = FcosPin | K3sPin | ChartPins
+
+
 @dataclass(frozen=True)
 class PinChange:
     path: Path
-    old: FcosPin | K3sPin
-    new: FcosPin | K3sPin
+    old: AnyPin
+    new: AnyPin
 
     @property
     def changed(self) -> bool:
@@ -203,6 +222,69 @@ def upstream_k3s_sha256(version: str, releases_url: str = K3S_RELEASES_URL) -> s
     raise ImageError(f"{url}: no line for the k3s binary")
 
 
+def _release(version: str) -> tuple[int, int, int] | None:
+    """A released chart version as numbers, None for a pre-release or anything else."""
+    found = CHART_VERSION.fullmatch(version)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def chart_releases(chart: str, repo_url: str) -> dict[str, str | None]:
+    """Every released version of `chart` in the Helm repository at `repo_url`, with the digest
+    (sha256 of the chart archive) its `index.yaml` publishes for it, None where it has none."""
+    url = f"{repo_url}/index.yaml"
+    try:
+        index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        raise ImageError(f"{url}: not a Helm repository index: {error}") from None
+    entries = index.get("entries") if isinstance(index, dict) else None
+    listed = entries.get(chart) if isinstance(entries, dict) else None
+    if not isinstance(listed, list):
+        raise ImageError(f"{url}: no chart {chart!r} under entries (is it the right repository?)")
+    releases: dict[str, str | None] = {}
+    for entry in listed:
+        version = entry.get("version") if isinstance(entry, dict) else None
+        if isinstance(version, str) and _release(version) is not None:
+            digest = entry.get("digest")
+            where = f"{url}: {chart} {version}"
+            releases[version] = None if digest is None else _sha256(str(digest), where)
+    if not releases:
+        raise ImageError(f"{url}: chart {chart!r} has no released version")
+    return releases
+
+
+def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
+    version = max(releases, key=lambda version: _release(version) or (0, 0, 0))
+    return ChartPin(version=version, digest=releases[version])
+
+
+def chart_updates(
+    root: Path, current: ChartPins, endpoints: Endpoints
+) -> tuple[ChartPins, tuple[str, ...]]:
+    """The newest release of each chart, and what is wrong with the current pins: a pinned
+    version the repository no longer lists, or listed with another digest than the pin's."""
+    latest, problems = {}, []
+    for chart, repo_url in (
+        (CERT_MANAGER.name, endpoints.cert_manager_charts),
+        (EXTERNAL_DNS.name, endpoints.external_dns_charts),
+    ):
+        releases = chart_releases(chart, repo_url)
+        latest[chart] = newest_chart(releases)
+        pin = current.by_name()[chart]
+        index = f"{repo_url}/index.yaml"
+        if pin.version not in releases:
+            problems.append(f"{chart} {pin.version} is pinned but not listed in {index}")
+        elif pin.digest is not None and releases[pin.version] != pin.digest:
+            problems.append(
+                f"{chart} {pin.version} is pinned with sha256 {pin.digest} but {index} "
+                f"publishes {releases[pin.version]}"
+            )
+    path = chart_pins_path(root)
+    return (
+        ChartPins(cert_manager=latest["cert-manager"], external_dns=latest["external-dns"]),
+        tuple(f"{path}: {problem}" for problem in problems),
+    )
+
+
 def latest_pins(stream: str, endpoints: Endpoints) -> Pins:
     version = latest_k3s(endpoints.k3s_channels)
     return Pins(
@@ -241,8 +323,10 @@ def write_pins(changes: Sequence[PinChange]) -> None:
     """Rewrite the pin files that changed, each atomically; the others keep their bytes."""
     for change in changes:
         if change.changed:
+            new = change.new
+            text = dump_chart_pins(new) if isinstance(new, ChartPins) else dump_pin(new)
             try:
-                write_atomically(change.path, dump_pin(change.new).encode(), 0o644)
+                write_atomically(change.path, text.encode(), 0o644)
             except OSError as error:
                 raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
 

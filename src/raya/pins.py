@@ -1,7 +1,8 @@
-"""The image pins (`image/fcos.pin`, `image/k3s.pin`) and the snapshot labels derived from them.
+"""The pins (`image/fcos.pin`, `image/k3s.pin`, `image/charts.pin`) and the snapshot labels.
 
 The pins are JSON so that the Packer template can read them with `jsondecode(file(...))`:
-they are the one source of truth for the image build, its lookup and the pin updates.
+they are the one source of truth for the image build, its lookup and the pin updates. The
+chart pins say which Helm chart versions the control plane's add-ons install.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ FCOS_STREAMS = ("stable", "testing", "next")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+")
 _K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")
+# A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
+CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+# The charts raya installs, by the key their pin has in `charts.pin`.
+CHART_NAMES = ("cert-manager", "external-dns")
 # Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.
 _LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
 
@@ -36,6 +41,22 @@ class K3sPin:
 
 
 @dataclass(frozen=True)
+class ChartPin:
+    version: str
+    # sha256 of the chart archive as the repository index publishes it; None until recorded.
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class ChartPins:
+    cert_manager: ChartPin
+    external_dns: ChartPin
+
+    def by_name(self) -> dict[str, ChartPin]:
+        return {"cert-manager": self.cert_manager, "external-dns": self.external_dns}
+
+
+@dataclass(frozen=True)
 class Pins:
     fcos: FcosPin
     k3s: K3sPin
@@ -49,18 +70,26 @@ def k3s_pin_path(root: Path) -> Path:
     return root / "image" / "k3s.pin"
 
 
+def chart_pins_path(root: Path) -> Path:
+    return root / "image" / "charts.pin"
+
+
 def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
-    data = read_json(path, "pin", ConfigError)
+    return _fields(path, read_json(path, "pin", ConfigError), fields)
+
+
+def _fields(path: Path, data: object, fields: tuple[str, ...], where: str = "") -> dict[str, str]:
+    """`data` as an object of exactly `fields`, all strings; `where` names it inside `path`."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object with {', '.join(fields)}")
+        raise ConfigError(f"{path}: {where}expected a JSON object with {', '.join(fields)}")
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(
-            f"{path}: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}"
+            f"{path}: {where}unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}"
         )
     for field in fields:
         if not isinstance(data.get(field), str):
-            raise ConfigError(f"{path}: field '{field}' is required and must be a string")
+            raise ConfigError(f"{path}: {where}field '{field}' is required and must be a string")
     return data
 
 
@@ -87,6 +116,48 @@ def parse_k3s_pin(path: Path) -> K3sPin:
     _check(path, "version", data["version"], _K3S_VERSION, "a k3s release such as v1.36.5+k3s1")
     _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
     return K3sPin(version=data["version"], sha256=data["sha256"])
+
+
+def parse_chart_pins(path: Path) -> ChartPins:
+    """`charts.pin`: `{"<chart>": {"version": ..., "digest": ...}, ...}` for each chart raya
+    installs; `digest` may be null until `raya image pins --update` records it."""
+    data = read_json(path, "pin", ConfigError)
+    if not isinstance(data, dict) or sorted(data) != sorted(CHART_NAMES):
+        found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(
+            f"{path}: expected a JSON object with exactly the charts {', '.join(CHART_NAMES)}; "
+            f"found {found or 'none'}"
+        )
+    pins = {name: _chart_pin(path, name, data[name]) for name in CHART_NAMES}
+    return ChartPins(cert_manager=pins["cert-manager"], external_dns=pins["external-dns"])
+
+
+def _chart_pin(path: Path, name: str, entry: object) -> ChartPin:
+    unrecorded = isinstance(entry, dict) and "digest" in entry and entry["digest"] is None
+    if unrecorded and isinstance(entry, dict):  # checked as text, kept as None
+        entry = {**entry, "digest": ""}
+    fields = _fields(path, entry, ("version", "digest"), f"{name}: ")
+    _check(
+        path,
+        f"{name}.version",
+        fields["version"],
+        CHART_VERSION,
+        "a released chart version such as 1.19.0 or v1.19.1",
+    )
+    if unrecorded:
+        return ChartPin(version=fields["version"], digest=None)
+    _check(path, f"{name}.digest", fields["digest"], _SHA256, "64 lowercase hex digits")
+    return ChartPin(version=fields["version"], digest=fields["digest"])
+
+
+def load_chart_pins(root: Path) -> ChartPins:
+    return parse_chart_pins(chart_pins_path(root))
+
+
+def dump_chart_pins(pins: ChartPins) -> str:
+    """The chart pin file's text: the same pins always give the same bytes."""
+    document = {name: pin.__dict__ for name, pin in sorted(pins.by_name().items())}
+    return json.dumps(document, indent=2) + "\n"
 
 
 def load_pins(root: Path) -> Pins:

@@ -18,6 +18,8 @@ from typing import Any
 
 import jinja2
 
+from raya.addons import GCP_SECRETS
+from raya.addons import manifests as addon_manifests
 from raya.butane import transpile
 from raya.config import PRIVATE_ROUTE
 from raya.errors import ButaneError, RenderError
@@ -33,6 +35,7 @@ from raya.identity import (
     check_service_account_key,
     load_ca_certificate,
 )
+from raya.pins import ChartPins
 
 # Hetzner's `user_data` limit.
 IGNITION_LIMIT = 32 * 1024
@@ -55,12 +58,6 @@ SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
 # The control plane's k3s state lives on its own volume, which outlives the VM.
 K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
 VOLUME_LABEL = "raya-k3s-server"
-# Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
-# first dot to be a unique DNS-1123 name.
-GCP_SECRETS = {
-    "external_dns_key": ("raya-external-dns-credentials.yaml", "external-dns-gcp-credentials"),
-    "cert_manager_key": ("raya-cert-manager-credentials.yaml", "cert-manager-gcp-credentials"),
-}
 
 
 @dataclass(frozen=True)
@@ -71,23 +68,29 @@ class RenderedNode:
 
 
 def render_node(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, *, volume_id: str | None = None
+    cluster: Cluster,
+    node: Node,
+    secrets: ClusterSecrets,
+    *,
+    charts: ChartPins,
+    volume_id: str | None = None,
 ) -> RenderedNode:
     """One node's config. An agent's depends only on the cluster config, that agent, the agent
     secret, the server CA certificate and its own host key; the control plane's also on the
-    id of the volume holding its k3s state (required for it, ignored for an agent)."""
+    id of the volume holding its k3s state (required for it, ignored for an agent) and the
+    chart pins of its add-ons."""
     if node not in cluster.nodes:
         raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
     _check_inputs((node,), secrets, volume_id)
-    return _render(cluster, node, secrets, volume_id or "")
+    return _render(cluster, node, secrets, volume_id or "", charts)
 
 
 def render_cluster(
-    cluster: Cluster, secrets: ClusterSecrets, *, volume_id: str
+    cluster: Cluster, secrets: ClusterSecrets, *, charts: ChartPins, volume_id: str
 ) -> tuple[RenderedNode, ...]:
     """Every node's config, control plane first, then the agents in fleet order."""
     _check_inputs(cluster.nodes, secrets, volume_id)
-    return tuple(_render(cluster, node, secrets, volume_id) for node in cluster.nodes)
+    return tuple(_render(cluster, node, secrets, volume_id, charts) for node in cluster.nodes)
 
 
 def _check_inputs(nodes: Sequence[Node], secrets: ClusterSecrets, volume_id: str | None) -> None:
@@ -131,7 +134,7 @@ def volume_device(volume_id: str) -> str:
 
 
 def _context(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
 ) -> dict[str, Any]:
     config = cluster.config
     common: dict[str, Any] = {
@@ -214,6 +217,11 @@ def _context(
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
             ],
+            "addons": sorted(
+                addon_manifests(
+                    config, charts, secrets.external_dns_key, secrets.cert_manager_key
+                ).items()
+            ),
         }
     assert node.index is not None
     return {
@@ -236,15 +244,12 @@ def _mount_unit(path: str) -> str:
 
 
 def _render(
-    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
 ) -> RenderedNode:
     template_name = f"{node.role}.bu.j2"
+    context = _context(cluster, node, secrets, volume_id, charts)
     try:
-        butane = (
-            _environment()
-            .get_template(template_name)
-            .render(_context(cluster, node, secrets, volume_id))
-        )
+        butane = _environment().get_template(template_name).render(context)
     except jinja2.TemplateError as error:
         where = getattr(error, "lineno", None)
         raise RenderError(

@@ -18,7 +18,7 @@ from raya.identity import ClusterSecrets, generate_example_secrets
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import RenderedNode, render_cluster
 from tests.boot.sim import Attachment, BootedNode, NodePlan, booted
-from tests.nodes.conftest import VOLUME_ID
+from tests.nodes.conftest import CHARTS, VOLUME_ID
 
 METADATA_UNAVAILABLE_FOR = 20.0
 LATE = 10.0
@@ -57,7 +57,7 @@ def fleet_cluster() -> Cluster:
 
 
 def render(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
-    nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+    nodes = render_cluster(cluster, secrets, charts=CHARTS, volume_id=VOLUME_ID)
     return {node.node.name: node for node in nodes}
 
 

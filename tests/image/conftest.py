@@ -12,9 +12,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 
 from raya.image import fcos_image_name
-from raya.pins import FcosPin, K3sPin, Pins, dump_pin
+from raya.pins import ChartPin, ChartPins, FcosPin, K3sPin, Pins, dump_chart_pins, dump_pin
 from tests.support import http_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +24,10 @@ IMAGE_DIR = REPO / "image"
 FCOS = FcosPin(stream="stable", version="44.20260720.3.1", sha256="a" * 64)
 K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64)
 PINS = Pins(fcos=FCOS, k3s=K3S)
+CHARTS = ChartPins(
+    cert_manager=ChartPin(version="v1.18.2", digest="1" * 64),
+    external_dns=ChartPin(version="1.14.3", digest="2" * 64),
+)
 
 
 @dataclass
@@ -57,6 +62,14 @@ class FakeWeb:
     @property
     def k3s_releases(self) -> str:
         return f"{self.url}/k3s/releases/download"
+
+    @property
+    def cert_manager_charts(self) -> str:
+        return f"{self.url}/charts/jetstack"
+
+    @property
+    def external_dns_charts(self) -> str:
+        return f"{self.url}/charts/external-dns/"  # a trailing slash, as the real one has
 
     def paths(self) -> list[str]:
         return [path for path, _, _ in self.requests]
@@ -135,9 +148,49 @@ class FakeWeb:
                 },
             )
 
-    def publish(self, pins: Pins) -> None:
+    def publish(self, pins: Pins, charts: ChartPins = CHARTS) -> None:
         self.publish_fcos(pins.fcos)
         self.publish_k3s(pins.k3s)
+        self.publish_charts(charts)
+
+    def publish_charts(self, charts: ChartPins) -> None:
+        """Two Helm repository indexes, as `helm repo index` writes them: the newest release
+        of each chart is `charts`' version; older releases (the project's pins among them)
+        and a newer pre-release are listed too, and the jetstack index holds another chart."""
+        self.publish_index(
+            "/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager
+        )
+        self.publish_index(
+            "/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns
+        )
+
+    def publish_index(
+        self, path: str, chart: str, newest: ChartPin, older: ChartPin | None = None
+    ) -> None:
+        def entry(name: str, version: str, digest: str | None) -> dict[str, Any]:
+            return {
+                "apiVersion": "v2",
+                "appVersion": version,
+                "created": "2026-07-01T00:00:00Z",
+                **({"digest": digest} if digest is not None else {}),
+                "name": name,
+                "urls": [f"charts/{name}-{version}.tgz"],
+                "version": version,
+            }
+
+        prefix = "v" if newest.version.startswith("v") else ""
+        listed = [newest] + ([older] if older and older.version != newest.version else [])
+        entries = {
+            chart: [
+                entry(chart, f"{prefix}99.0.0-alpha.1", "3" * 64),
+                *(entry(chart, pin.version, pin.digest) for pin in listed),
+                entry(chart, f"{prefix}0.9.0", "4" * 64),
+            ]
+        }
+        if chart == "cert-manager":
+            entries["trust-manager"] = [entry("trust-manager", "v999.0.0", "5" * 64)]
+        index = {"apiVersion": "v1", "entries": entries, "generated": "2026-07-01T00:00:00Z"}
+        self.files[f"{path}/index.yaml"] = yaml.safe_dump(index).encode()
 
     def images(self, query: dict[str, list[str]]) -> dict[str, Any]:
         """Hetzner's answer: the snapshots matching every `k=v` of the label selector."""
@@ -218,10 +271,13 @@ config:
   raya:authorizedUsers: [octo-alice]
   raya:managedSubdomain: raya
   raya:parentZone: example.com
+  raya:acmeEmail: ops@example.org
 """
 
 
-def make_project(root: Path, pins: Pins = PINS, cluster: str = "raya-test") -> Path:
+def make_project(
+    root: Path, pins: Pins = PINS, cluster: str = "raya-test", charts: ChartPins = CHARTS
+) -> Path:
     """A raya project: Pulumi.yaml, stack `test`, the real template and `pins`."""
     (root / "image").mkdir(parents=True)
     (root / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
@@ -230,6 +286,7 @@ def make_project(root: Path, pins: Pins = PINS, cluster: str = "raya-test") -> P
         (root / "image" / name).write_bytes((IMAGE_DIR / name).read_bytes())
     (root / "image" / "fcos.pin").write_text(dump_pin(pins.fcos))
     (root / "image" / "k3s.pin").write_text(dump_pin(pins.k3s))
+    (root / "image" / "charts.pin").write_text(dump_chart_pins(charts))
     return root
 
 

@@ -119,6 +119,7 @@ def test_every_variable_raya_passes_is_declared() -> None:
             "authorizedUsers": ["octo-alice"],
             "managedSubdomain": "raya",
             "parentZone": "example.com",
+            "acmeEmail": "ops@example.org",
         },
         "test",
     )

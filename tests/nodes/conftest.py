@@ -5,10 +5,13 @@ import pytest
 from raya.fleet import Cluster
 from raya.github_keys import UserKeys, load_keys_file
 from raya.identity import ClusterSecrets, generate_example_secrets
+from raya.pins import ChartPins, load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.render import RenderedNode, render_cluster
 
 VOLUME_ID = "4242"  # the control plane's volume, as Hetzner would number it
+# The example project's chart pins: those of `raya render --example`.
+CHARTS: ChartPins = load_chart_pins(EXAMPLE_ROOT)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +33,5 @@ def users() -> tuple[UserKeys, ...]:
 
 @pytest.fixture(scope="session")
 def rendered(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
-    return {
-        node.node.name: node for node in render_cluster(cluster, secrets, volume_id=VOLUME_ID)
-    }
+    nodes = render_cluster(cluster, secrets, charts=CHARTS, volume_id=VOLUME_ID)
+    return {node.node.name: node for node in nodes}

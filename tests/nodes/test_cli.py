@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from raya.addons import GCP_SECRETS
 from raya.project import EXAMPLE_ROOT
 from raya.render import IGNITION_LIMIT, SSH_HANDLES_FILE
 from tests.nodes.tools import ignition_files
@@ -32,6 +33,9 @@ def raya(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+SECRET_MANIFESTS = {file for file, _ in GCP_SECRETS.values()}
+
+
 def _secrets_in(folder: Path) -> list[str]:
     """Every secret the rendered files carry: join secret, token, CA keys, SA keys, passwords."""
     control_plane = ignition_files((folder / "control-plane.ign").read_bytes())
@@ -39,7 +43,7 @@ def _secrets_in(folder: Path) -> list[str]:
     found += [
         data.decode()
         for path, data in control_plane.items()
-        if path.endswith(".key") or "/manifests/" in path
+        if path.endswith(".key") or path.rsplit("/", 1)[-1] in SECRET_MANIFESTS
     ]
     found.append(control_plane["/etc/rancher/node/password"].decode().strip())
     agent = ignition_files((folder / "agent-0.ign").read_bytes())

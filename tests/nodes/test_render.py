@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raya import render as render_module
+from raya.addons import GCP_SECRETS
 from raya.errors import RenderError
 from raya.fleet import Cluster, build_cluster, node_password
 from raya.identity import (
@@ -38,7 +39,7 @@ from raya.render import (
     yaml_literal,
     yaml_quoted,
 )
-from tests.nodes.conftest import VOLUME_ID
+from tests.nodes.conftest import CHARTS, VOLUME_ID
 from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import ignition_files
 
@@ -65,12 +66,12 @@ def test_rendering_is_deterministic(
     secrets: ClusterSecrets,
     rendered: dict[str, RenderedNode],
 ) -> None:
-    again = render_cluster(cluster, secrets, volume_id=VOLUME_ID)
+    again = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
     assert [(n.butane, n.ignition) for n in again] == [
         (n.butane, n.ignition) for n in rendered.values()
     ]
     # render_node gives the same bytes as render_cluster
-    assert render_node(cluster, cluster.agents[1], secrets) == rendered["agent-1"]
+    assert render_node(cluster, cluster.agents[1], secrets, charts=CHARTS) == rendered["agent-1"]
 
 
 def test_adding_an_agent_changes_no_other_node(
@@ -80,7 +81,7 @@ def test_adding_an_agent_changes_no_other_node(
 ) -> None:
     types = (*(node.server_type for node in cluster.agents), "cx23")
     grown = build_cluster(cluster.config, types, "agents.json")
-    after = render_cluster(grown, secrets, volume_id=VOLUME_ID)
+    after = render_cluster(grown, secrets, volume_id=VOLUME_ID, charts=CHARTS)
     assert [n.node.name for n in after][-1] == "agent-3"
     for node in after[:-1]:
         assert node.ignition == rendered[node.node.name].ignition
@@ -102,12 +103,13 @@ def test_an_agent_depends_on_nothing_of_the_control_planes_private_keys(
         cert_manager_key="gone",
     )
     for agent in cluster.agents:
-        assert render_node(cluster, agent, mixed).ignition == rendered[agent.name].ignition
+        node = render_node(cluster, agent, mixed, charts=CHARTS)
+        assert node.ignition == rendered[agent.name].ignition
     with pytest.raises(RenderError, match="join_secret is not usable"):
-        render_node(cluster, cluster.control_plane, mixed, volume_id=VOLUME_ID)
+        render_node(cluster, cluster.control_plane, mixed, volume_id=VOLUME_ID, charts=CHARTS)
     keyless = dataclasses.replace(mixed, join_secret=secrets.join_secret)
     with pytest.raises(RenderError, match=r"server_ca\.key_pem"):
-        render_node(cluster, cluster.control_plane, keyless, volume_id=VOLUME_ID)
+        render_node(cluster, cluster.control_plane, keyless, volume_id=VOLUME_ID, charts=CHARTS)
 
 
 def test_token_invariant_holds_on_the_rendered_bytes(
@@ -169,7 +171,8 @@ def test_service_account_keys_are_kube_system_secrets(
     secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
-    manifests = {path: data for path, data in files.items() if path.startswith(MANIFESTS)}
+    secret_files = {f"{MANIFESTS}/{file}" for file, _ in GCP_SECRETS.values()}
+    manifests = {path: data for path, data in files.items() if path in secret_files}
     assert len(manifests) == 2
     names = [path.rsplit("/", 1)[1].split(".")[0] for path in manifests]
     assert len(set(names)) == 2
@@ -203,15 +206,15 @@ def test_a_node_without_a_valid_host_key_is_refused(
     agent = cluster.agents[0]
     missing = dataclasses.replace(secrets, host_keys={})
     with pytest.raises(RenderError, match=r"host_keys\[agent-0\] is missing"):
-        render_node(cluster, agent, missing)
+        render_node(cluster, agent, missing, charts=CHARTS)
     other = example_host_key()
     mismatched = HostKey(secrets.host_keys[agent.name].private_openssh, other.public_openssh)
     wrong = dataclasses.replace(secrets, host_keys={agent.name: mismatched})
     with pytest.raises(RenderError, match="not the public half"):
-        render_node(cluster, agent, wrong)
+        render_node(cluster, agent, wrong, charts=CHARTS)
     garbage = dataclasses.replace(secrets, host_keys={agent.name: HostKey("x", "y")})
     with pytest.raises(RenderError, match="not an unencrypted OpenSSH key"):
-        render_node(cluster, agent, garbage)
+        render_node(cluster, agent, garbage, charts=CHARTS)
 
 
 def test_agent_config(
@@ -289,7 +292,7 @@ def test_fifty_longest_handles_fit_and_keys_never_weigh(
     cluster: Cluster, secrets: ClusterSecrets
 ) -> None:
     users = many_users(50, keys_each=3, long_handles=True)
-    nodes = render_cluster(with_users(cluster, users), secrets, volume_id=VOLUME_ID)
+    nodes = render_cluster(with_users(cluster, users), secrets, volume_id=VOLUME_ID, charts=CHARTS)
     for node in nodes:
         assert len(node.ignition) <= IGNITION_LIMIT, (node.node.name, len(node.ignition))
     files = ignition_files(nodes[0].ignition)
@@ -300,7 +303,8 @@ def test_part_digests_tell_users_from_config(
     cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
     more = with_users(cluster, many_users(3))
-    other = {node.node.name: node for node in render_cluster(more, secrets, volume_id="7")}
+    nodes = render_cluster(more, secrets, volume_id="7", charts=CHARTS)
+    other = {node.node.name: node for node in nodes}
     for name, node in rendered.items():
         before, after = part_digests(node.ignition), part_digests(other[name].ignition)
         assert before["users"] != after["users"]
@@ -335,7 +339,8 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
         for entry in config["storage"]["files"]
         if entry["path"].startswith("/var/lib/rancher/k3s/server/")
     ]
-    assert len(on_volume) == 6 and all(entry["overwrite"] for entry in on_volume)
+    # The four CA files and the four manifests (two Secrets, the HelmCharts, the issuers).
+    assert len(on_volume) == 8 and all(entry["overwrite"] for entry in on_volume)
     files = ignition_files(rendered["control-plane"].ignition)
     password = files["/etc/rancher/node/password"].decode()
     assert password == node_password(secrets.agent_secret, "control-plane") + "\n"
@@ -346,7 +351,7 @@ def test_the_control_plane_needs_its_volume_id(
     cluster: Cluster, secrets: ClusterSecrets, volume_id: str | None
 ) -> None:
     with pytest.raises(RenderError, match=r"control-plane: volume_id is .*; accepted: a Hetzner"):
-        render_node(cluster, cluster.control_plane, secrets, volume_id=volume_id)
+        render_node(cluster, cluster.control_plane, secrets, volume_id=volume_id, charts=CHARTS)
 
 
 def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
@@ -354,13 +359,13 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
 ) -> None:
     monkeypatch.setattr(render_module, "IGNITION_LIMIT", 6000)
     with pytest.raises(RenderError) as caught:
-        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID)
+        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID, charts=CHARTS)
     message = str(caught.value)
     assert message.startswith("control-plane: Ignition config is ")
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > 6000
     assert "over Hetzner's user_data limit of 6000" in message
-    assert "/var/lib/rancher/k3s/server/manifests/* (2 entries, " in message
+    assert "/var/lib/rancher/k3s/server/manifests/* (4 entries, " in message
 
 
 @pytest.mark.parametrize(
@@ -382,7 +387,8 @@ def test_unusable_secrets_are_refused(
     message: str,
 ) -> None:
     with pytest.raises(RenderError, match=message):
-        render_cluster(cluster, dataclasses.replace(secrets, **change), volume_id=VOLUME_ID)
+        changed = dataclasses.replace(secrets, **change)
+        render_cluster(cluster, changed, volume_id=VOLUME_ID, charts=CHARTS)
 
 
 def test_the_agent_secret_must_not_be_the_server_secret(
@@ -390,7 +396,7 @@ def test_the_agent_secret_must_not_be_the_server_secret(
 ) -> None:
     same = dataclasses.replace(secrets, agent_secret=secrets.join_secret)
     with pytest.raises(RenderError, match="agent_secret equals join_secret"):
-        render_cluster(cluster, same, volume_id=VOLUME_ID)
+        render_cluster(cluster, same, volume_id=VOLUME_ID, charts=CHARTS)
 
 
 def test_a_schedulable_control_plane_is_not_tainted(
@@ -398,7 +404,9 @@ def test_a_schedulable_control_plane_is_not_tainted(
 ) -> None:
     config = dataclasses.replace(cluster.config, control_plane_schedulable=True)
     schedulable = dataclasses.replace(cluster, config=config)
-    node = render_node(schedulable, schedulable.control_plane, secrets, volume_id=VOLUME_ID)
+    node = render_node(
+        schedulable, schedulable.control_plane, secrets, volume_id=VOLUME_ID, charts=CHARTS
+    )
     assert "node-taint" not in yaml.safe_load(ignition_files(node.ignition)[K3S_CONFIG])
 
 
@@ -413,7 +421,7 @@ def test_ca_certificates_are_checked(
     ):
         bad = dataclasses.replace(secrets, server_ca=CertificateAuthority(cert_pem, ca.key_pem))
         with pytest.raises(RenderError, match=message):
-            render_cluster(cluster, bad, volume_id=VOLUME_ID)
+            render_cluster(cluster, bad, volume_id=VOLUME_ID, charts=CHARTS)
 
 
 def test_an_undefined_template_variable_is_an_error(
@@ -430,7 +438,7 @@ def test_an_undefined_template_variable_is_an_error(
 
     monkeypatch.setattr(render_module, "_context", without_tls_san)
     with pytest.raises(RenderError, match=r"control-plane.*'tls_san' is undefined"):
-        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID)
+        render_node(cluster, cluster.control_plane, secrets, volume_id=VOLUME_ID, charts=CHARTS)
 
 
 # No deadline: speed is measured in bench/, never asserted in a test.
@@ -452,13 +460,14 @@ def test_a_node_from_another_fleet_is_refused(
 ) -> None:
     bigger = build_cluster(cluster.config, ("cx23",) * 5, "agents.json")
     with pytest.raises(RenderError, match="agent-4: not a node of cluster raya"):
-        render_node(cluster, bigger.agents[4], secrets)
+        render_node(cluster, bigger.agents[4], secrets, charts=CHARTS)
 
 
 RENDER_IN_A_PROCESS = """
 import hashlib, json, sys
 from raya.identity import CertificateAuthority, ClusterSecrets, HostKey
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.pins import load_chart_pins
 from raya.render import render_cluster
 data = json.load(open(sys.argv[1]))
 for ca in ("server_ca", "client_ca"):
@@ -468,6 +477,7 @@ nodes = render_cluster(
     load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK),
     ClusterSecrets(**data),
     volume_id="4242",
+    charts=load_chart_pins(EXAMPLE_ROOT),
 )
 print(json.dumps([hashlib.sha256(node.ignition).hexdigest() for node in nodes]))
 """

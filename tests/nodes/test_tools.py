@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from raya.fleet import Cluster
 from raya.identity import ClusterSecrets
@@ -138,7 +139,20 @@ def test_ignition_applies_the_control_plane(
     }
     assert tls.stat().st_mode & 0o777 == 0o700
     manifests = root / "var/lib/rancher/k3s/server/manifests"
-    assert sorted(p.stat().st_mode & 0o777 for p in manifests.iterdir()) == [0o600, 0o600]
+    assert manifests.stat().st_mode & 0o777 == 0o700
+    # The credentials Secrets and the add-ons (HelmCharts, ClusterIssuers), each 0600.
+    assert {p.name: p.stat().st_mode & 0o777 for p in manifests.iterdir()} == {
+        "raya-cert-manager-credentials.yaml": 0o600,
+        "raya-external-dns-credentials.yaml": 0o600,
+        "raya-helm-charts.yaml": 0o600,
+        "raya-cluster-issuers.yaml": 0o600,
+    }
+    kinds = {
+        p.name: [doc["kind"] for doc in yaml.safe_load_all(p.read_text())]
+        for p in manifests.iterdir()
+    }
+    assert kinds["raya-helm-charts.yaml"] == ["HelmChart", "HelmChart"]
+    assert kinds["raya-cluster-issuers.yaml"] == ["ClusterIssuer", "ClusterIssuer"]
     assert (root / "etc/rancher/k3s/config.yaml").stat().st_mode & 0o777 == 0o600
     # /usr/local is /var/usrlocal, as on FCOS
     assert (root / "var/usrlocal/bin/raya-public-ipv4").stat().st_mode & 0o777 == 0o755

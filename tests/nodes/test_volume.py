@@ -26,6 +26,7 @@ import pytest
 from raya.fleet import Cluster
 from raya.identity import ClusterSecrets
 from raya.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
+from tests.nodes.conftest import CHARTS
 from tests.nodes.tools import IgnitionFailed, apply_ignition, ignition_files, scratch_root
 from tests.support import require_tool
 
@@ -148,7 +149,8 @@ def write_on_volume(volume: Volume, tmp_path: Path, files: dict[str, bytes]) -> 
 
 
 def config_for(cluster: Cluster, secrets: ClusterSecrets, volume: Volume) -> bytes:
-    return render_node(cluster, cluster.control_plane, secrets, volume_id=volume.id).ignition
+    node = render_node(cluster, cluster.control_plane, secrets, charts=CHARTS, volume_id=volume.id)
+    return node.ignition
 
 
 def test_a_replacement_vm_keeps_the_state_and_the_cas(

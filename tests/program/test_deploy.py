@@ -127,6 +127,13 @@ def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Stand
     assert standin.calls() == []
 
 
+def test_bad_chart_pins_fail_before_pulumi_starts(project: Path, standin: Standin) -> None:
+    (project / "image" / "charts.pin").write_text("{}")
+    with pytest.raises(ConfigError, match=r"charts\.pin: expected a JSON object with exactly"):
+        deploy.run("preview", project, "prod", lambda line: None)
+    assert standin.calls() == []
+
+
 def test_engine_failure_is_one_deploy_error(project: Path, standin: Standin) -> None:
     shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.failing.yaml")
     with pytest.raises(

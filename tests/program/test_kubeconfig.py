@@ -74,12 +74,12 @@ def test_stack_output_is_marked_secret() -> None:
 
     from raya.program import define
     from tests.program.mocks import run_program
-    from tests.program.test_program import EXAMPLE, PINS
+    from tests.program.test_program import EXAMPLE, PINS, RENDER
 
     flags: dict[str, bool] = {}
 
     def program() -> Any:
-        outputs = define(EXAMPLE, PINS)
+        outputs = define(EXAMPLE, PINS, RENDER)
         return pulumi.Output.all(
             kubeconfig=outputs["kubeconfig"].is_secret(),
             zone=pulumi.Output.from_input(outputs["zone"]).is_secret(),

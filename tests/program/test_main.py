@@ -3,6 +3,7 @@ the project, the users' keys fetched from a (local) GitHub."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import runpy
 import shutil
@@ -13,9 +14,17 @@ from pathlib import Path
 
 import pulumi
 import pytest
+import yaml
 
 from raya.errors import ConfigError, DeployError, KeysError
-from raya.pins import load_pins, snapshot_labels
+from raya.pins import (
+    ChartPin,
+    chart_pins_path,
+    dump_chart_pins,
+    load_chart_pins,
+    load_pins,
+    snapshot_labels,
+)
 from raya.program import GITHUB_URL_ENV, REPLACE_ENV, main
 from raya.project import EXAMPLE_ROOT
 from raya.render import SSH_HANDLES_FILE
@@ -60,6 +69,7 @@ def stack_config() -> Iterator[dict[str, str]]:
         "raya:authorizedUsers": json.dumps(sorted(KEYS)),
         "raya:managedSubdomain": "k8s",
         "raya:parentZone": "example.com",
+        "raya:acmeEmail": "ops@example.org",
     }
     yield values
     pulumi.runtime.set_all_config({})
@@ -159,6 +169,30 @@ def test_main_reads_lists_and_booleans_as_pulumi_stores_them(
     assert {rule.get("port"): rule["sourceIps"] for rule in rules}["22"] == ["203.0.113.0/24"]
     user_data = reveal(result.resources["control-plane"].inputs)["userData"]
     assert b"node-taint" not in ignition_files(user_data)["/etc/rancher/k3s/config.yaml"]
+
+
+def test_main_installs_the_projects_chart_pins_with_the_stacks_settings(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    pins = load_chart_pins(project)
+    bumped = dataclasses.replace(
+        pins, external_dns=ChartPin(version="9.8.7", digest=pins.external_dns.digest)
+    )
+    chart_pins_path(project).write_text(dump_chart_pins(bumped))
+    pulumi.runtime.set_all_config({**stack_config, "raya:acmeEmail": "dns-team@example.net"})
+    result = run_program(mocks(project), lambda: main(project))
+    user_data = reveal(result.resources["control-plane"].inputs["userData"])
+    files = ignition_files(user_data)
+    manifests = "/var/lib/rancher/k3s/server/manifests"
+    charts = {
+        doc["metadata"]["name"]: doc["spec"]
+        for doc in yaml.safe_load_all(files[f"{manifests}/raya-helm-charts.yaml"])
+    }
+    assert charts["external-dns"]["version"] == "9.8.7"
+    assert charts["cert-manager"]["version"] == pins.cert_manager.version
+    assert "- k8s.example.com" in charts["external-dns"]["valuesContent"]
+    issuers = list(yaml.safe_load_all(files[f"{manifests}/raya-cluster-issuers.yaml"]))
+    assert [issuer["spec"]["acme"]["email"] for issuer in issuers] == ["dns-team@example.net"] * 2
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ the secrecy and content of every server's Ignition, stability across runs, the l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import ipaddress
 import re
@@ -15,17 +16,28 @@ import yaml
 
 from raya.errors import DeployError, RenderError
 from raya.fleet import Cluster, build_cluster
-from raya.pins import load_pins, snapshot_labels
+from raya.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.program import define
 from raya.program.dns import zone_resource_name
 from raya.program.secrets import account_id
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import part_digests
+from raya.render import part_digests, render_node
 from tests.program.ignition import ignition_files
-from tests.program.mocks import ProviderMocks, Run, Snapshot, Zone, is_secret, reveal, run_program
+from tests.program.mocks import (
+    PROJECT,
+    ProviderMocks,
+    Run,
+    Snapshot,
+    Zone,
+    is_secret,
+    reveal,
+    run_program,
+)
 from tests.support import REPO
 
 PINS = load_pins(REPO)
+CHARTS = load_chart_pins(REPO)
+RENDER = functools.partial(render_node, charts=CHARTS)
 EXAMPLE = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
 LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
 SERVER = "hcloud:index/server:Server"
@@ -56,6 +68,7 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
 
 
 def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
+    kwargs.setdefault("render", RENDER)
     return run_program(mocks, lambda: define(cluster, PINS, **kwargs))
 
 
@@ -278,6 +291,25 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
         assert secret.encode() not in everything
 
 
+def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> None:
+    result = run(provider_mocks())
+    control_plane = ignition_files(user_data(result)["control-plane"])
+    manifests = "/var/lib/rancher/k3s/server/manifests"
+    zone = EXAMPLE.config.zone_dns_name.rstrip(".")
+    charts = list(yaml.safe_load_all(control_plane[f"{manifests}/raya-helm-charts.yaml"]))
+    values = yaml.safe_load(charts[1]["spec"]["valuesContent"])
+    # The project the mocks create the service accounts (and every GCP resource) in.
+    assert f"--google-project={PROJECT}" in values["extraArgs"]
+    assert values["domainFilters"] == [zone]
+    for issuer in yaml.safe_load_all(control_plane[f"{manifests}/raya-cluster-issuers.yaml"]):
+        (solver,) = issuer["spec"]["acme"]["solvers"]
+        assert solver["dns01"]["cloudDNS"]["project"] == PROJECT
+        assert solver["selector"]["dnsZones"] == [zone]
+    for name in ("external-dns", "cert-manager"):
+        email = result.resources[name].outputs["email"]
+        assert email.endswith(f"@{PROJECT}.iam.gserviceaccount.com")
+
+
 def test_the_engine_is_told_which_outputs_are_secret() -> None:
     result = run(provider_mocks())
     expected = {
@@ -393,9 +425,7 @@ def test_render_failure_names_the_node() -> None:
     def render(cluster: Any, node: Any, secrets: Any, *, volume_id: Any = None) -> Any:
         if node.name == "agent-1":
             raise RenderError("user_data is 40000 bytes, over 32768")
-        from raya.render import render_node
-
-        return render_node(cluster, node, secrets, volume_id=volume_id)
+        return render_node(cluster, node, secrets, charts=CHARTS, volume_id=volume_id)
 
     with pytest.raises(pulumi.RunError, match=r"agent-1: .*40000 bytes"):
         run(provider_mocks(), render=render)
@@ -406,9 +436,7 @@ def test_agents_never_see_control_plane_keys() -> None:
 
     def render(cluster: Any, node: Any, secrets: Any, *, volume_id: Any = None) -> Any:
         seen[node.name] = secrets
-        from raya.render import render_node
-
-        return render_node(cluster, node, secrets, volume_id=volume_id)
+        return render_node(cluster, node, secrets, charts=CHARTS, volume_id=volume_id)
 
     result = run(provider_mocks(), render=render)
     cp = seen.pop("control-plane")

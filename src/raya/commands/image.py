@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from raya.addons import CERT_MANAGER, EXTERNAL_DNS
 from raya.commands.options import RootOption, project_root
 from raya.config import load_stack_config, stack_file
 from raya.console import err, out
@@ -17,7 +18,10 @@ from raya.image import (
     HCLOUD_API_URL,
     K3S_CHANNELS_URL,
     K3S_RELEASES_URL,
+    AnyPin,
     Endpoints,
+    PinChange,
+    chart_updates,
     check_pins,
     find_packer,
     find_snapshots,
@@ -30,7 +34,17 @@ from raya.image import (
     template_path,
     write_pins,
 )
-from raya.pins import FCOS_STREAMS, FcosPin, K3sPin, label_selector, load_pins, snapshot_labels
+from raya.pins import (
+    FCOS_STREAMS,
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    chart_pins_path,
+    label_selector,
+    load_chart_pins,
+    load_pins,
+    snapshot_labels,
+)
 from raya.project import DEFAULT_STACK
 
 image = typer.Typer(
@@ -134,7 +148,13 @@ def build(
     _say(f"built the snapshot labelled {label_selector(labels)}")
 
 
-def _describe(pin: FcosPin | K3sPin) -> str:
+def _describe_chart(name: str, pin: ChartPin) -> str:
+    return f"{name} {pin.version} (sha256 {pin.digest or 'not recorded'})"
+
+
+def _describe(pin: AnyPin) -> str:
+    if isinstance(pin, ChartPins):
+        return ", ".join(_describe_chart(name, chart) for name, chart in pin.by_name().items())
     stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
     return f"{stream}{pin.version} (sha256 {pin.sha256})"
 
@@ -163,8 +183,25 @@ def pins(
         ),
     ] = K3S_CHANNELS_URL,
     k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
+    cert_manager_charts_url: Annotated[
+        str,
+        typer.Option(
+            "--cert-manager-charts-url",
+            envvar="RAYA_CERT_MANAGER_CHARTS_URL",
+            help="Helm repository of the cert-manager chart (its index.yaml is read).",
+        ),
+    ] = CERT_MANAGER.repo,
+    external_dns_charts_url: Annotated[
+        str,
+        typer.Option(
+            "--external-dns-charts-url",
+            envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
+            help="Helm repository of the external-dns chart (its index.yaml is read).",
+        ),
+    ] = EXTERNAL_DNS.repo,
 ) -> None:
-    """Compare the pins with the newest FCOS release of the stream and the stable k3s.
+    """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
+    newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
     """
@@ -174,12 +211,21 @@ def pins(
         )
     root = project_root(root)
     current = load_pins(root)
+    current_charts = load_chart_pins(root)
     endpoints = Endpoints(
-        fcos_builds=fcos_builds_url, k3s_channels=k3s_channels_url, k3s_releases=k3s_releases_url
+        fcos_builds=fcos_builds_url,
+        k3s_channels=k3s_channels_url,
+        k3s_releases=k3s_releases_url,
+        cert_manager_charts=cert_manager_charts_url,
+        external_dns_charts=external_dns_charts_url,
     )
     with err.status("looking up the newest releases..."):
         latest = latest_pins(stream or current.fcos.stream, endpoints)
-    changes = pin_changes(root, current, latest)
+        latest_charts, problems = chart_updates(root, current_charts, endpoints)
+    changes = (
+        *pin_changes(root, current, latest),
+        PinChange(chart_pins_path(root), current_charts, latest_charts),
+    )
     for change in changes:
         name = change.path.relative_to(root)
         if not change.changed:
@@ -188,7 +234,15 @@ def pins(
             _say(f"{name}: {_describe(change.old)} -> {_describe(change.new)}")
         else:
             _say(f"{name}: outdated, {_describe(change.old)}; newest {_describe(change.new)}")
+    for problem in problems:
+        err.print(f"warning: {problem}", markup=False, soft_wrap=True)
     if update:
         write_pins(changes)
-    elif any(change.changed for change in changes):
+        return
+    if any(change.changed for change in changes):
         _say("run `raya image pins --update` to rewrite them")
+    if problems:
+        raise ImageError(
+            "the chart pins do not match their repositories (see above): review the change "
+            "upstream, then `raya image pins --update` moves to the newest releases"
+        )

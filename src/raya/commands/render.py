@@ -12,6 +12,7 @@ from raya.console import err, out
 from raya.errors import RenderError
 from raya.files import write_atomically
 from raya.identity import generate_example_secrets
+from raya.pins import load_chart_pins
 from raya.project import DEFAULT_STACK, load_cluster
 from raya.render import IGNITION_LIMIT, RenderedNode, render_cluster
 
@@ -47,7 +48,8 @@ def render(
     cluster = load_cluster(root, stack)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
     secrets = generate_example_secrets(node.name for node in cluster.nodes)
-    rendered = render_cluster(cluster, secrets, volume_id=EXAMPLE_VOLUME_ID)
+    charts = load_chart_pins(root)
+    rendered = render_cluster(cluster, secrets, charts=charts, volume_id=EXAMPLE_VOLUME_ID)
     _write(out_dir, rendered)
 
     rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]

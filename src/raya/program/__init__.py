@@ -6,6 +6,7 @@ takes the renderer and the users' keys as arguments so tests run it under Pulumi
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Set
 from pathlib import Path
@@ -17,7 +18,7 @@ from raya.config import KEYS, NAMESPACE, parse_stack_config
 from raya.errors import DeployError
 from raya.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.github_keys import GITHUB_URL, fetch_keys
-from raya.pins import Pins, load_pins
+from raya.pins import Pins, load_chart_pins, load_pins
 from raya.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.program.dns import define_records, define_zone, find_parent_zone
 from raya.program.firewall import define_firewall
@@ -53,13 +54,14 @@ def load(root: Path, stack: str) -> tuple[Cluster, Pins]:
 def define(
     cluster: Cluster,
     pins: Pins,
-    render: Renderer = render_node,
+    render: Renderer,
     *,
     replace: Set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Declare every resource; returns the stack outputs. The nodes named in `replace` take
-    the current inputs whole, to be re-created with them; every other server keeps what it
-    was created with and reports the difference as drift."""
+    """Declare every resource; returns the stack outputs. `render` builds a node's config
+    (`render_node` with the chart pins). The nodes named in `replace` take the current inputs
+    whole, to be re-created with them; every other server keeps what it was created with and
+    reports the difference as drift."""
     config = cluster.config
     unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
     if unknown:
@@ -124,5 +126,6 @@ def main(root: Path) -> None:
     # A handle without a valid key (a typo) fails here, before anything is declared.
     fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
     replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
-    for name, value in define(cluster, pins, replace=replace).items():
+    render = functools.partial(render_node, charts=load_chart_pins(root))
+    for name, value in define(cluster, pins, render, replace=replace).items():
         pulumi.export(name, value)
