@@ -332,6 +332,44 @@ def kubernetes_nodes(kubeconfig: str, server: str | None = None) -> dict[str, No
     return {item.metadata.name: _node_facts(item) for item in listed.items}
 
 
+def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, Check]:
+    """The add-ons k3s installs on the control plane (`raya.addons`): each HelmChart's install
+    job and each ClusterIssuer's Ready condition, one check each."""
+    import json
+
+    from raya.addons import addon_status
+
+    try:
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return {"add-ons": unknown(str(error))}
+
+    def get(path: str) -> Any:
+        response = api.call_api(
+            "GET",
+            api.configuration.host + path,
+            header_params={"Accept": "application/json"},
+            _request_timeout=API_TIMEOUT,
+        )
+        response.read()
+        if response.status == 404:
+            return None
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"GET {path}: HTTP {response.status}")
+        return json.loads(response.data)
+
+    try:
+        states = addon_status(get)
+    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
+        return {"add-ons": unknown(f"API {api.configuration.host} unreachable: {reason(error)}")}
+    finally:
+        api.close()
+    return {
+        f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
+        for state in states
+    }
+
+
 def _node_facts(item: Any) -> NodeFacts:
     conditions = {c.type: c.status for c in (item.status.conditions or [])}
     return NodeFacts(

@@ -89,6 +89,7 @@ class Cluster:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: list[dict[str, Any]] = field(default_factory=list)
     refusals: dict[str, int] = field(default_factory=dict)  # pod name -> 429s before eviction
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # any other GET, by path
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -173,6 +174,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
             path, _, query = self.path.partition("?")
             with state.lock:
                 state.log.append(("GET", self.path))
+                if path in state.objects:
+                    return self._reply(200, state.objects[path])
                 if path == "/api/v1/nodes":
                     items = list(state.nodes.values())
                     return self._reply(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from raya import deploy
+from raya import addons, deploy
 from raya import status as st
 from raya.cli import app
 from raya.identity import CertificateAuthority
@@ -266,6 +266,51 @@ def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) 
     assert isinstance(refused, str) and refused.startswith("API https://127.0.0.1:9 unreachable")
 
 
+def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
+    """The add-ons as k3s leaves them once installed: each HelmChart's job complete (or
+    `failing`'s failed), each ClusterIssuer Ready."""
+    for chart in addons.CHARTS:
+        base = f"/apis/helm.cattle.io/v1/namespaces/{addons.NAMESPACE}/helmcharts/{chart.name}"
+        job = f"helm-install-{chart.name}"
+        state.objects[base] = {"kind": "HelmChart", "status": {"jobName": job}}
+        outcome = (
+            {"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}
+            if chart.name == failing
+            else {"type": "Complete", "status": "True"}
+        )
+        state.objects[f"/apis/batch/v1/namespaces/{addons.NAMESPACE}/jobs/{job}"] = {
+            "kind": "Job",
+            "status": {"conditions": [outcome]},
+        }
+    for name in addons.ISSUERS:
+        state.objects[f"/apis/cert-manager.io/v1/clusterissuers/{name}"] = {
+            "kind": "ClusterIssuer",
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "ACME"}]},
+        }
+
+
+def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
+    state = fakes.Cluster()
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    server_ca = _authority(deployed, "server-ca")
+    kubeconfig = deployed.outputs["kubeconfig"]
+    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        nothing_yet = st.kubernetes_addons(kubeconfig, server=url)
+        addons_installed(state, failing="external-dns")
+        installed = st.kubernetes_addons(kubeconfig, server=url)
+    assert {check.state for check in nothing_yet.values()} == {st.UNHEALTHY}
+    assert len(nothing_yet) == len(addons.CHARTS) + len(addons.ISSUERS)
+    assert installed["HelmChart cert-manager"] == st.ok("job helm-install-cert-manager complete")
+    assert installed["HelmChart external-dns"] == st.bad(
+        "job helm-install-external-dns failed: BackoffLimitExceeded"
+    )
+    assert {installed[f"ClusterIssuer {name}"].state for name in addons.ISSUERS} == {
+        st.HEALTHY
+    }
+    gone = st.kubernetes_addons(kubeconfig, server="https://127.0.0.1:9")
+    assert list(gone) == ["add-ons"] and gone["add-ons"].state == st.UNKNOWN
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     import shutil
@@ -291,6 +336,7 @@ def test_the_command_end_to_end(
         for name, entry in servers.items()
     }
     state = fakes.Cluster(nodes={name: fakes.node(name, VERSION) for name in servers})
+    addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
     delegations = {"raya.example.com.": list(outputs["nameServers"])}
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
@@ -316,9 +362,9 @@ def test_the_command_end_to_end(
         ) as api_url,
     ):
         monkeypatch.setattr(st, "DNS_PORT", port)
-        monkeypatch.setattr(
-            st, "kubernetes_nodes", functools.partial(st.kubernetes_nodes, server=api_url)
-        )
+        for source in ("kubernetes_nodes", "kubernetes_addons"):
+            patched = functools.partial(getattr(st, source), server=api_url)
+            monkeypatch.setattr(st, source, patched)
         arguments = ["status", "--root", str(project), "--hcloud-endpoint", f"{hcloud_url}/v1"]
         table = CliRunner().invoke(app, arguments, env={"COLUMNS": "250"})
         as_json = CliRunner().invoke(app, [*arguments, "--json"])
@@ -337,6 +383,8 @@ def test_the_command_end_to_end(
     }
     assert unhealthy == {("agent-2", "drift")}
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
+    assert report["cluster"]["ClusterIssuer letsencrypt-production"]["state"] == st.HEALTHY
+    assert "HelmChart external-dns" in table.output
     assert report["nodes"]["agent-0"]["kubernetes"]["text"].startswith(f"Ready {VERSION}")
     # Without the preview, drift is not judged, and the rest is healthy.
     skipped = json.loads(without_drift.stdout)

@@ -85,11 +85,12 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         )
     with err.status("asking the Kubernetes API..."):
         kubeconfig = outputs.get("kubeconfig")
-        nodes = (
-            st.kubernetes_nodes(kubeconfig)
-            if isinstance(kubeconfig, str)
-            else "no kubeconfig in the stack: run `raya up`"
-        )
+        if isinstance(kubeconfig, str):
+            nodes: dict[str, st.NodeFacts] | str = st.kubernetes_nodes(kubeconfig)
+            addons = st.kubernetes_addons(kubeconfig)
+        else:
+            nodes = "no kubeconfig in the stack: run `raya up`"
+            addons = {"add-ons": st.unknown(nodes)}
     found_drift: dict[str, Any] | str | None = None
     if drift:
         with err.status("previewing to find drift..."):
@@ -107,6 +108,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         delegation=delegation,
         nodes=nodes,
         drift=found_drift,
+        extra=addons,
     )
 
 
