@@ -15,7 +15,7 @@ from typing import Any
 
 from raya.butane.report import render
 from raya.butane.source import Diagnostic, YamlSyntaxError, compose
-from raya.butane.translate import Translator
+from raya.butane.translate import Walker
 from raya.errors import ButaneError
 
 __all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", "transpile"]
@@ -74,7 +74,7 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
         root = compose(text)
     except YamlSyntaxError as error:
         return Result(None, [error.diagnostic])
-    translator = Translator(files_dir)
+    translator = Walker(files_dir)
     try:
         config = translator.config(root)
     except RecursionError:  # an alias that contains itself, or absurd nesting

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from raya.butane.context import Json, Translator
 from raya.butane.dataurl import decode_data_url
 from raya.butane.source import Path
-
-if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
 
 _SCHEMES = ("http", "https", "tftp", "s3", "gs", "data")
 _HASH_SIZES = {"sha512": 128, "sha256": 64}

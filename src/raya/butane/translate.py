@@ -7,16 +7,14 @@ Every diagnostic names the Butane path of the YAML node at fault.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path as FsPath
 from typing import Any
 
 import yaml
 
 from raya.butane import checks, units
-from raya.butane.dataurl import make_data_url
+from raya.butane.context import Json, Translator
 from raya.butane.schema import (
     CONFIG,
     VERSIONS,
@@ -25,19 +23,15 @@ from raya.butane.schema import (
     Obj,
 )
 from raya.butane.source import (
-    Diagnostic,
     Node,
     Path,
     as_bool,
     as_int,
     describe,
     is_null,
-    position,
-    width,
 )
 from raya.butane.trees import expand
 
-Json = dict[str, Any]
 _NEWLINES = re.compile(r"\r?\n")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INT64 = (-(2**63), 2**63 - 1)
@@ -45,45 +39,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UNSUPPORTED = {"boot_device", "grub"}
 
 
-class Translator:
-    def __init__(self, files_dir: FsPath | None) -> None:
-        self.files_dir = files_dir
-        self.minor = 0
-        self.ignition_version = ""
-        self.mounts: list[tuple[Path, Json]] = []  # filesystems with_mount_unit, in order
-        self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
-        self.diagnostics: list[Diagnostic] = []
-        self.nodes: dict[Path, Node] = {}  # every value node we visited, by Butane path
-        self.keys: dict[Path, Node] = {}  # and the key node that introduced it
-
-    # -- reporting -------------------------------------------------------------------
-
-    def report(self, severity: str, path: Path, message: str, *, key: bool = False) -> None:
-        """A diagnostic at `path`, placed on the nearest YAML node we know."""
-        if not message.isascii():  # keep it printable even if the YAML held odd escapes
-            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-        probe = path
-        table = self.keys if key else self.nodes
-        while probe and probe not in table:
-            probe = probe[:-1]
-            table = self.nodes
-        node = table.get(probe)
-        if node is None:
-            self.diagnostics.append(Diagnostic(severity, path, 0, 0, message))
-            return
-        line, column = position(node)
-        spans_key = key and table is self.keys
-        self.diagnostics.append(
-            Diagnostic(severity, path, line, column, message, width(node, key=spans_key))
-        )
-
-    def error(self, path: Path, message: str) -> None:
-        self.report("error", path, message)
-
-    def warn(self, path: Path, message: str) -> None:
-        self.report("warning", path, message)
-
-    # -- the walk ----------------------------------------------------------------------
+class Walker(Translator):
+    """The walk over the YAML nodes, driven by schema.py's tables."""
 
     def config(self, root: Node | None) -> Json | None:
         if root is not None and not isinstance(root, yaml.MappingNode):
@@ -204,49 +161,6 @@ class Translator:
                 continue
             found[key] = value_node
         return found
-
-    # -- local files -------------------------------------------------------------------
-
-    def read_local(self, name: str, path: Path) -> bytes | None:
-        """A file under the files directory, or None after reporting why not."""
-        if self.files_dir is None:
-            self.error(path, "local file paths are relative to a files directory that must be "
-                       "given with --files-dir")
-            return None
-        target = self._within_files_dir(name, path)
-        if target is None:
-            return None
-        try:
-            return target.read_bytes()
-        except FileNotFoundError:
-            self.error(path, f"open {target}: no such file or directory")
-        except IsADirectoryError:
-            self.error(path, f"read {target}: is a directory (expected a file)")
-        except OSError as error:
-            self.error(path, f"open {target}: {error.strerror or error}")
-        return None
-
-    def _within_files_dir(self, name: str, path: Path) -> FsPath | None:
-        assert self.files_dir is not None
-        if "\0" in name:
-            self.error(path, "invalid local file name (contains a NUL byte)")
-            return None
-        # Like Go's filepath.Join: a leading "/" does not escape the files directory.
-        target = FsPath(os.path.normpath(f"{self.files_dir}/{name}"))
-        base = os.path.abspath(self.files_dir)
-        resolved = os.path.abspath(target)
-        if resolved != base and not resolved.startswith(base + os.sep):
-            self.error(path, "local file path traverses outside the files directory")
-            return None
-        return target
-
-    def contents(self, data: bytes, compression: str | None, out: Json) -> None:
-        """Set source (and compression) the way Butane encodes inline and local data."""
-        url, gzipped = make_data_url(data, may_compress=not compression)
-        out["source"] = url
-        if not compression:
-            # Butane always writes compression here, so a merged parent cannot leak one in.
-            out["compression"] = "gzip" if gzipped else ""
 
 
 _NAMES = {"str": "a string", "int": "an integer", "bool": "a boolean (true or false)"}

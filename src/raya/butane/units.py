@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING
 
 from raya.butane.checks import unique
+from raya.butane.context import Json, Translator
 from raya.butane.source import Path
-
-if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
 
 UNIT_EXTENSIONS = (".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target",
                    ".path", ".timer", ".snapshot", ".slice", ".scope")
