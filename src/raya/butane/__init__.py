@@ -20,9 +20,11 @@ from raya.errors import ButaneError
 
 __all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", "transpile"]
 
-# Go's encoding/json escapes these inside strings; so does Butane's output.
+# Go's encoding/json escapes these inside strings; so does Butane's output. A byte that is
+# not UTF-8 (kept from a local file or `!!binary` as a surrogate) it writes as \ufffd.
 _GO_ESCAPES = str.maketrans(
-    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029",
+     **{chr(0xDC80 + byte): "\\ufffd" for byte in range(128)}}
 )
 
 
@@ -80,6 +82,8 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
     except RecursionError:  # an alias that contains itself, or absurd nesting
         return Result(None, [Diagnostic("error", (), 0, 0, "YAML nested too deeply (or an "
                                         "alias refers to itself)")])
+    if translator.undecoded:
+        return Result(None, sorted(translator.undecoded, key=lambda d: (d.line, d.column)))
     diagnostics = sorted(translator.diagnostics, key=lambda d: (d.line, d.column))
     if config is None or any(d.severity == "error" for d in diagnostics):
         return Result(None, diagnostics)

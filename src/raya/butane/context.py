@@ -13,7 +13,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from raya.butane.dataurl import make_data_url
-from raya.butane.source import Diagnostic, Node, Path, position, width
+from raya.butane.source import Diagnostic, Node, Path, json_path, position, width
 
 Json = dict[str, Any]
 
@@ -28,6 +28,9 @@ class Translator:
         self.mounts: list[tuple[Path, Json]] = []  # filesystems with_mount_unit, in order
         self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
         self.diagnostics: list[Diagnostic] = []
+        # What Butane refuses before translating (go-yaml decoding, variant and version):
+        # it names no JSON path then, and reports nothing else.
+        self.undecoded: list[Diagnostic] = []
         self.nodes: dict[Path, Node] = {}  # every value node we visited, by Butane path
         self.keys: dict[Path, Node] = {}  # and the key node that introduced it
 
@@ -51,6 +54,13 @@ class Translator:
         self.diagnostics.append(
             Diagnostic(severity, path, line, column, message, width(node, key=spans_key))
         )
+
+    def undecodable(self, node: Node | None, path: Path, message: str) -> None:
+        """A finding of go-yaml's decoding: at `$`, on the line of the node at fault."""
+        where = f"{json_path(path)}: " if path else ""
+        line, column = position(node) if node is not None else (0, 0)
+        self.undecoded.append(Diagnostic("error", (), line, column, where + message,
+                                         width(node) if node is not None else 1))
 
     def error(self, path: Path, message: str) -> None:
         self.report("error", path, message)

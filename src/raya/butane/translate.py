@@ -25,10 +25,11 @@ from raya.butane.schema import (
 from raya.butane.source import (
     Node,
     Path,
+    Undecodable,
     as_bool,
-    as_int,
     describe,
     is_null,
+    resolve,
 )
 from raya.butane.trees import expand
 
@@ -44,8 +45,7 @@ class Walker(Translator):
 
     def config(self, root: Node | None) -> Json | None:
         if root is not None and not isinstance(root, yaml.MappingNode):
-            self.nodes[()] = root
-            self.error((), f"a Butane config must be a mapping, not {describe(root)}")
+            self.undecodable(root, (), f"a Butane config must be a mapping, not {describe(root)}")
             return None
         fields: dict[str, Node] = {}
         if root is not None:
@@ -53,16 +53,16 @@ class Walker(Translator):
             fields = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
         variant = _scalar_text(fields.get("variant"))
         version = _scalar_text(fields.get("version"))
-        for name, node in (("variant", fields.get("variant")), ("version", fields.get("version"))):
-            if node is not None:
-                self.nodes[(name,)] = node
+        # Butane picks its translator before decoding anything else, naming no JSON path.
         if variant != "fcos":
-            self.error(("variant",), f"unsupported variant {variant!r}: raya accepts only 'fcos'"
-                       if variant else "error parsing variant; must be specified (fcos)")
+            self.undecodable(fields.get("variant"), (), f"unsupported variant {variant!r}: raya "
+                             "accepts only 'fcos'" if variant else "error parsing variant; must "
+                             "be specified (fcos)")
             return None
         if version not in VERSIONS:
-            self.error(("version",), f"unsupported fcos version {version!r}; supported: "
-                       + ", ".join(VERSIONS))
+            self.undecodable(fields.get("version") or fields.get("variant"), (),
+                             f"unsupported fcos version {version!r}; supported: "
+                             + ", ".join(VERSIONS))
             return None
         self.minor, self.ignition_version = VERSIONS[version]
         return self.obj(CONFIG, root, ())
@@ -78,19 +78,37 @@ class Walker(Translator):
             return None
         assert node is not None
         if not isinstance(node, yaml.ScalarNode):
-            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return None
+        try:
+            found = resolve(node)
+        except Undecodable as error:
+            self.undecodable(node, path, str(error))
+            return None
+        if found is None:
             return None
         if kind == "str":
+            if isinstance(found, bytes):  # !!binary: Go keeps the bytes, valid UTF-8 or not
+                return _text(found)
             text = node.value
             if not text.isascii() and _SURROGATE.search(text):
                 self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not text")
                 return None
             return text
-        found = as_int(node) if kind == "int" else as_bool(node)
-        if found is None:
-            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
-        elif kind == "int" and not _INT64[0] <= found <= _INT64[1]:
-            self.error(path, f"integer out of range (a 64-bit signed integer), got {found}")
+        if kind == "bool":
+            if isinstance(found, bytes):
+                found = _text(found)
+            decided = as_bool(found)
+            if decided is None:
+                self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return decided
+        if isinstance(found, bool) or not isinstance(found, int):
+            # Floats too: go-yaml would truncate 1.5 to 1; raya refuses (docs/butane.md).
+            self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return None
+        if not _INT64[0] <= found <= _INT64[1]:
+            self.undecodable(node, path, f"integer out of range (a 64-bit signed integer), "
+                             f"got {found}")
             return None
         return found
 
@@ -99,12 +117,15 @@ class Walker(Translator):
             return None
         assert node is not None
         if not isinstance(node, yaml.SequenceNode):
-            self.error(path, f"expected a list, got {describe(node)}")
+            self.undecodable(node, path, f"expected a list, got {describe(node)}")
             return None
         items = []
         for index, item in enumerate(node.value):
+            # go-yaml's sequence decoding drops a null item (it cannot set a Go string or
+            # struct to null), so `[a, ~]` is `[a]`.
+            if is_null(item):
+                continue
             found = self.value(kind.item, item, (*path, index))
-            # Go keeps a zero value for a null item, so indexes stay aligned.
             items.append(_zero(kind.item) if found is None else found)
         return items or None
 
@@ -112,7 +133,8 @@ class Walker(Translator):
         if node is None or is_null(node):
             node_fields: dict[str, Node] = {}
         elif not isinstance(node, yaml.MappingNode):
-            self.error(path, f"expected a mapping ({spec.name}), got {describe(node)}")
+            self.undecodable(node, path, f"expected a mapping ({spec.name}), got "
+                             f"{describe(node)}")
             return {}
         else:
             node_fields = self._fields(spec, node, path)
@@ -141,16 +163,23 @@ class Walker(Translator):
     def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
         found: dict[str, Node] = {}
+        for key_node, _ in node.value:
+            if _is_merge(key_node):
+                # go-yaml applies the merge (decode.go `merge`), but Butane's unused-key pass
+                # walks the YAML tree, where `<<` matches no field: a warning, refused under
+                # --strict (config/common ... ValidateUnusedKeys in Butane's translate code).
+                path_key = (*path, "<<")
+                self.keys[path_key] = key_node
+                self.report("warning", path_key, "unused key <<", key=True)
         for key_node, value_node in _merged(node):
             if not isinstance(key_node, yaml.ScalarNode):
-                self.nodes[path] = key_node
-                self.error(path, "mapping keys must be strings")
+                self.undecodable(key_node, path, "mapping keys must be strings")
                 continue
             key = key_node.value
             child = (*path, key)
             self.keys[child] = key_node
             if key in found:
-                self.report("error", child, f"mapping key {key!r} already defined", key=True)
+                self.undecodable(key_node, path, f"mapping key {key!r} already defined")
                 continue
             if key not in known:
                 if not path and key in _UNSUPPORTED:
@@ -164,6 +193,12 @@ class Walker(Translator):
 
 
 _NAMES = {"str": "a string", "int": "an integer", "bool": "a boolean (true or false)"}
+
+
+def _text(data: bytes) -> str:
+    """Bytes as a Go string holds them: invalid UTF-8 is kept (as surrogates) for to_json to
+    write the way Go's encoder does."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _zero(kind: Kind) -> Any:
@@ -218,7 +253,7 @@ def _resource(t: Translator, out: Json, path: Path) -> None:
         if data is not None:
             t.contents(data, out.get("compression"), out)
     if inline is not None:
-        t.contents(inline.encode("utf-8"), out.get("compression"), out)
+        t.contents(inline.encode("utf-8", "surrogateescape"), out.get("compression"), out)
     # A source we made from inline or local contents is a valid data URL already.
     checks.resource(t, out, path, check_source=local is None and inline is None)
 
@@ -252,7 +287,7 @@ def _user(t: Translator, out: Json, path: Path) -> None:
     for index, name in enumerate(local):
         data = t.read_local(name, (*path, "ssh_authorized_keys_local", index))
         if data is not None:
-            keys.extend(line for line in _NEWLINES.split(data.decode("utf-8", "replace")) if line)
+            keys.extend(line for line in _NEWLINES.split(_text(data)) if line)
     if not keys:
         del out["sshAuthorizedKeys"]
 
@@ -278,7 +313,7 @@ def _systemd_local(t: Translator, out: Json, path: Path) -> str:
     if local:
         data = t.read_local(local, (*path, "contents_local"))
         if data is not None:
-            out["contents"] = data.decode("utf-8", "replace")
+            out["contents"] = _text(data)
     return "contents_local"
 
 
