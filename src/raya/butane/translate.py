@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from raya.butane import checks, units
+from raya.butane import checks, units, urls
 from raya.butane.context import Json, Translator
 from raya.butane.schema import (
     CONFIG,
@@ -267,10 +267,30 @@ def _directory(t: Translator, out: Json, path: Path) -> None:
 
 
 def _proxy(t: Translator, out: Json, path: Path) -> None:
+    # Ignition's Proxy.Validate (proxy.go): http(s) URLs; plain http for HTTPS resources is
+    # allowed but warned about.
     for key, field in (("httpProxy", "http_proxy"), ("httpsProxy", "https_proxy")):
         value = out.get(key)
-        if value is not None and not value.startswith(("http://", "https://")):
+        if value is None:
+            continue
+        try:
+            scheme = urls.parse(value).scheme
+        except ValueError:
+            t.error((*path, field), urls.INVALID_URL)
+            continue
+        if scheme not in ("http", "https"):
             t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
+        elif scheme == "http" and key == "httpsProxy":
+            t.warn((*path, field), "insecure plaintext HTTP proxy specified for HTTPS resources")
+
+
+def _ignition_config(t: Translator, out: Json, path: Path) -> None:
+    checks.required_source(t, out.get("merge", []), (*path, "merge"))
+
+
+def _tls(t: Translator, out: Json, path: Path) -> None:
+    checks.required_source(t, out.get("certificateAuthorities", []),
+                           (*path, "certificate_authorities"))
 
 
 def _tree(t: Translator, out: Json, path: Path) -> None:
@@ -353,6 +373,8 @@ HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
     "directory": _directory,
     "tree": _tree,
     "proxy": _proxy,
+    "ignition_config": _ignition_config,
+    "tls": _tls,
     "user": _user,
     "group": _group,
     "node_user": _owner,
