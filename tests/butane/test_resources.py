@@ -110,3 +110,31 @@ def test_proxies() -> None:
         "$.ignition.proxy.http_proxy"]
     assert "httpProxy" in transpile("variant: fcos\nversion: 1.5.0\nignition:\n  proxy:\n"
                                     "    http_proxy: http://p:3128\n")
+
+
+# Butane's base/v0_x/validate.go: an inline merge/replace config is decoded and validated
+# by Ignition (ValidateIgnitionConfig), in every fcos version raya reads.
+@pytest.mark.parametrize(("version", "ignition"), [("1.4.0", "3.3.0"), ("1.5.0", "3.4.0"),
+                                                   ("1.6.0", "3.5.0")])
+def test_inline_merged_configs_are_validated(version: str, ignition: str) -> None:
+    inline = ('{"ignition": {"version": "' + ignition + '"}, '
+              '"systemd": {"units": [{"name": "bad"}]}}')
+    body = f"ignition:\n  config:\n    merge:\n      - inline: '{inline}'\n"
+    with pytest.raises(ButaneDiagnostics) as caught:
+        transpile(f"variant: fcos\nversion: {version}\n{body}")
+    # Butane cannot place the embedded config's findings in the YAML: line 1, column 1.
+    assert [d[:3] for d in caught.value.diagnostics] == [("$.systemd.units.0.name", 1, 1)]
+
+
+def test_inline_configs_that_are_not_ignition_json_are_refused() -> None:
+    for inline in ("variant: fcos", '{"systemd": {"units": [{"name": "a.service", '
+                   '"enabled": "yes"}]}}', "[]"):
+        body = f"ignition:\n  config:\n    replace:\n      inline: '{inline}'\n"
+        assert paths(body) == ["$.ignition.config.replace.inline"]
+
+
+def test_inline_configs_of_another_version_are_not_validated_but_warned_about() -> None:
+    body = ("ignition:\n  config:\n    merge:\n      - inline: '{\"ignition\": {\"version\": "
+            "\"3.2.0\"}, \"systemd\": {\"units\": [{\"name\": \"bad\"}]}}'\n")
+    assert paths(body) == ["$.ignition.config.merge.0.version"]
+    assert transpile(f"variant: fcos\nversion: 1.5.0\n{body}", strict=False)

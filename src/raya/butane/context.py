@@ -36,10 +36,14 @@ class Translator:
 
     # -- reporting -------------------------------------------------------------------
 
-    def report(self, severity: str, path: Path, message: str, *, key: bool = False) -> None:
-        """A diagnostic at `path`, placed on the nearest YAML node we know."""
+    def report(self, severity: str, path: Path, message: str, *, key: bool = False,
+               at: tuple[int, int] | None = None) -> None:
+        """A diagnostic at `path`, placed on the nearest YAML node we know (or `at`)."""
         if not message.isascii():  # keep it printable even if the YAML held odd escapes
             message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        if at is not None:
+            self.diagnostics.append(Diagnostic(severity, path, *at, message))
+            return
         probe = path
         table = self.keys if key else self.nodes
         while probe and probe not in table:

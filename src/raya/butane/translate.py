@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from raya.butane import checks, units, urls
+from raya.butane import checks, embedded, units, urls
 from raya.butane.context import Json, Translator
 from raya.butane.schema import (
     CONFIG,
@@ -248,6 +248,8 @@ def _resource(t: Translator, out: Json, path: Path) -> None:
         t.error((*path, sources[-1]),
                 "only one of the following can be set: inline, local, source")
     local, inline = out.pop("local", None), out.pop("inline", None)
+    if inline is not None and len(sources) == 1 and path[:2] == ("ignition", "config"):
+        _embedded_config(t, inline, path)
     if local is not None:
         data = t.read_local(local, (*path, "local"))
         if data is not None:
@@ -256,6 +258,34 @@ def _resource(t: Translator, out: Json, path: Path) -> None:
         t.contents(inline.encode("utf-8", "surrogateescape"), out.get("compression"), out)
     # A source we made from inline or local contents is a valid data URL already.
     checks.resource(t, out, path, check_source=local is None and inline is None)
+
+
+def _embedded_config(t: Translator, text: str, path: Path) -> None:
+    """Butane's ValidateIgnitionConfig (base/v0_x/validate.go) on an inline merge/replace
+    config: not JSON of Ignition's types is an error; another version than this fcos
+    version's Ignition is a warning (and no validation); else Ignition validates it, and
+    its findings, at the embedded config's own paths, land on line 1, column 1."""
+    try:
+        node, version = embedded.parse(text, t.minor)
+    except embedded.NotAConfig as error:
+        t.error((*path, "inline"), f"config is not valid: {error}")
+        return
+    if version is None:  # Ignition.Validate's own error; validation goes on
+        t.report("error", ("ignition", "version"), "invalid config version (couldn't parse)",
+                 at=(1, 1))
+    elif version != t.ignition_version:
+        t.warn((*path, "version"), "skipping validation for the merge/replace ignition config "
+               f"due to an unkown version ({version}; fcos 1.{t.minor} reads "
+               f"{t.ignition_version})")
+        return
+    inner = Walker(t.files_dir)
+    inner.minor, inner.ignition_version = t.minor, t.ignition_version
+    inner.obj(CONFIG, node, ())
+    if inner.undecoded:
+        t.error((*path, "inline"), "config is not valid: " + inner.undecoded[0].message)
+        return
+    for finding in inner.diagnostics:
+        t.report(finding.severity, finding.path, finding.message, at=(1, 1))
 
 
 def _file(t: Translator, out: Json, path: Path) -> None:
