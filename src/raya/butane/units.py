@@ -8,6 +8,7 @@ import re
 from raya.butane.checks import unique
 from raya.butane.context import Json, Translator
 from raya.butane.source import Path
+from raya.butane.unitfile import UnitSyntaxError, deserialize
 
 UNIT_EXTENSIONS = (".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target",
                    ".path", ".timer", ".snapshot", ".slice", ".scope")
@@ -37,34 +38,16 @@ def check_dropin(t: Translator, out: Json, path: Path, contents_key: str) -> Non
 
 
 def _option_sections(t: Translator | None, contents: str | None, path: Path) -> set[str] | None:
-    """Sections that hold at least one option; None (reported) if systemd cannot parse it."""
-    sections: set[str] = set()
+    """Sections that hold at least one option; None (reported) if Ignition cannot parse it
+    (its validateUnitContent runs go-systemd's deserializer: unitfile.py)."""
     if not contents:
-        return sections
-    section = None
-    continued = False
-    for number, raw in enumerate(contents.splitlines(), 1):
-        line = raw.strip()
-        if continued:
-            continued = line.endswith("\\")
-            continue
-        if not line or line[0] in "#;":
-            continue
-        if line[0] == "[":
-            if not line.endswith("]"):
-                if t is not None:
-                    t.error(path, f"invalid unit content: line {number}: unable to find end "
-                            "of section (expected [Section])")
-                return None
-            section = line[1:-1]
-        elif "=" not in line:
-            if t is not None:
-                t.error(path, f"invalid unit content: line {number}: expected Key=value")
-            return None
-        elif section is not None:
-            sections.add(section)
-            continued = line.endswith("\\")
-    return sections
+        return set()
+    try:
+        return {section for section, _ in deserialize(contents)}
+    except UnitSyntaxError as error:
+        if t is not None:
+            t.error(path, f"invalid unit content: {error}")
+        return None
 
 
 def escape_path(value: str) -> str:

@@ -1,0 +1,62 @@
+"""Unit contents as Ignition parses them: go-systemd's unit/deserialize.go, step by step.
+
+Ignition's validateUnitContent (config/v3_x/types/unit.go) runs `unit.Deserialize` and
+reports "invalid unit content: <error>"; the vectors cls-unit-lexer and cls-unit-line-break
+hold the real Butane's answers. These tests pin each rule of that lexer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raya.butane.unitfile import UnitSyntaxError, deserialize
+
+
+def test_options_are_read_per_section_and_comments_and_preamble_skipped() -> None:
+    assert deserialize("junk before\n[Unit]\n# c \\\n still comment\nA = 1\n\n[Install]\n"
+                       "WantedBy=x\n") == [("Unit", "A"), ("Install", "WantedBy")]
+
+
+# toEOL splits at "\n" only: a form feed, NEL, U+2028 or a vertical tab is text on the line.
+@pytest.mark.parametrize("odd", ["\f", "\x85", "\u2028", "\u2029", "\v", "\x1c"])
+def test_only_newline_ends_a_line(odd: str) -> None:
+    assert deserialize(f"[Unit]\nDescription=a{odd}b\n[Service]\nExecStart=/x\n") == [
+        ("Unit", "Description"), ("Service", "ExecStart")]
+
+
+# lexOptionNameFunc: a "\r" or "\n" before "=" is an error, which a backslash-space (no
+# continuation) or a CRLF continuation (toEOL trims "\r" before "\n", so the "\\" is not
+# last) both lead to.
+@pytest.mark.parametrize("text", ["[Service]\nExecStart=/a \\ \n  /b\n",
+                                  "[Service]\r\nExecStart=/a \\\r\n  b\r\n", "[S]\nNoEquals\n"])
+def test_a_line_break_inside_an_option_name_is_an_error(text: str) -> None:
+    with pytest.raises(UnitSyntaxError, match="unexpected newline"):
+        deserialize(text)
+
+
+def test_backslash_newline_continues_a_value() -> None:
+    assert deserialize("[Service]\nExecStart=/a \\\n  /b\nUser=x\n") == [
+        ("Service", "ExecStart"), ("Service", "User")]
+
+
+def test_unterminated_section_and_garbage_after_it() -> None:
+    with pytest.raises(UnitSyntaxError, match="end of section"):
+        deserialize("[Unit\nA=1\n")
+    with pytest.raises(UnitSyntaxError, match="garbage"):
+        deserialize("[Unit] x\nA=1\n")
+
+
+# lex(): before each step, with 2048+ bytes buffered, the next 2048 must hold a line break.
+# bufio's 4096-byte buffer decides what is buffered, so a long line after a long prefix can
+# pass unseen while the same line at the start fails: the rule is the buffer's, not the line's.
+def test_long_lines_are_judged_on_the_buffer() -> None:
+    long = "X=" + "a" * 2100 + "\n"
+    with pytest.raises(UnitSyntaxError, match="line too long"):
+        deserialize("[Unit]\n" + long)
+    assert deserialize("[Unit]\n" + "Y=" + "b" * 2040 + "\n" + "Z=1\n") == [
+        ("Unit", "Y"), ("Unit", "Z")]
+    with pytest.raises(UnitSyntaxError, match="line too long"):
+        deserialize("[Unit]\n# " + "c" * 3000 + "\nA=1\n")
+    # After three 1000-byte lines only 1089 bytes are buffered: the long line is not seen.
+    short = "A=" + "a" * 997 + "\n"
+    assert deserialize("[Unit]\n" + short * 3 + long) == [("Unit", "A")] * 3 + [("Unit", "X")]
