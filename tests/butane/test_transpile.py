@@ -177,8 +177,11 @@ def test_duplicate_paths_across_files_directories_and_links() -> None:
 
 
 def test_decimal_looking_mode_is_a_warning() -> None:
-    assert findings("storage:\n  files:\n    - path: /a\n      mode: 644\n") == [
+    assert findings("storage:\n  files:\n    - path: /a\n      mode: 444\n") == [
         ("$.storage.files.0.mode", 6, 13)]
+    # 644 is 0o1204: Butane's decimal warning and Ignition's sticky-bit warning, both.
+    assert message("storage:\n  files:\n    - path: /a\n      mode: 644\n").count(
+        "$.storage.files.0.mode") == 2
 
 
 def test_ignition_rules_on_files_and_owners() -> None:
@@ -348,14 +351,6 @@ def test_reserved_partition_labels_warn_unless_the_table_is_wiped() -> None:
             "        - label: root\n          number: 5\n")
     assert findings(body.format(wipe="")) == [("$.storage.disks.0.partitions.0.label", 7, 18)]
     assert config(body.format(wipe="      wipe_table: true\n"))
-
-
-def test_enabled_instance_of_a_template_without_install_warns_from_ignition_3_4() -> None:
-    body = ("systemd:\n  units:\n    - name: a@.service\n"
-            "      contents: \"[Service]\\nExecStart=/bin/true\\n\"\n"
-            "    - name: a@x.service\n      enabled: true\n")
-    assert config(body, "1.4.0")  # Ignition 3.3 has no such check
-    assert findings(body, "1.5.0") == [("$.systemd.units.1.contents", 7, 7)]
 
 
 def test_files_may_not_take_the_place_of_units_or_dropins() -> None:

@@ -7,8 +7,11 @@ hold the real Butane's answers. These tests pin each rule of that lexer.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from raya.butane import translate
 from raya.butane.unitfile import UnitSyntaxError, deserialize
 
 
@@ -60,3 +63,32 @@ def test_long_lines_are_judged_on_the_buffer() -> None:
     # After three 1000-byte lines only 1089 bytes are buffered: the long line is not seen.
     short = "A=" + "a" * 997 + "\n"
     assert deserialize("[Unit]\n" + short * 3 + long) == [("Unit", "A")] * 3 + [("Unit", "X")]
+
+
+def _warnings(body: str, version: str = "1.4.0", files_dir: Path | None = None) -> list[str]:
+    result = translate(f"variant: fcos\nversion: {version}\n{body}", files_dir)
+    return [d.json_path for d in result.diagnostics if d.severity == "warning"]
+
+
+# Ignition's Systemd.Validate (NewNoInstallSectionForInstantiableUnitError) is in the v3_3
+# types too, so fcos 1.4 warns like 1.5 and 1.6; the warning names where the instance's
+# contents came from (contents_local when it was a local file).
+@pytest.mark.parametrize("version", ["1.4.0", "1.5.0", "1.6.0"])
+def test_instances_of_templates_without_install_warn_in_every_version(version: str) -> None:
+    body = ("systemd:\n  units:\n    - name: w@.service\n      contents: \"[Service]\\nX=1\\n\"\n"
+            "    - name: w@a.service\n      enabled: true\n")
+    assert _warnings(body, version) == ["$.systemd.units.1.contents"]
+
+
+def test_the_template_warning_names_contents_local(tmp_path: Path) -> None:
+    (tmp_path / "i.service").write_text("[Service]\nX=1\n[Install]\nWantedBy=a.target\n")
+    body = ("systemd:\n  units:\n    - name: w@.service\n      contents: \"[Service]\\nX=1\\n\"\n"
+            "    - name: w@a.service\n      enabled: true\n      contents_local: i.service\n")
+    assert _warnings(body, "1.5.0", tmp_path) == ["$.systemd.units.1.contents_local"]
+
+
+# Ignition's validateModeSpecialBits: setuid, setgid and sticky bits warn before spec 3.6.0.
+@pytest.mark.parametrize("mode", ["01777", "0o4750", "02775"])
+def test_special_mode_bits_warn(mode: str) -> None:
+    assert _warnings(f"storage:\n  directories:\n    - path: /d\n      mode: {mode}\n") == [
+        "$.storage.directories.0.mode"]

@@ -91,9 +91,13 @@ def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> No
         return
     if not 0 <= value <= 0o7777:
         t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. 0644)")
-    elif _looks_decimal(value, directory):
+        return
+    if _looks_decimal(value, directory):
         t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
                "remember to add a leading zero")
+    if value & 0o7000:  # Ignition's validateModeSpecialBits, for every spec before 3.6.0
+        t.warn(path, "setuid/setgid/sticky bits are not supported or functional in spec "
+               "versions older than 3.6.0")
 
 
 def _looks_decimal(value: int, directory: bool) -> bool:

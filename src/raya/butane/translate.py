@@ -368,7 +368,8 @@ def _systemd_local(t: Translator, out: Json, path: Path) -> str:
 
 
 def _unit(t: Translator, out: Json, path: Path) -> None:
-    units.check_unit(t, out, path, _systemd_local(t, out, path))
+    key = t.contents_keys[path] = _systemd_local(t, out, path)
+    units.check_unit(t, out, path, key)
 
 
 def _dropin(t: Translator, out: Json, path: Path) -> None:

@@ -109,7 +109,10 @@ def _remote(fs: Json, storage: Json) -> bool:
 
 
 def check_templates(t: Translator, units: list[Json]) -> None:
-    """Ignition 3.4+: an enabled instance (a@b.service) of a template without [Install]."""
+    """An enabled instance (a@b.service) of a template without [Install]: Ignition's
+    Systemd.Validate (NewNoInstallSectionForInstantiableUnitError), in the v3_3 types Butane
+    uses for fcos 1.4 too. Reported at the instance's contents key (contents_local if its
+    contents came from a local file)."""
     by_name = {unit.get("name"): unit for unit in units}
     for index, unit in enumerate(units):
         match = _INSTANCE.match(unit.get("name", ""))
@@ -119,7 +122,8 @@ def check_templates(t: Translator, units: list[Json]) -> None:
         contents = by_name.get(template, {}).get("contents")
         sections = _option_sections(None, contents, ())
         if contents and sections is not None and "Install" not in sections:
-            t.warn(("systemd", "units", index, "contents"),
+            where = ("systemd", "units", index)
+            t.warn((*where, t.contents_keys.get(where, "contents")),
                    f'template unit "{template}" for "{unit["name"]}" doesn\'t have Install section')
 
 
@@ -127,8 +131,7 @@ def add_mount_units(t: Translator, out: Json) -> None:
     """Generated units come first; a user unit of the same name is merged over one."""
     user_units = out.get("systemd", {}).get("units", [])
     unique(t, user_units, "name", ("systemd", "units"))
-    if t.minor >= 5:
-        check_templates(t, user_units)
+    check_templates(t, user_units)
     if not t.mounts:
         return
     storage = out.get("storage", {})
