@@ -112,3 +112,15 @@ def test_invalid_utf8_from_local_files_is_written_as_go_does(tmp_path: Path) -> 
     out = transpile(HEAD + "systemd:\n  units:\n    - name: a.service\n"
                     "      contents_local: a.service\n", tmp_path)
     assert '"contents":"[Unit]\\nDescription=Caf\\ufffd \ufffd\\n"' in out
+
+
+# go-yaml's parser.fail names the context mark's 0-based line (plus one for scanner
+# errors only), so a parser error names the line before the one PyYAML points at.
+def test_syntax_errors_name_the_line_go_yaml_names() -> None:
+    with pytest.raises(ButaneDiagnostics) as caught:  # parser error: "did not find key"
+        transpile(HEAD + "storage:\n  files:\n    - path: /a\n   bad: 1\n")
+    # The context is the mapping under "files:" (0-based line 3); the bad key is on line 6.
+    assert caught.value.diagnostics[0][:2] == ("$", 3)
+    with pytest.raises(ButaneDiagnostics) as caught:  # scanner error: unclosed quote
+        transpile(HEAD + "passwd:\n  users:\n    - name: 'core\n")
+    assert caught.value.diagnostics[0][:2] == ("$", 5)

@@ -138,3 +138,12 @@ def test_inline_configs_of_another_version_are_not_validated_but_warned_about() 
             "\"3.2.0\"}, \"systemd\": {\"units\": [{\"name\": \"bad\"}]}}'\n")
     assert paths(body) == ["$.ignition.config.merge.0.version"]
     assert transpile(f"variant: fcos\nversion: 1.5.0\n{body}", strict=False)
+
+
+def test_embedded_findings_land_on_the_butane_node_of_the_same_path() -> None:
+    inline = '{"ignition": {"version": "3.3.0"}, "storage": {"files": [{"path": "rel"}]}}'
+    text = (f"variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n    - path: /ok\n"
+            f"ignition:\n  config:\n    merge:\n      - inline: '{inline}'\n")
+    with pytest.raises(ButaneDiagnostics) as caught:
+        transpile(text)
+    assert [d[:3] for d in caught.value.diagnostics] == [("$.storage.files.0.path", 5, 13)]

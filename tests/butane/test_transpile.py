@@ -155,6 +155,7 @@ def test_every_problem_is_reported_in_one_run() -> None:
     assert got == [
         ("$.storage.files.0.path", 5, 13),
         ("$.storage.files.0.mode", 6, 13),
+        ("$.storage.files.0.mode", 6, 13),  # 99999 has setgid and sticky bits too
         ("$.storage.files.0.contents.source", 9, 17),
         ("$.storage.links.0.target", 11, 7),
         ("$.systemd.units.0.name", 14, 13),

@@ -92,3 +92,10 @@ def test_the_template_warning_names_contents_local(tmp_path: Path) -> None:
 def test_special_mode_bits_warn(mode: str) -> None:
     assert _warnings(f"storage:\n  directories:\n    - path: /d\n      mode: {mode}\n") == [
         "$.storage.directories.0.mode"]
+
+
+def test_an_illegal_negative_mode_also_has_special_bits() -> None:
+    # validateModeSpecialBits looks at uint32(mode): -1 has every bit.
+    result = translate("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n    - path: /f\n"
+                       "      mode: -1\n")
+    assert [d.severity for d in result.diagnostics] == ["error", "warning"]

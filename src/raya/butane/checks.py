@@ -91,11 +91,12 @@ def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> No
         return
     if not 0 <= value <= 0o7777:
         t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. 0644)")
-        return
-    if _looks_decimal(value, directory):
+    elif _looks_decimal(value, directory):
         t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
                "remember to add a leading zero")
-    if value & 0o7000:  # Ignition's validateModeSpecialBits, for every spec before 3.6.0
+    # Ignition's validateModeSpecialBits, for every spec before 3.6.0, on uint32(mode): so
+    # an illegal -1 warns too.
+    if value & 0xFFFFFFFF & 0o7000:
         t.warn(path, "setuid/setgid/sticky bits are not supported or functional in spec "
                "versions older than 3.6.0")
 

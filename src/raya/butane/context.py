@@ -26,6 +26,7 @@ class Translator:
         self.minor = 0
         self.ignition_version = ""
         self.mounts: list[tuple[Path, Json]] = []  # filesystems with_mount_unit, in order
+        self.embedded: list[Diagnostic] = []  # findings in inline merge/replace configs
         self.contents_keys: dict[Path, str] = {}  # unit → contents or contents_local
         self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
         self.diagnostics: list[Diagnostic] = []

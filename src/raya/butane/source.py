@@ -115,14 +115,25 @@ def compose(text: str) -> Node | None:
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        line, column = _go_yaml_line(error)
         problem = " ".join(filter(None, (error.context, error.problem)))
         raise YamlSyntaxError(
             Diagnostic("error", (), line, column, f"invalid YAML: {problem}")
         ) from error
     except yaml.YAMLError as error:
         raise YamlSyntaxError(Diagnostic("error", (), 0, 0, f"invalid YAML: {error}")) from error
+
+
+def _go_yaml_line(error: yaml.MarkedYAMLError) -> tuple[int, int]:
+    """The line go-yaml names for a syntax error (yaml.go `parser.fail`): the context
+    mark's 0-based line if there is one, else the problem mark's, plus one for scanner
+    errors only. So a parser error names the line before its context, as Butane prints."""
+    scanner = isinstance(error, yaml.scanner.ScannerError)
+    for mark in (error.context_mark, error.problem_mark):
+        if mark is not None and mark.line != 0:
+            return mark.line + scanner, mark.column + 1
+    mark = error.problem_mark or error.context_mark
+    return (mark.line + 1, mark.column + 1) if mark else (0, 0)
 
 
 def is_null(node: Node | None) -> bool:

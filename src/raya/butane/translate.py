@@ -23,12 +23,14 @@ from raya.butane.schema import (
     Obj,
 )
 from raya.butane.source import (
+    Diagnostic,
     Node,
     Path,
     Undecodable,
     as_bool,
     describe,
     is_null,
+    position,
     resolve,
 )
 from raya.butane.trees import expand
@@ -264,15 +266,15 @@ def _embedded_config(t: Translator, text: str, path: Path) -> None:
     """Butane's ValidateIgnitionConfig (base/v0_x/validate.go) on an inline merge/replace
     config: not JSON of Ignition's types is an error; another version than this fcos
     version's Ignition is a warning (and no validation); else Ignition validates it, and
-    its findings, at the embedded config's own paths, land on line 1, column 1."""
+    its findings are at the embedded config's own paths (see _place_embedded)."""
     try:
         node, version = embedded.parse(text, t.minor)
     except embedded.NotAConfig as error:
         t.error((*path, "inline"), f"config is not valid: {error}")
         return
     if version is None:  # Ignition.Validate's own error; validation goes on
-        t.report("error", ("ignition", "version"), "invalid config version (couldn't parse)",
-                 at=(1, 1))
+        t.embedded.append(Diagnostic("error", ("ignition", "version"), 1, 1,
+                                     "invalid config version (couldn't parse)"))
     elif version != t.ignition_version:
         t.warn((*path, "version"), "skipping validation for the merge/replace ignition config "
                f"due to an unkown version ({version}; fcos 1.{t.minor} reads "
@@ -284,8 +286,7 @@ def _embedded_config(t: Translator, text: str, path: Path) -> None:
     if inner.undecoded:
         t.error((*path, "inline"), "config is not valid: " + inner.undecoded[0].message)
         return
-    for finding in inner.diagnostics:
-        t.report(finding.severity, finding.path, finding.message, at=(1, 1))
+    t.embedded.extend(inner.diagnostics)  # placed once the whole YAML is walked
 
 
 def _file(t: Translator, out: Json, path: Path) -> None:
@@ -396,6 +397,16 @@ def _config(t: Translator, out: Json, path: Path) -> None:
     out["ignition"] = {**out.get("ignition", {}), "version": t.ignition_version}
     units.add_mount_units(t, out)
     checks.config(t, out)
+    _place_embedded(t)
+
+
+def _place_embedded(t: Translator) -> None:
+    """Butane looks an embedded config's finding up by its path in the Butane YAML: on the
+    node at exactly that path if there is one, else on line 1, column 1."""
+    for finding in t.embedded:
+        node = t.nodes.get(finding.path)
+        t.report(finding.severity, finding.path, finding.message,
+                 at=position(node) if node is not None else (1, 1))
 
 
 HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
