@@ -137,8 +137,8 @@ def test_every_problem_is_reported_in_one_run() -> None:
         "    - path: relative\n"          # 5: not absolute
         "      mode: 99999\n"              # 6: illegal mode
         "      contents:\n"
-        "        inline: a\n"
-        "        source: https://x\n"      # 9: two sources
+        "        compression: gzip\n"
+        "        source: ftp://x\n"        # 9: no such scheme
         "  links:\n"
         "    - path: /etc/l\n"             # 11: no target
         "systemd:\n"
@@ -373,3 +373,15 @@ def test_control_characters_are_escaped_like_butanes_json_encoder() -> None:
         out = to_json({"k": value})
         assert json.loads(out) == {"k": value}
         assert "\\b" not in out.replace("\\\\", "") and "\\f" not in out.replace("\\\\", "")
+
+
+def test_butane_stops_at_the_first_stage_with_an_error() -> None:
+    # config/common TranslateBytes: Butane's own checks, then translation (local files,
+    # trees), then Ignition's checks; an error in one stage hides the later stages.
+    body = ("storage:\n  files:\n    - path: relative\n      contents:\n"
+            "        inline: a\n        source: https://x\n")
+    assert findings(body) == [("$.storage.files.0.contents.source", 8, 17)]
+    body = ("storage:\n  files:\n    - path: relative\n      contents:\n"
+            "        local: missing\n")
+    assert findings(body, files_dir=Path("/nonexistent")) == [
+        ("$.storage.files.0.contents.local", 7, 16)]

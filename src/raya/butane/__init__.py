@@ -84,7 +84,10 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
                                         "alias refers to itself)")])
     if translator.undecoded:
         return Result(None, sorted(translator.undecoded, key=lambda d: (d.line, d.column)))
-    diagnostics = sorted(translator.diagnostics, key=lambda d: (d.line, d.column))
+    # Butane stops after the first stage with an error; later stages never report.
+    last = min((d.stage for d in translator.diagnostics if d.severity == "error"), default=2)
+    diagnostics = sorted((d for d in translator.diagnostics if d.stage <= last),
+                         key=lambda d: (d.line, d.column))
     if config is None or any(d.severity == "error" for d in diagnostics):
         return Result(None, diagnostics)
     return Result(config, diagnostics)

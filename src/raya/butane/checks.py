@@ -6,7 +6,7 @@ import posixpath
 from typing import Any
 
 from raya.butane import urls
-from raya.butane.context import Json, Translator
+from raya.butane.context import SOURCE, Json, Translator
 from raya.butane.source import Path
 
 _HASH_SIZES = {"sha512": 128, "sha256": 64}
@@ -92,8 +92,9 @@ def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> No
     if not 0 <= value <= 0o7777:
         t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. 0644)")
     elif _looks_decimal(value, directory):
-        t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
-               "remember to add a leading zero")
+        with t.during(SOURCE):  # Butane's own check (base/util CheckForDecimalMode)
+            t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
+                   "remember to add a leading zero")
     # Ignition's validateModeSpecialBits, for every spec before 3.6.0, on uint32(mode): so
     # an illegal -1 warns too.
     if value & 0xFFFFFFFF & 0o7000:

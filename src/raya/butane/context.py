@@ -9,6 +9,8 @@ flow one way: translate → checks/units/trees → context.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -16,6 +18,11 @@ from raya.butane.dataurl import make_data_url
 from raya.butane.source import Diagnostic, Node, Path, json_path, position, width
 
 Json = dict[str, Any]
+
+# Butane's stages (config/common TranslateBytes): it validates the Butane config, then
+# translates it (reading local files and trees), then validates the Ignition result, and
+# stops after the first stage with an error: later stages' findings never appear.
+SOURCE, TRANSLATE, IGNITION = 0, 1, 2
 
 
 class Translator:
@@ -30,6 +37,7 @@ class Translator:
         self.contents_keys: dict[Path, str] = {}  # unit → contents or contents_local
         self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
         self.diagnostics: list[Diagnostic] = []
+        self.stage = IGNITION
         # What Butane refuses before translating (go-yaml decoding, variant and version):
         # it names no JSON path then, and reports nothing else.
         self.undecoded: list[Diagnostic] = []
@@ -44,7 +52,7 @@ class Translator:
         if not message.isascii():  # keep it printable even if the YAML held odd escapes
             message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         if at is not None:
-            self.diagnostics.append(Diagnostic(severity, path, *at, message))
+            self.diagnostics.append(Diagnostic(severity, path, *at, message, stage=self.stage))
             return
         probe = path
         table = self.keys if key else self.nodes
@@ -53,13 +61,23 @@ class Translator:
             table = self.nodes
         node = table.get(probe)
         if node is None:
-            self.diagnostics.append(Diagnostic(severity, path, 0, 0, message))
+            self.diagnostics.append(Diagnostic(severity, path, 0, 0, message, stage=self.stage))
             return
         line, column = position(node)
         spans_key = key and table is self.keys
         self.diagnostics.append(
-            Diagnostic(severity, path, line, column, message, width(node, key=spans_key))
+            Diagnostic(severity, path, line, column, message, width(node, key=spans_key),
+                       self.stage)
         )
+
+    @contextmanager
+    def during(self, stage: int) -> Iterator[None]:
+        """Findings reported meanwhile belong to `stage` (IGNITION otherwise)."""
+        saved, self.stage = self.stage, stage
+        try:
+            yield
+        finally:
+            self.stage = saved
 
     def undecodable(self, node: Node | None, path: Path, message: str) -> None:
         """A finding of go-yaml's decoding: at `$`, on the line of the node at fault."""
@@ -78,6 +96,10 @@ class Translator:
 
     def read_local(self, name: str, path: Path) -> bytes | None:
         """A file under the files directory, or None after reporting why not."""
+        with self.during(TRANSLATE):
+            return self._read_local(name, path)
+
+    def _read_local(self, name: str, path: Path) -> bytes | None:
         if self.files_dir is None:
             self.error(path, "local file paths are relative to a files directory that must be "
                        "given with --files-dir")

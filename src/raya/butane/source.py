@@ -89,6 +89,7 @@ class Diagnostic:
     column: int
     message: str
     width: int = 1  # how many characters the finding spans on its line
+    stage: int = 2  # context.SOURCE, TRANSLATE or IGNITION: where Butane would find it
 
     @property
     def json_path(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from raya.butane import checks, embedded, units, urls
-from raya.butane.context import Json, Translator
+from raya.butane.context import SOURCE, TRANSLATE, Json, Translator
 from raya.butane.schema import (
     CONFIG,
     VERSIONS,
@@ -94,7 +94,9 @@ class Walker(Translator):
                 return _text(found)
             text = node.value
             if not text.isascii() and _SURROGATE.search(text):
-                self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not text")
+                with self.during(SOURCE):
+                    self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is "
+                               "not text")
                 return None
             return text
         if kind == "bool":
@@ -172,7 +174,8 @@ class Walker(Translator):
                 # --strict (config/common ... ValidateUnusedKeys in Butane's translate code).
                 path_key = (*path, "<<")
                 self.keys[path_key] = key_node
-                self.report("warning", path_key, "unused key <<", key=True)
+                with self.during(SOURCE):
+                    self.report("warning", path_key, "unused key <<", key=True)
         for key_node, value_node in _merged(node):
             if not isinstance(key_node, yaml.ScalarNode):
                 self.undecodable(key_node, path, "mapping keys must be strings")
@@ -184,11 +187,12 @@ class Walker(Translator):
                 self.undecodable(key_node, path, f"mapping key {key!r} already defined")
                 continue
             if key not in known:
-                if not path and key in _UNSUPPORTED:
-                    self.report("error", child, f"{key} is not supported by raya's transpiler",
-                                key=True)
-                else:
-                    self.report("warning", child, f"unused key {key}", key=True)
+                with self.during(SOURCE):
+                    if not path and key in _UNSUPPORTED:
+                        self.report("error", child, f"{key} is not supported by raya's "
+                                    "transpiler", key=True)
+                    else:
+                        self.report("warning", child, f"unused key {key}", key=True)
                 continue
             found[key] = value_node
         return found
@@ -247,11 +251,13 @@ def _scalar_text(node: Node | None) -> str | None:
 def _resource(t: Translator, out: Json, path: Path) -> None:
     sources = [key for key in ("local", "inline", "source") if out.get(key) is not None]
     if len(sources) > 1:
-        t.error((*path, sources[-1]),
-                "only one of the following can be set: inline, local, source")
+        with t.during(SOURCE):
+            t.error((*path, sources[-1]),
+                    "only one of the following can be set: inline, local, source")
     local, inline = out.pop("local", None), out.pop("inline", None)
     if inline is not None and len(sources) == 1 and path[:2] == ("ignition", "config"):
-        _embedded_config(t, inline, path)
+        with t.during(SOURCE):
+            _embedded_config(t, inline, path)
     if local is not None:
         data = t.read_local(local, (*path, "local"))
         if data is not None:
@@ -326,7 +332,8 @@ def _tls(t: Translator, out: Json, path: Path) -> None:
 
 def _tree(t: Translator, out: Json, path: Path) -> None:
     if not out.get("local"):
-        t.error(path, "local is required (a directory under --files-dir)")
+        with t.during(SOURCE):
+            t.error(path, "local is required (a directory under --files-dir)")
 
 
 def _user(t: Translator, out: Json, path: Path) -> None:
@@ -359,8 +366,9 @@ def _systemd_local(t: Translator, out: Json, path: Path) -> str:
     if local is None:
         return "contents"
     if out.get("contents") is not None:
-        t.error((*path, "contents_local"), "only one of the following can be set: contents, "
-                "contents_local")
+        with t.during(SOURCE):
+            t.error((*path, "contents_local"), "only one of the following can be set: "
+                    "contents, contents_local")
     if local:
         data = t.read_local(local, (*path, "contents_local"))
         if data is not None:
@@ -387,7 +395,8 @@ def _filesystem(t: Translator, out: Json, path: Path) -> None:
 def _storage(t: Translator, out: Json, path: Path) -> None:
     trees = out.pop("trees", None)
     if trees:
-        expand(t, trees, out, path)
+        with t.during(TRANSLATE):
+            expand(t, trees, out, path)
     checks.storage(t, out, path)
 
 
@@ -405,8 +414,9 @@ def _place_embedded(t: Translator) -> None:
     node at exactly that path if there is one, else on line 1, column 1."""
     for finding in t.embedded:
         node = t.nodes.get(finding.path)
-        t.report(finding.severity, finding.path, finding.message,
-                 at=position(node) if node is not None else (1, 1))
+        with t.during(SOURCE):
+            t.report(finding.severity, finding.path, finding.message,
+                     at=position(node) if node is not None else (1, 1))
 
 
 HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
