@@ -15,15 +15,19 @@ from raya.butane import translate
 from raya.butane.unitfile import UnitSyntaxError, deserialize
 
 
+def options(text: str) -> list[tuple[str, str]]:
+    return list(deserialize(text))
+
+
 def test_options_are_read_per_section_and_comments_and_preamble_skipped() -> None:
-    assert deserialize("junk before\n[Unit]\n# c \\\n still comment\nA = 1\n\n[Install]\n"
+    assert options("junk before\n[Unit]\n# c \\\n still comment\nA = 1\n\n[Install]\n"
                        "WantedBy=x\n") == [("Unit", "A"), ("Install", "WantedBy")]
 
 
 # toEOL splits at "\n" only: a form feed, NEL, U+2028 or a vertical tab is text on the line.
 @pytest.mark.parametrize("odd", ["\f", "\x85", "\u2028", "\u2029", "\v", "\x1c"])
 def test_only_newline_ends_a_line(odd: str) -> None:
-    assert deserialize(f"[Unit]\nDescription=a{odd}b\n[Service]\nExecStart=/x\n") == [
+    assert options(f"[Unit]\nDescription=a{odd}b\n[Service]\nExecStart=/x\n") == [
         ("Unit", "Description"), ("Service", "ExecStart")]
 
 
@@ -38,7 +42,7 @@ def test_a_line_break_inside_an_option_name_is_an_error(text: str) -> None:
 
 
 def test_backslash_newline_continues_a_value() -> None:
-    assert deserialize("[Service]\nExecStart=/a \\\n  /b\nUser=x\n") == [
+    assert options("[Service]\nExecStart=/a \\\n  /b\nUser=x\n") == [
         ("Service", "ExecStart"), ("Service", "User")]
 
 
@@ -56,13 +60,13 @@ def test_long_lines_are_judged_on_the_buffer() -> None:
     long = "X=" + "a" * 2100 + "\n"
     with pytest.raises(UnitSyntaxError, match="line too long"):
         deserialize("[Unit]\n" + long)
-    assert deserialize("[Unit]\n" + "Y=" + "b" * 2040 + "\n" + "Z=1\n") == [
+    assert options("[Unit]\n" + "Y=" + "b" * 2040 + "\n" + "Z=1\n") == [
         ("Unit", "Y"), ("Unit", "Z")]
     with pytest.raises(UnitSyntaxError, match="line too long"):
         deserialize("[Unit]\n# " + "c" * 3000 + "\nA=1\n")
     # After three 1000-byte lines only 1089 bytes are buffered: the long line is not seen.
     short = "A=" + "a" * 997 + "\n"
-    assert deserialize("[Unit]\n" + short * 3 + long) == [("Unit", "A")] * 3 + [("Unit", "X")]
+    assert options("[Unit]\n" + short * 3 + long) == [("Unit", "A")] * 3 + [("Unit", "X")]
 
 
 def _warnings(body: str, version: str = "1.4.0", files_dir: Path | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from raya.butane.schema import CONFIG, Kind, ListOf, Obj
-from raya.butane.source import Node
+from raya.butane.source import IMPLICIT, Node
 
 _STR_TAG = "tag:yaml.org,2002:str"
 # Ignition's Ignition.Semver: coreos/go-semver's major.minor.patch[-pre][+build].
@@ -53,19 +53,19 @@ def _node(value: Any, kind: Kind, *, minor: int) -> Node:
         pairs = [(_scalar(f.key), _node(item, f.kind, minor=minor))
                  for key, item in value.items()
                  if (f := fields.get(key)) is not None and item is not None]
-        return yaml.MappingNode("", pairs, _MARK, _MARK)
+        return yaml.MappingNode(IMPLICIT, pairs, _MARK, _MARK)
     if isinstance(kind, ListOf):
         if not isinstance(value, list):
             raise NotAConfig(f"cannot unmarshal {_json_type(value)} into a list")
         # encoding/json leaves a null item at its zero value: "" or an empty object.
-        return yaml.SequenceNode("", [_node(_zero(item, kind.item), kind.item, minor=minor)
+        return yaml.SequenceNode(IMPLICIT, [_node(_zero(item, kind.item), kind.item, minor=minor)
                                       for item in value], _MARK, _MARK)
     expected = {"str": str, "int": int, "bool": bool}[kind]
     if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
         raise NotAConfig(f"cannot unmarshal {_json_type(value)} into {kind}")
     if isinstance(value, str):
         return _scalar(value)
-    return yaml.ScalarNode("", json.dumps(value), _MARK, _MARK)
+    return yaml.ScalarNode(IMPLICIT, json.dumps(value), _MARK, _MARK)
 
 
 def _zero(value: Any, kind: Kind) -> Any:

@@ -35,8 +35,10 @@ _INT = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[1-9][0-9]
 _INT_BASES = {"x": 16, "X": 16, "o": 8, "O": 8, "b": 2, "B": 2}
 _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?")
+# resolve.go's resolveTable: only a scalar starting with one of these can be other than a str.
+_HINTS = frozenset("+-0123456789.yYnNtTfFoO~")
 # No tag written: composed nodes carry this, so an explicit `!!str` stays distinguishable.
-_IMPLICIT = ""
+IMPLICIT = ""
 
 
 class Undecodable(Exception):
@@ -53,7 +55,7 @@ class _Untyped(yaml.resolver.BaseResolver):
         pass
 
     def resolve(self, kind: type, value: object, implicit: object) -> str:
-        return _IMPLICIT
+        return IMPLICIT
 
 
 try:  # libyaml is several times faster; both report the same marks
@@ -144,7 +146,7 @@ def is_null(node: Node | None) -> bool:
     if not isinstance(node, yaml.ScalarNode):
         return False
     return node.tag == _NULL_TAG or (
-        node.tag == _IMPLICIT and not node.style and node.value in _NULL)
+        node.tag == IMPLICIT and not node.style and node.value in _NULL)
 
 
 def resolve(node: yaml.ScalarNode) -> object:
@@ -159,9 +161,9 @@ def resolve(node: yaml.ScalarNode) -> object:
         except ValueError as error:
             raise Undecodable("!!binary value contains invalid base64 data") from error
     explicit = _RESOLVED.get(node.tag)
-    if node.tag == _STR_TAG or (node.tag == _IMPLICIT and node.style):
+    if node.tag == _STR_TAG or (node.tag == IMPLICIT and node.style):
         return node.value
-    if node.tag not in (_IMPLICIT, _NULL_TAG) and explicit is None:
+    if node.tag not in (IMPLICIT, _NULL_TAG) and explicit is None:
         return node.value
     found, kind = _plain(node.value, timestamps=explicit in (None, "timestamp"))
     if explicit is not None and kind != explicit and not (explicit == "float" and kind == "int"):
@@ -172,6 +174,8 @@ def resolve(node: yaml.ScalarNode) -> object:
 
 def _plain(text: str, *, timestamps: bool) -> tuple[object, str]:
     """resolve.go on an untagged plain scalar: (value, YAML type)."""
+    if text and text[0] not in _HINTS:  # resolve.go's hint table: surely a string
+        return text, "str"
     if text in _NULL:
         return None, "null"
     if text in _BOOLS:

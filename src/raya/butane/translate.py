@@ -23,6 +23,7 @@ from raya.butane.schema import (
     Obj,
 )
 from raya.butane.source import (
+    IMPLICIT,
     Diagnostic,
     Node,
     Path,
@@ -82,6 +83,8 @@ class Walker(Translator):
         if not isinstance(node, yaml.ScalarNode):
             self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
             return None
+        if kind == "str" and node.tag == IMPLICIT:  # any untagged scalar is its text
+            return self._text(node, path)
         try:
             found = resolve(node)
         except Undecodable as error:
@@ -92,13 +95,7 @@ class Walker(Translator):
         if kind == "str":
             if isinstance(found, bytes):  # !!binary: Go keeps the bytes, valid UTF-8 or not
                 return _text(found)
-            text = node.value
-            if not text.isascii() and _SURROGATE.search(text):
-                with self.during(SOURCE):
-                    self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is "
-                               "not text")
-                return None
-            return text
+            return self._text(node, path)
         if kind == "bool":
             if isinstance(found, bytes):
                 found = _text(found)
@@ -115,6 +112,15 @@ class Walker(Translator):
                              f"got {found}")
             return None
         return found
+
+    def _text(self, node: yaml.ScalarNode, path: Path) -> str | None:
+        text: str = node.value
+        if not text.isascii() and _SURROGATE.search(text):
+            with self.during(SOURCE):
+                self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not "
+                           "text")
+            return None
+        return text
 
     def list(self, kind: ListOf, node: Node | None, path: Path) -> list[Any] | None:
         if is_null(node):

@@ -14,6 +14,7 @@ step by step rather than systemd's:
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 LINE_MAX = 2048  # SYSTEMD_LINE_MAX
@@ -32,13 +33,12 @@ def go_is_space(char: str) -> bool:
     return char.isspace() or unicodedata.category(char) in ("Zs", "Zl", "Zp")
 
 
+# Every character go_is_space accepts, for str.strip (Go's strings.TrimSpace).
+_GO_SPACES = "".join(chr(c) for c in range(0x3001) if go_is_space(chr(c)))
+
+
 def _go_trim_space(text: str) -> str:
-    start, end = 0, len(text)
-    while start < end and go_is_space(text[start]):
-        start += 1
-    while end > start and go_is_space(text[end - 1]):
-        end -= 1
-    return text[start:end]
+    return text.strip(_GO_SPACES)
 
 
 class _Reader:
@@ -101,7 +101,8 @@ class _Reader:
             self._fill()
 
 
-def deserialize(contents: str) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=256)  # nodes of one cluster share their units
+def deserialize(contents: str) -> tuple[tuple[str, str], ...]:
     """(section, option name) pairs in order; UnitSyntaxError as go-systemd fails."""
     reader = _Reader(contents.encode("utf-8", "surrogateescape"))
     options: list[tuple[str, str]] = []
@@ -154,6 +155,19 @@ def deserialize(contents: str) -> list[tuple[str, str]]:
         return lambda: option_name(section)
 
     def option_name(section: str) -> object:
+        # Fast path: the name ends within the buffer, so rune-by-rune reading would
+        # never refill it ("=", "\r" and "\n" are never part of a multi-byte rune).
+        data, start = reader.data, reader.r
+        ends = [i for i in (data.find(b"=", start, reader.w), data.find(b"\n", start, reader.w),
+                            data.find(b"\r", start, reader.w)) if i >= 0]
+        if ends and min(ends) <= reader.w - 4:
+            end = min(ends)
+            reader.r = end + 1
+            if data[end] != ord("="):
+                raise UnitSyntaxError("unexpected newline encountered while parsing option name")
+            name_text = data[start:end].decode("utf-8", "replace")
+            options.append((section, _go_trim_space(name_text)))
+            return lambda: option_value(section)
         name: list[str] = []
         while True:
             char = reader.read_rune()
@@ -181,4 +195,4 @@ def deserialize(contents: str) -> list[tuple[str, str]]:
             if b"\r" not in ahead and b"\n" not in ahead:
                 raise UnitSyntaxError(f"line too long (max {LINE_MAX} bytes)")
         step = step()
-    return options
+    return tuple(options)
