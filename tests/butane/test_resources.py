@@ -147,3 +147,10 @@ def test_embedded_findings_land_on_the_butane_node_of_the_same_path() -> None:
     with pytest.raises(ButaneDiagnostics) as caught:
         transpile(text)
     assert [d[:3] for d in caught.value.diagnostics] == [("$.storage.files.0.path", 5, 13)]
+
+
+def test_an_inline_config_without_a_version_is_invalid_ignition() -> None:
+    # Ignition.Validate: no parseable version is an error at the embedded $.ignition.version.
+    for inline in ('{"ignition": null}', '{}'):
+        body = f"ignition:\n  config:\n    replace:\n      inline: '{inline}'\n"
+        assert paths(body) == ["$.ignition.version"]

@@ -37,7 +37,7 @@ def parse(text: str, minor: int) -> tuple[Node, str | None]:
     except ValueError as error:
         raise NotAConfig(f"config is not valid JSON: {error}") from error
     node = _node(data, CONFIG, minor=minor)
-    found = data.get("ignition", {}).get("version")
+    found = (data.get("ignition") or {}).get("version")
     if not isinstance(found, str | None):
         raise NotAConfig(f"cannot unmarshal {_json_type(found)} into ignition.version")
     return node, found if isinstance(found, str) and _SEMVER.fullmatch(found) else None
