@@ -90,7 +90,6 @@ DIVERGENT: dict[str, tuple[tuple[str, ...], str]] = {
     "gen-4734": (("errors",), "accepted; Butane names $.storage.filesystems.1.path"),
     "gen-4795": (("decoded", "pretty"), "output differs at $.systemd.units.1.contents"),
     "gen-4899": (("decoded", "pretty"), "fcos14 mount units (tree links fixed)"),
-    "gen-5046": (("errors",), "names $.storage.filesystems.1"),
     "gen-5429": (("decoded", "pretty"), "output differs at $.systemd.units.0.contents"),
     "gen-5512": (("errors",), "misses $.storage.filesystems.0.format, $.storage.filesystems.0.label"),
     "gen-5942": (("errors",), "misses $.storage.disks.0.partitions.0.label"),

@@ -385,3 +385,11 @@ def test_butane_stops_at_the_first_stage_with_an_error() -> None:
             "        local: missing\n")
     assert findings(body, files_dir=Path("/nonexistent")) == [
         ("$.storage.files.0.contents.local", 7, 16)]
+
+
+def test_with_mount_unit_checks_are_butanes_own_stage() -> None:
+    # base/v0_x Filesystem.Validate runs before Ignition's checks: a filesystem missing its
+    # mount path hides the duplicate device Ignition would report.
+    body = ("storage:\n  filesystems:\n    - device: /dev/vdb\n      format: ext4\n"
+            "    - device: /dev/vdb\n      format: ext4\n      with_mount_unit: true\n")
+    assert [path for path, _, _ in findings(body)] == ["$.storage.filesystems.1.path"]

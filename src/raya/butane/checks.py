@@ -165,11 +165,13 @@ def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> N
     if out.get("path") is not None:
         abs_path(t, out["path"], (*path, "path"))
     if with_mount_unit:
-        if not fs_format:
-            t.error((*path, "format"), "format is required if with_mount_unit is true")
+        if not fs_format:  # Butane's own check (base/v0_x Filesystem.Validate)
+            t.error((*path, "format"), "format is required if with_mount_unit is true",
+                    stage=SOURCE)
         elif fs_format != "swap" and not out.get("path"):
             t.error((*path, "path"),
-                    "path is required if with_mount_unit is true and format is not swap")
+                    "path is required if with_mount_unit is true and format is not swap",
+                    stage=SOURCE)
 
 
 def storage(t: Translator, out: Json, path: Path) -> None:

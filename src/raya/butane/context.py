@@ -86,8 +86,13 @@ class Translator:
         self.undecoded.append(Diagnostic("error", (), line, column, where + message,
                                          width(node) if node is not None else 1))
 
-    def error(self, path: Path, message: str) -> None:
-        self.report("error", path, message)
+    def error(self, path: Path, message: str, *, stage: int | None = None) -> None:
+        """An error; `stage` if Butane finds it before validating the Ignition result."""
+        if stage is None:
+            self.report("error", path, message)
+            return
+        with self.during(stage):
+            self.report("error", path, message)
 
     def warn(self, path: Path, message: str) -> None:
         self.report("warning", path, message)
