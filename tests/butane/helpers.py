@@ -31,8 +31,17 @@ def decoded(config: Any) -> Any:
     source = out.get("source")
     if isinstance(source, str) and source.startswith("data:"):
         data = decode_data_url(source)
-        out["source"] = gzip.decompress(data) if out.get("compression") == "gzip" else data
+        out["source"] = _gunzip(data) if out.get("compression") == "gzip" else data
     return out
+
+
+def _gunzip(data: bytes) -> bytes:
+    """The gunzipped bytes; bytes a user declared gzip but are not stay as they are (Butane
+    passes `compression: gzip` through with local or inline contents, gzip or not)."""
+    try:
+        return gzip.decompress(data)
+    except gzip.BadGzipFile:
+        return data
 
 
 def schema_errors(config: dict[str, Any]) -> list[str]:

@@ -197,7 +197,9 @@ def test_ignition_findings_wait_for_butane_ones() -> None:
     bad_source = "  files:\n    - path: /f\n      contents: {inline: a, local: b}\n"
     both = _findings(bad_partition + bad_source)
     assert ("error", P0) not in both
-    assert ("error", "$.storage.files.0.contents.local") in both
+    # Butane base/v0_x validate.go Resource.Validate: two sources are reported at the last
+    # one set, in the order local, inline, source.
+    assert ("error", "$.storage.files.0.contents.inline") in both
     assert _findings(bad_partition) == {("error", P0)}
 
 

@@ -78,10 +78,12 @@ def test_modes_are_read_like_go_yaml(written: str, mode: int) -> None:
     assert out["storage"]["files"][0]["mode"] == mode
 
 
-def test_quoted_numbers_and_booleans_are_strings_and_refused() -> None:
+def test_quoted_numbers_and_true_false_are_strings_and_refused() -> None:
+    # go-yaml stops at such a value, naming only its line; raya names the field in the message.
     assert findings('storage:\n  files:\n    - path: /etc/a\n      mode: "0644"\n'
-                    "      overwrite: 'true'\n") == [
-        ("$.storage.files.0.mode", 6, 13), ("$.storage.files.0.overwrite", 7, 18)]
+                    "      overwrite: 'true'\n") == [("$", 6, 13), ("$", 7, 18)]
+    assert "$.storage.files.0.mode: expected an integer" in message(
+        'storage:\n  files:\n    - path: /etc/a\n      mode: "0644"\n')
 
 
 def test_yaml_1_1_booleans_are_accepted_for_boolean_fields() -> None:
@@ -106,7 +108,6 @@ def test_null_scalars_and_empty_lists_leave_fields_unset() -> None:
     assert out["passwd"]["users"] == [{"name": "core"}]
 
 
-@pytest.mark.xfail(strict=True, reason=DIVERGES.format("null-list-item"))
 def test_null_list_items_are_dropped() -> None:
     # Butane: cls-null-list-item-1..3 drop every null entry of a list of strings.
     out = config("kernel_arguments:\n  should_exist: [a, null, b]\n", "1.6.0")
@@ -124,8 +125,9 @@ def test_a_null_object_is_refused_in_strict_mode() -> None:
 
 
 def test_duplicate_mapping_keys_are_errors() -> None:
-    assert ("$.storage.files.0.path", 6, 7) in findings(
-        "storage:\n  files:\n    - path: /etc/a\n      path: /etc/b\n")
+    # go-yaml v3 decode.go `mapping`: "mapping key ... already defined", a line and no path.
+    assert findings("storage:\n  files:\n    - path: /etc/a\n      path: /etc/b\n") == [
+        ("$", 6, 7)]
 
 
 # -- strictness and reporting ---------------------------------------------------------------
@@ -157,27 +159,31 @@ def test_every_problem_is_reported_in_one_run() -> None:
         "    - path: relative\n"          # 5: not absolute
         "      mode: 99999\n"              # 6: illegal mode
         "      contents:\n"
-        "        source: ftp://x\n"        # 8: unsupported scheme
+        "        compression: gzip\n"
+        "        source: ftp://x\n"        # 9: no such scheme
         "  links:\n"
-        "    - path: /etc/l\n"             # 10: no target
+        "    - path: /etc/l\n"             # 11: no target
         "systemd:\n"
         "  units:\n"
-        "    - name: nosuffix\n"           # 13: bad extension
+        "    - name: nosuffix\n"           # 14: bad extension
         "      dropins:\n"
-        "        - name: x.txt\n"          # 15: bad drop-in extension
+        "        - name: x.txt\n"          # 16: bad drop-in extension
         "passwd:\n"
         "  users:\n"
         "    - name: a\n"
-        "    - name: a\n"                  # 19: duplicate user
+        "      uid: -1\n"                  # 20: negative id
+        "    - name: a\n"                  # 21: duplicate user
     )
     assert got == [
         ("$.storage.files.0.path", 5, 13),
         ("$.storage.files.0.mode", 6, 13),
-        ("$.storage.files.0.contents.source", 8, 17),
-        ("$.storage.links.0.target", 10, 7),
-        ("$.systemd.units.0.name", 13, 13),
-        ("$.systemd.units.0.dropins.0.name", 15, 17),
-        ("$.passwd.users.1", 19, 7),
+        ("$.storage.files.0.mode", 6, 13),  # 99999 has setgid and sticky bits too
+        ("$.storage.files.0.contents.source", 9, 17),
+        ("$.storage.links.0.target", 11, 7),
+        ("$.systemd.units.0.name", 14, 13),
+        ("$.systemd.units.0.dropins.0.name", 16, 17),
+        ("$.passwd.users.0.uid", 20, 12),
+        ("$.passwd.users.1", 21, 7),
     ]
 
 
@@ -200,7 +206,6 @@ def test_a_file_and_a_directory_at_one_path_name_the_file() -> None:
                     "  directories:\n    - path: /etc/x\n") == [("$.storage.files.0", 5, 7)]
 
 
-@pytest.mark.xfail(strict=True, reason=DIVERGES.format("mode-special-bits"))
 def test_decimal_looking_mode_warns_twice() -> None:
     # Butane: gen-1291 (`mode: 644`, fcos 1.6) and gen-5383 (`mode: 755`) report two
     # warnings at the mode: "specified in octal?" and, since decimal 644 is 0o1204 (sticky),
@@ -405,7 +410,6 @@ def test_yaml_anchors_and_aliases_work_like_go_yaml() -> None:
                                        {"path": "/etc/b", "mode": 384}]
 
 
-@pytest.mark.xfail(strict=True, reason=DIVERGES.format("yaml-merge-key"))
 def test_yaml_merge_keys_are_unused_keys_like_butane() -> None:
     # Butane: cls-yaml-merge-key-1..3 (`<<: *base` is "unused key <<", refused by --strict).
     assert findings("storage:\n  files:\n    - &base\n      path: /etc/a\n      mode: 0600\n"
@@ -434,7 +438,6 @@ def test_enabled_instance_of_a_template_without_install_warns(version: str) -> N
     assert findings(TEMPLATE_WITHOUT_INSTALL, version) == [("$.systemd.units.1.contents", 7, 7)]
 
 
-@pytest.mark.xfail(strict=True, reason=DIVERGES.format("fcos14-template-unit"))
 def test_template_without_install_warns_at_fcos_1_4_too() -> None:
     # Butane: cls-fcos14-template-unit-1..3 (fcos 1.4.0, Ignition 3.3.0) warn as well.
     assert findings(TEMPLATE_WITHOUT_INSTALL, "1.4.0") == [("$.systemd.units.1.contents", 7, 7)]
@@ -459,3 +462,23 @@ def test_control_characters_are_escaped_like_butanes_json_encoder() -> None:
         out = to_json({"k": value})
         assert json.loads(out) == {"k": value}
         assert "\\b" not in out.replace("\\\\", "") and "\\f" not in out.replace("\\\\", "")
+
+
+def test_butane_stops_at_the_first_stage_with_an_error() -> None:
+    # config/common TranslateBytes: Butane's own checks, then translation (local files,
+    # trees), then Ignition's checks; an error in one stage hides the later stages.
+    body = ("storage:\n  files:\n    - path: relative\n      contents:\n"
+            "        inline: a\n        source: https://x\n")
+    assert findings(body) == [("$.storage.files.0.contents.source", 8, 17)]
+    body = ("storage:\n  files:\n    - path: relative\n      contents:\n"
+            "        local: missing\n")
+    assert findings(body, files_dir=Path("/nonexistent")) == [
+        ("$.storage.files.0.contents.local", 7, 16)]
+
+
+def test_with_mount_unit_checks_are_butanes_own_stage() -> None:
+    # base/v0_x Filesystem.Validate runs before Ignition's checks: a filesystem missing its
+    # mount path hides the duplicate device Ignition would report.
+    body = ("storage:\n  filesystems:\n    - device: /dev/vdb\n      format: ext4\n"
+            "    - device: /dev/vdb\n      format: ext4\n      with_mount_unit: true\n")
+    assert [path for path, _, _ in findings(body)] == ["$.storage.filesystems.1.path"]

@@ -23,7 +23,8 @@ ignition:
   timeouts:
     http_total: 30
   proxy:
-    https_proxy: http://proxy.example:3128
+    http_proxy: http://proxy.example:3128
+    https_proxy: https://proxy.example:3129
     no_proxy: [localhost]
   security:
     tls:

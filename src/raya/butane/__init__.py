@@ -15,14 +15,16 @@ from typing import Any
 
 from raya.butane.report import render
 from raya.butane.source import Diagnostic, YamlSyntaxError, compose
-from raya.butane.translate import Translator
+from raya.butane.translate import Walker
 from raya.errors import ButaneError
 
 __all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", "transpile"]
 
-# Go's encoding/json escapes these inside strings; so does Butane's output.
+# Go's encoding/json escapes these inside strings; so does Butane's output. A byte that is
+# not UTF-8 (kept from a local file or `!!binary` as a surrogate) it writes as \ufffd.
 _GO_ESCAPES = str.maketrans(
-    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029",
+     **{chr(0xDC80 + byte): "\\ufffd" for byte in range(128)}}
 )
 
 
@@ -74,16 +76,18 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
         root = compose(text)
     except YamlSyntaxError as error:
         return Result(None, [error.diagnostic])
-    translator = Translator(files_dir)
+    translator = Walker(files_dir)
     try:
         config = translator.config(root)
     except RecursionError:  # an alias that contains itself, or absurd nesting
         return Result(None, [Diagnostic("error", (), 0, 0, "YAML nested too deeply (or an "
                                         "alias refers to itself)")])
-    found = translator.diagnostics
-    if any(d.severity == "error" and not d.generated for d in found):
-        found = [d for d in found if not d.generated]
-    diagnostics = sorted(found, key=lambda d: (d.line, d.column))
+    if translator.undecoded:
+        return Result(None, sorted(translator.undecoded, key=lambda d: (d.line, d.column)))
+    # Butane stops after the first stage with an error; later stages never report.
+    last = min((d.stage for d in translator.diagnostics if d.severity == "error"), default=2)
+    diagnostics = sorted((d for d in translator.diagnostics if d.stage <= last),
+                         key=lambda d: (d.line, d.column))
     if config is None or any(d.severity == "error" for d in diagnostics):
         return Result(None, diagnostics)
     return Result(config, diagnostics)

@@ -3,80 +3,85 @@
 from __future__ import annotations
 
 import posixpath
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from raya.butane.dataurl import decode_data_url
+from raya.butane import urls
+from raya.butane.context import IGNITION, SOURCE, Json, Translator
 from raya.butane.source import Path
 
-if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
-
-_SCHEMES = ("http", "https", "tftp", "s3", "gs", "data")
 _HASH_SIZES = {"sha512": 128, "sha256": 64}
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 _FORMATS = ("ext4", "btrfs", "xfs", "vfat", "swap", "none", "")
 _NODE_LISTS = ("files", "directories", "links")
 
 
-@contextmanager
-def generated(t: Translator) -> Iterator[None]:
-    """Findings made inside are Ignition's, on the generated config (see Diagnostic)."""
-    start = len(t.diagnostics)
-    yield
-    t.diagnostics[start:] = [replace(d, generated=True) for d in t.diagnostics[start:]]
-
-
 def resource(t: Translator, out: Json, path: Path, *, check_source: bool = True) -> None:
-    with generated(t):
-        _resource(t, out, path, check_source)
-
-
-def _resource(t: Translator, out: Json, path: Path, check_source: bool) -> None:
+    """Ignition's Resource.Validate (config/v3_x/types/resource.go), Verification.Validate
+    (verification.go) and HTTPHeader(s).Validate (headers.go)."""
     compression = out.get("compression")
     if compression not in (None, "", "gzip"):
         t.error((*path, "compression"), "invalid compression method (accepted: gzip, or none)")
     source = out.get("source")
-    scheme = "data" if source is not None and not check_source else None
-    if source is not None and check_source:
-        match = _SCHEME.match(source)
-        scheme = match.group(1).lower() if match else ""
-        if scheme not in _SCHEMES:
-            t.error((*path, "source"),
-                    f"invalid url scheme (accepted: {', '.join(_SCHEMES)})")
-        elif scheme == "data":
-            try:
-                decode_data_url(source)
-            except ValueError:
-                t.error((*path, "source"), "invalid data URL")
     hash_ = out.get("verification", {}).get("hash")
     if hash_ is not None:
         _hash(t, hash_, (*path, "verification", "hash"))
+        if source is None:
+            t.error((*path, "verification", "hash"),
+                    "source must be specified if verification is specified")
+    if source and check_source:  # validateURLNilOK: nil or "" is no URL to check
+        problem = urls.validate(source, t.minor)
+        if problem:
+            t.error((*path, "source"), problem)
     headers = out.get("httpHeaders")
     if headers:
-        if scheme not in ("http", "https"):
-            t.error((*path, "http_headers"),
-                    "cannot use HTTP headers with this source scheme (only http and https)")
+        _header_scheme(t, source, (*path, "http_headers"))
         names = set()
         for index, header in enumerate(headers):
             name = header.get("name", "")
             if not name:
                 t.error((*path, "http_headers", index, "name"), "HTTP header name can't be empty")
-            elif name in names:
+            # Header names are case-insensitive: Go compares http.CanonicalHeaderKey forms.
+            elif name.lower() in names:
                 t.error((*path, "http_headers", index), "duplicate entry defined")
-            names.add(name)
+            names.add(name.lower())
+            if header.get("value") == "":
+                t.error((*path, "http_headers", index, "value"),
+                        "unable to parse HTTP header (an empty value; omit the value instead)")
+
+
+def _header_scheme(t: Translator, source: str | None, path: Path) -> None:
+    """validateSchemeForHTTPHeaders: headers need an http(s) source."""
+    try:
+        scheme = urls.parse(source).scheme if source else None
+    except ValueError:
+        scheme = None
+    if scheme is None:
+        t.error(path, urls.INVALID_URL)
+    elif scheme not in ("http", "https"):
+        t.error(path, "cannot use HTTP headers with this source scheme (only http and https)")
+
+
+def required_source(t: Translator, resources: list[Json], path: Path) -> None:
+    """Merged configs and CAs must name a source (Resource.validateRequiredSource, called
+    by IgnitionConfig.Validate in ignition.go and TLS.Validate in tls.go), reported at the
+    item itself, besides any report at its `source`."""
+    for index, item in enumerate(resources):
+        source = item.get("source")
+        if not source:
+            t.error((*path, index), "source is required")
+            continue
+        problem = urls.validate(source, t.minor)
+        if problem:
+            t.error((*path, index), problem)
 
 
 def _hash(t: Translator, value: str, path: Path) -> None:
+    # Verification.Validate checks the function and the digest's length, not that it is hex.
     function, sep, digest = value.partition("-")
     if not sep:
         t.error(path, "malformed hash specifier (expected sha512-<hex> or sha256-<hex>)")
     elif function not in _HASH_SIZES:
         t.error(path, "unrecognized hash function (accepted: sha512, sha256)")
-    elif len(digest) != _HASH_SIZES[function] or not re.fullmatch("[0-9a-fA-F]*", digest):
+    elif len(digest) != _HASH_SIZES[function]:
         t.error(path, f"incorrect size for hash sum ({function} takes "
                 f"{_HASH_SIZES[function]} hex digits)")
 
@@ -85,12 +90,18 @@ def mode(t: Translator, value: int | None, path: Path, *, directory: bool) -> No
     if value is None:
         return
     if not 0 <= value <= 0o7777:
-        with generated(t):
+        with t.during(IGNITION):
             t.error(path, "illegal file mode (accepted: 0 to 07777; write it in octal, e.g. "
                     "0644)")
     elif _looks_decimal(value, directory):
-        t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
-               "remember to add a leading zero")
+        with t.during(SOURCE):  # Butane's own check (base/util CheckForDecimalMode)
+            t.warn(path, "unreasonable mode would be reasonable if specified in octal; "
+                   "remember to add a leading zero")
+    # Ignition's validateModeSpecialBits, for every spec before 3.6.0, on uint32(mode): so
+    # an illegal -1 warns too.
+    if value & 0xFFFFFFFF & 0o7000:
+        t.warn(path, "setuid/setgid/sticky bits are not supported or functional in spec "
+               "versions older than 3.6.0")
 
 
 def _looks_decimal(value: int, directory: bool) -> bool:
@@ -152,7 +163,7 @@ def go_clean(value: str) -> str:
 
 def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> None:
     fs_format = out.get("format")
-    with generated(t):
+    with t.during(IGNITION):
         abs_path(t, out.get("device"), (*path, "device"))
         if fs_format not in (None, *_FORMATS):
             t.error((*path, "format"), "invalid filesystem format (accepted: "
@@ -161,11 +172,13 @@ def filesystem(t: Translator, out: Json, path: Path, with_mount_unit: bool) -> N
             abs_path(t, out["path"], (*path, "path"))
     # Butane's own rules (base validate.go Filesystem.Validate).
     if with_mount_unit:
-        if not fs_format:
-            t.error((*path, "format"), "format is required if with_mount_unit is true")
+        if not fs_format:  # Butane's own check (base/v0_x Filesystem.Validate)
+            t.error((*path, "format"), "format is required if with_mount_unit is true",
+                    stage=SOURCE)
         elif fs_format != "swap" and not out.get("path"):
             t.error((*path, "path"),
-                    "path is required if with_mount_unit is true and format is not swap")
+                    "path is required if with_mount_unit is true and format is not swap",
+                    stage=SOURCE)
 
 
 def unique(t: Translator, entries: Any, key: str, path: Path) -> None:
@@ -198,7 +211,7 @@ def _systemd_conflicts(t: Translator, out: Json) -> None:
 
 
 def config(t: Translator, out: Json) -> None:
-    with generated(t):
+    with t.during(IGNITION):
         _config(t, out)
 
 

@@ -214,9 +214,9 @@ USER = Obj(
         f("no_user_group", BOOL),
         f("password_hash", STR),
         f("primary_group", STR),
-        f("should_exist", BOOL),
         f("ssh_authorized_keys", STRS),
         f("shell", STR),
+        f("should_exist", BOOL),  # after shell, as in Ignition's PasswdUser (v3_x/types)
         f("system", BOOL),
         f("uid", INT),
         butane("ssh_authorized_keys_local", STRS, since=5),

@@ -7,6 +7,7 @@ compose nodes (which keep line and column) and type each scalar ourselves.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -16,16 +17,32 @@ import yaml
 Path: TypeAlias = tuple[str | int, ...]
 Node: TypeAlias = yaml.Node
 
-# go-yaml v3 accepts YAML 1.1 booleans when the target is a bool.
-_TRUE = frozenset(["y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"])
-_FALSE = frozenset(["n", "N", "no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"])
+# How go-yaml v3 types a scalar (resolve.go, and decode.go's `scalar`): the YAML 1.2 core
+# schema for plain scalars, quoted (or `!!str`) scalars are strings, `!!binary` is base64.
+_STR_TAG, _BINARY_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:binary"
+_NULL_TAG = "tag:yaml.org,2002:null"
+_RESOLVED = {"tag:yaml.org,2002:" + name: name for name in ("bool", "int", "float", "timestamp")}
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False,
+          "FALSE": False}
 _NULL = frozenset(("", "~", "null", "Null", "NULL"))
+_SPECIAL_FLOATS = frozenset(f"{sign}.{name}" for sign in ("", "+", "-")
+                            for name in ("inf", "Inf", "INF")) | {".nan", ".NaN", ".NAN"}
+# decode.go: a string lands in a Go bool only if it is a YAML 1.1 boolean word.
+_YAML11_BOOLS = {**dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "on", "On", "ON"), True),
+                 **dict.fromkeys(("n", "N", "no", "No", "NO", "off", "Off", "OFF"), False)}
 # Go's strconv.ParseInt with base 0, after go-yaml has removed underscores.
 _INT = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[1-9][0-9]*|0)")
 _INT_BASES = {"x": 16, "X": 16, "o": 8, "O": 8, "b": 2, "B": 2}
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?")
+# resolve.go's resolveTable: only a scalar starting with one of these can be other than a str.
+_HINTS = frozenset("+-0123456789.yYnNtTfFoO~")
+# No tag written: composed nodes carry this, so an explicit `!!str` stays distinguishable.
+IMPLICIT = ""
 
-_TAGS = {yaml.ScalarNode: "tag:yaml.org,2002:str", yaml.SequenceNode: "tag:yaml.org,2002:seq",
-         yaml.MappingNode: "tag:yaml.org,2002:map"}
+
+class Undecodable(Exception):
+    """A scalar go-yaml refuses outright (bad `!!binary`, `!!int abc`)."""
 
 
 class _Untyped(yaml.resolver.BaseResolver):
@@ -38,7 +55,7 @@ class _Untyped(yaml.resolver.BaseResolver):
         pass
 
     def resolve(self, kind: type, value: object, implicit: object) -> str:
-        return _TAGS[kind]
+        return IMPLICIT
 
 
 try:  # libyaml is several times faster; both report the same marks
@@ -74,9 +91,7 @@ class Diagnostic:
     column: int
     message: str
     width: int = 1  # how many characters the finding spans on its line
-    # Butane checks the generated Ignition config only once its own checks and the
-    # translation found no error: findings of that last stage are dropped otherwise.
-    generated: bool = False
+    stage: int = 2  # context.SOURCE, TRANSLATE or IGNITION: where Butane would find it
 
     @property
     def json_path(self) -> str:
@@ -98,12 +113,12 @@ def compose(text: str) -> Node | None:
     try:
         loader = _Loader(text)
         try:
-            return loader.get_single_node()
+            # Like go-yaml's Unmarshal: the first document; later ones are never read.
+            return loader.get_node() if loader.check_node() else None
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        line, column = _go_yaml_line(error)
         problem = " ".join(filter(None, (error.context, error.problem)))
         raise YamlSyntaxError(
             Diagnostic("error", (), line, column, f"invalid YAML: {problem}")
@@ -112,34 +127,82 @@ def compose(text: str) -> Node | None:
         raise YamlSyntaxError(Diagnostic("error", (), 0, 0, f"invalid YAML: {error}")) from error
 
 
+def _go_yaml_line(error: yaml.MarkedYAMLError) -> tuple[int, int]:
+    """The line go-yaml names for a syntax error (yaml.go `parser.fail`): the context
+    mark's 0-based line if there is one, else the problem mark's, plus one for scanner
+    errors only. So a parser error names the line before its context, as Butane prints."""
+    scanner = isinstance(error, yaml.scanner.ScannerError)
+    for mark in (error.context_mark, error.problem_mark):
+        if mark is not None and mark.line != 0:
+            return mark.line + scanner, mark.column + 1
+    mark = error.problem_mark or error.context_mark
+    return (mark.line + 1, mark.column + 1) if mark else (0, 0)
+
+
 def is_null(node: Node | None) -> bool:
     """Absent, `~`, `null` or empty: go-yaml leaves the Go field at its zero value."""
     if node is None:
         return True
     if not isinstance(node, yaml.ScalarNode):
         return False
-    return node.tag == "tag:yaml.org,2002:null" or (not node.style and node.value in _NULL)
+    return node.tag == _NULL_TAG or (
+        node.tag == IMPLICIT and not node.style and node.value in _NULL)
 
 
-def _plain(node: yaml.ScalarNode) -> bool:
-    # Only unquoted scalars are resolved to bools and ints; a quoted one stays a string.
-    # (PyYAML's pure parser marks plain style as None, libyaml's as "".)
-    return not node.style
+def resolve(node: yaml.ScalarNode) -> object:
+    """The value go-yaml v3 decodes a scalar to: None, bool, int, float, bytes or str.
+
+    bytes come only from `!!binary`; a quoted or `!!str` scalar is always a str; an
+    unknown explicit tag (`!foo`) leaves the text as a str, as go-yaml does.
+    """
+    if node.tag == _BINARY_TAG:
+        try:  # Go's StdEncoding skips line breaks and wants the padding
+            return base64.b64decode(re.sub("[\r\n]", "", node.value), validate=True)
+        except ValueError as error:
+            raise Undecodable("!!binary value contains invalid base64 data") from error
+    explicit = _RESOLVED.get(node.tag)
+    if node.tag == _STR_TAG or (node.tag == IMPLICIT and node.style):
+        return node.value
+    if node.tag not in (IMPLICIT, _NULL_TAG) and explicit is None:
+        return node.value
+    found, kind = _plain(node.value, timestamps=explicit in (None, "timestamp"))
+    if explicit is not None and kind != explicit and not (explicit == "float" and kind == "int"):
+        short = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise Undecodable(f"cannot decode !!{kind} `{node.value}` as a {short}")
+    return float(found) if explicit == "float" and kind == "int" else found  # type: ignore[arg-type]
 
 
-def as_bool(node: yaml.ScalarNode) -> bool | None:
-    if _plain(node):
-        if node.value in _TRUE:
-            return True
-        if node.value in _FALSE:
-            return False
+def _plain(text: str, *, timestamps: bool) -> tuple[object, str]:
+    """resolve.go on an untagged plain scalar: (value, YAML type)."""
+    if text and text[0] not in _HINTS:  # resolve.go's hint table: surely a string
+        return text, "str"
+    if text in _NULL:
+        return None, "null"
+    if text in _BOOLS:
+        return _BOOLS[text], "bool"
+    if text in _SPECIAL_FLOATS:
+        return float(text.replace(".", "")), "float"  # Python reads inf, -Inf, NaN
+    if timestamps and _TIMESTAMP.fullmatch(text):
+        return text, "timestamp"
+    number = as_int(text)
+    if number is not None:
+        return number, "int"
+    if _FLOAT.fullmatch(text.replace("_", "")):
+        return float(text.replace("_", "")), "float"
+    return text, "str"
+
+
+def as_bool(value: object) -> bool | None:
+    """A decoded scalar in a Go bool: a YAML boolean, or a YAML 1.1 word such as `yes`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return _YAML11_BOOLS.get(value)
     return None
 
 
-def as_int(node: yaml.ScalarNode) -> int | None:
-    if not _plain(node):
-        return None
-    match = _INT.fullmatch(node.value.replace("_", ""))
+def as_int(text: str) -> int | None:
+    match = _INT.fullmatch(text.replace("_", ""))
     if match is None:
         return None
     sign, digits = match.groups()

@@ -14,11 +14,12 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Any
 
-from raya.butane.checks import abs_path, generated, go_clean, unique
+from raya.butane.checks import abs_path, go_clean, unique
+from raya.butane.context import IGNITION, SOURCE
 from raya.butane.source import Path
 
 if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
+    from raya.butane.context import Json, Translator
 
 _NODE_LISTS = ("directories", "files", "links")  # Ignition's struct order (duplicates)
 _BOOT_DISK = "/dev/disk/by-id/coreos-boot-disk"
@@ -40,12 +41,15 @@ _RESERVED_LABELS = {"BIOS-BOOT": 1, "PowerPC-PReP-boot": 1, "EFI-SYSTEM": 2, "bo
 def check(t: Translator, out: Json, path: Path) -> None:
     """Every storage rule, on the final lists (tree-generated entries included)."""
     disks = out.get("disks", ())
-    for index, disk in enumerate(disks):
-        _fcos_partitions(t, disk, (*path, "disks", index))
-    mounted = {p[len(path) + 1] for p, _ in t.mounts if p[:len(path) + 1] == (*path, "filesystems")}
-    for index, fs in enumerate(out.get("filesystems", ())):
-        _fcos_mount_path(t, fs, (*path, "filesystems", index), index in mounted)
-    with generated(t):
+    with t.during(SOURCE):  # Butane's own rules (config/fcos/v1_x validate.go)
+        for index, disk in enumerate(disks):
+            _fcos_partitions(t, disk, (*path, "disks", index))
+        mounted = {
+            p[len(path) + 1] for p, _ in t.mounts if p[: len(path) + 1] == (*path, "filesystems")
+        }
+        for index, fs in enumerate(out.get("filesystems", ())):
+            _fcos_mount_path(t, fs, (*path, "filesystems", index), index in mounted)
+    with t.during(IGNITION):
         _ignition(t, out, path)
     for disk in disks:
         for partition in disk.get("partitions", ()):

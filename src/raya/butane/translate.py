@@ -7,16 +7,14 @@ Every diagnostic names the Butane path of the YAML node at fault.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path as FsPath
 from typing import Any
 
 import yaml
 
-from raya.butane import checks, storage, units
-from raya.butane.dataurl import make_data_url
+from raya.butane import checks, embedded, storage, units, urls
+from raya.butane.context import IGNITION, SOURCE, TRANSLATE, Json, Translator
 from raya.butane.schema import (
     CONFIG,
     VERSIONS,
@@ -25,19 +23,19 @@ from raya.butane.schema import (
     Obj,
 )
 from raya.butane.source import (
+    IMPLICIT,
     Diagnostic,
     Node,
     Path,
+    Undecodable,
     as_bool,
-    as_int,
     describe,
     is_null,
     position,
-    width,
+    resolve,
 )
 from raya.butane.trees import expand
 
-Json = dict[str, Any]
 _NEWLINES = re.compile(r"\r?\n")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INT64 = (-(2**63), 2**63 - 1)
@@ -45,50 +43,12 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UNSUPPORTED = {"boot_device", "grub"}
 
 
-class Translator:
-    def __init__(self, files_dir: FsPath | None) -> None:
-        self.files_dir = files_dir
-        self.minor = 0
-        self.ignition_version = ""
-        self.mounts: list[tuple[Path, Json]] = []  # filesystems with_mount_unit, in order
-        self.origins: dict[int, Path] = {}  # id() of a tree-generated node → its tree
-        self.diagnostics: list[Diagnostic] = []
-        self.nodes: dict[Path, Node] = {}  # every value node we visited, by Butane path
-        self.keys: dict[Path, Node] = {}  # and the key node that introduced it
-
-    # -- reporting -------------------------------------------------------------------
-
-    def report(self, severity: str, path: Path, message: str, *, key: bool = False) -> None:
-        """A diagnostic at `path`, placed on the nearest YAML node we know."""
-        if not message.isascii():  # keep it printable even if the YAML held odd escapes
-            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-        probe = path
-        table = self.keys if key else self.nodes
-        while probe and probe not in table:
-            probe = probe[:-1]
-            table = self.nodes
-        node = table.get(probe)
-        if node is None:
-            self.diagnostics.append(Diagnostic(severity, path, 0, 0, message))
-            return
-        line, column = position(node)
-        spans_key = key and table is self.keys
-        self.diagnostics.append(
-            Diagnostic(severity, path, line, column, message, width(node, key=spans_key))
-        )
-
-    def error(self, path: Path, message: str) -> None:
-        self.report("error", path, message)
-
-    def warn(self, path: Path, message: str) -> None:
-        self.report("warning", path, message)
-
-    # -- the walk ----------------------------------------------------------------------
+class Walker(Translator):
+    """The walk over the YAML nodes, driven by schema.py's tables."""
 
     def config(self, root: Node | None) -> Json | None:
         if root is not None and not isinstance(root, yaml.MappingNode):
-            self.nodes[()] = root
-            self.error((), f"a Butane config must be a mapping, not {describe(root)}")
+            self.undecodable(root, (), f"a Butane config must be a mapping, not {describe(root)}")
             return None
         fields: dict[str, Node] = {}
         if root is not None:
@@ -96,16 +56,16 @@ class Translator:
             fields = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
         variant = _scalar_text(fields.get("variant"))
         version = _scalar_text(fields.get("version"))
-        for name, node in (("variant", fields.get("variant")), ("version", fields.get("version"))):
-            if node is not None:
-                self.nodes[(name,)] = node
+        # Butane picks its translator before decoding anything else, naming no JSON path.
         if variant != "fcos":
-            self.error(("variant",), f"unsupported variant {variant!r}: raya accepts only 'fcos'"
-                       if variant else "error parsing variant; must be specified (fcos)")
+            self.undecodable(fields.get("variant"), (), f"unsupported variant {variant!r}: raya "
+                             "accepts only 'fcos'" if variant else "error parsing variant; must "
+                             "be specified (fcos)")
             return None
         if version not in VERSIONS:
-            self.error(("version",), f"unsupported fcos version {version!r}; supported: "
-                       + ", ".join(VERSIONS))
+            self.undecodable(fields.get("version") or fields.get("variant"), (),
+                             f"unsupported fcos version {version!r}; supported: "
+                             + ", ".join(VERSIONS))
             return None
         self.minor, self.ignition_version = VERSIONS[version]
         return self.obj(CONFIG, root, ())
@@ -121,33 +81,61 @@ class Translator:
             return None
         assert node is not None
         if not isinstance(node, yaml.ScalarNode):
-            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return None
+        if kind == "str" and node.tag == IMPLICIT:  # any untagged scalar is its text
+            return self._text(node, path)
+        try:
+            found = resolve(node)
+        except Undecodable as error:
+            self.undecodable(node, path, str(error))
+            return None
+        if found is None:
             return None
         if kind == "str":
-            text = node.value
-            if not text.isascii() and _SURROGATE.search(text):
-                self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not text")
-                return None
-            return text
-        found = as_int(node) if kind == "int" else as_bool(node)
-        if found is None:
-            self.error(path, f"expected {_NAMES[kind]}, got {describe(node)}")
-        elif kind == "int" and not _INT64[0] <= found <= _INT64[1]:
-            self.error(path, f"integer out of range (a 64-bit signed integer), got {found}")
+            if isinstance(found, bytes):  # !!binary: Go keeps the bytes, valid UTF-8 or not
+                return _text(found)
+            return self._text(node, path)
+        if kind == "bool":
+            if isinstance(found, bytes):
+                found = _text(found)
+            decided = as_bool(found)
+            if decided is None:
+                self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return decided
+        if isinstance(found, bool) or not isinstance(found, int):
+            # Floats too: go-yaml would truncate 1.5 to 1; raya refuses (docs/butane.md).
+            self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
+            return None
+        if not _INT64[0] <= found <= _INT64[1]:
+            self.undecodable(node, path, f"integer out of range (a 64-bit signed integer), "
+                             f"got {found}")
             return None
         return found
+
+    def _text(self, node: yaml.ScalarNode, path: Path) -> str | None:
+        text: str = node.value
+        if not text.isascii() and _SURROGATE.search(text):
+            with self.during(SOURCE):
+                self.error(path, "invalid Unicode: a lone surrogate (\\uD800-\\uDFFF) is not "
+                           "text")
+            return None
+        return text
 
     def list(self, kind: ListOf, node: Node | None, path: Path) -> list[Any] | None:
         if is_null(node):
             return None
         assert node is not None
         if not isinstance(node, yaml.SequenceNode):
-            self.error(path, f"expected a list, got {describe(node)}")
+            self.undecodable(node, path, f"expected a list, got {describe(node)}")
             return None
         items = []
         for index, item in enumerate(node.value):
+            # go-yaml's sequence decoding drops a null item (it cannot set a Go string or
+            # struct to null), so `[a, ~]` is `[a]`.
+            if is_null(item):
+                continue
             found = self.value(kind.item, item, (*path, index))
-            # Go keeps a zero value for a null item, so indexes stay aligned.
             items.append(_zero(kind.item) if found is None else found)
         return items or None
 
@@ -155,7 +143,8 @@ class Translator:
         if node is None or is_null(node):
             node_fields: dict[str, Node] = {}
         elif not isinstance(node, yaml.MappingNode):
-            self.error(path, f"expected a mapping ({spec.name}), got {describe(node)}")
+            self.undecodable(node, path, f"expected a mapping ({spec.name}), got "
+                             f"{describe(node)}")
             return {}
         else:
             node_fields = self._fields(spec, node, path)
@@ -184,72 +173,44 @@ class Translator:
     def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
         found: dict[str, Node] = {}
+        for key_node, _ in node.value:
+            if _is_merge(key_node):
+                # go-yaml applies the merge (decode.go `merge`), but Butane's unused-key pass
+                # walks the YAML tree, where `<<` matches no field: a warning, refused under
+                # --strict (config/common ... ValidateUnusedKeys in Butane's translate code).
+                path_key = (*path, "<<")
+                self.keys[path_key] = key_node
+                with self.during(SOURCE):
+                    self.report("warning", path_key, "unused key <<", key=True)
         for key_node, value_node in _merged(node):
             if not isinstance(key_node, yaml.ScalarNode):
-                self.nodes[path] = key_node
-                self.error(path, "mapping keys must be strings")
+                self.undecodable(key_node, path, "mapping keys must be strings")
                 continue
             key = key_node.value
             child = (*path, key)
             self.keys[child] = key_node
             if key in found:
-                self.report("error", child, f"mapping key {key!r} already defined", key=True)
+                self.undecodable(key_node, path, f"mapping key {key!r} already defined")
                 continue
             if key not in known:
-                if not path and key in _UNSUPPORTED:
-                    self.report("error", child, f"{key} is not supported by raya's transpiler",
-                                key=True)
-                else:
-                    self.report("warning", child, f"unused key {key}", key=True)
+                with self.during(SOURCE):
+                    if not path and key in _UNSUPPORTED:
+                        self.report("error", child, f"{key} is not supported by raya's "
+                                    "transpiler", key=True)
+                    else:
+                        self.report("warning", child, f"unused key {key}", key=True)
                 continue
             found[key] = value_node
         return found
 
-    # -- local files -------------------------------------------------------------------
-
-    def read_local(self, name: str, path: Path) -> bytes | None:
-        """A file under the files directory, or None after reporting why not."""
-        if self.files_dir is None:
-            self.error(path, "local file paths are relative to a files directory that must be "
-                       "given with --files-dir")
-            return None
-        target = self._within_files_dir(name, path)
-        if target is None:
-            return None
-        try:
-            return target.read_bytes()
-        except FileNotFoundError:
-            self.error(path, f"open {target}: no such file or directory")
-        except IsADirectoryError:
-            self.error(path, f"read {target}: is a directory (expected a file)")
-        except OSError as error:
-            self.error(path, f"open {target}: {error.strerror or error}")
-        return None
-
-    def _within_files_dir(self, name: str, path: Path) -> FsPath | None:
-        assert self.files_dir is not None
-        if "\0" in name:
-            self.error(path, "invalid local file name (contains a NUL byte)")
-            return None
-        # Like Go's filepath.Join: a leading "/" does not escape the files directory.
-        target = FsPath(os.path.normpath(f"{self.files_dir}/{name}"))
-        base = os.path.abspath(self.files_dir)
-        resolved = os.path.abspath(target)
-        if resolved != base and not resolved.startswith(base + os.sep):
-            self.error(path, "local file path traverses outside the files directory")
-            return None
-        return target
-
-    def contents(self, data: bytes, compression: str | None, out: Json) -> None:
-        """Set source (and compression) the way Butane encodes inline and local data."""
-        url, gzipped = make_data_url(data, may_compress=not compression)
-        out["source"] = url
-        if not compression:
-            # Butane always writes compression here, so a merged parent cannot leak one in.
-            out["compression"] = "gzip" if gzipped else ""
-
 
 _NAMES = {"str": "a string", "int": "an integer", "bool": "a boolean (true or false)"}
+
+
+def _text(data: bytes) -> str:
+    """Bytes as a Go string holds them: invalid UTF-8 is kept (as surrogates) for to_json to
+    write the way Go's encoder does."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _zero(kind: Kind) -> Any:
@@ -296,17 +257,48 @@ def _scalar_text(node: Node | None) -> str | None:
 def _resource(t: Translator, out: Json, path: Path) -> None:
     sources = [key for key in ("local", "inline", "source") if out.get(key) is not None]
     if len(sources) > 1:
-        t.error((*path, sources[-1]),
-                "only one of the following can be set: inline, local, source")
+        with t.during(SOURCE):
+            t.error((*path, sources[-1]),
+                    "only one of the following can be set: inline, local, source")
     local, inline = out.pop("local", None), out.pop("inline", None)
+    if inline is not None and len(sources) == 1 and path[:2] == ("ignition", "config"):
+        with t.during(SOURCE):
+            _embedded_config(t, inline, path)
     if local is not None:
         data = t.read_local(local, (*path, "local"))
         if data is not None:
             t.contents(data, out.get("compression"), out)
     if inline is not None:
-        t.contents(inline.encode("utf-8"), out.get("compression"), out)
+        t.contents(inline.encode("utf-8", "surrogateescape"), out.get("compression"), out)
     # A source we made from inline or local contents is a valid data URL already.
     checks.resource(t, out, path, check_source=local is None and inline is None)
+
+
+def _embedded_config(t: Translator, text: str, path: Path) -> None:
+    """Butane's ValidateIgnitionConfig (base/v0_x/validate.go) on an inline merge/replace
+    config: not JSON of Ignition's types is an error; another version than this fcos
+    version's Ignition is a warning (and no validation); else Ignition validates it, and
+    its findings are at the embedded config's own paths (see _place_embedded)."""
+    try:
+        node, version = embedded.parse(text, t.minor)
+    except embedded.NotAConfig as error:
+        t.error((*path, "inline"), f"config is not valid: {error}")
+        return
+    if version is None:  # Ignition.Validate's own error; validation goes on
+        t.embedded.append(Diagnostic("error", ("ignition", "version"), 1, 1,
+                                     "invalid config version (couldn't parse)"))
+    elif version != t.ignition_version:
+        t.warn((*path, "version"), "skipping validation for the merge/replace ignition config "
+               f"due to an unkown version ({version}; fcos 1.{t.minor} reads "
+               f"{t.ignition_version})")
+        return
+    inner = Walker(t.files_dir)
+    inner.minor, inner.ignition_version = t.minor, t.ignition_version
+    inner.obj(CONFIG, node, ())
+    if inner.undecoded:
+        t.error((*path, "inline"), "config is not valid: " + inner.undecoded[0].message)
+        return
+    t.embedded.extend(inner.diagnostics)  # placed once the whole YAML is walked
 
 
 def _file(t: Translator, out: Json, path: Path) -> None:
@@ -318,16 +310,36 @@ def _directory(t: Translator, out: Json, path: Path) -> None:
 
 
 def _proxy(t: Translator, out: Json, path: Path) -> None:
+    # Ignition's Proxy.Validate (proxy.go): http(s) URLs; plain http for HTTPS resources is
+    # allowed but warned about.
     for key, field in (("httpProxy", "http_proxy"), ("httpsProxy", "https_proxy")):
         value = out.get(key)
-        if value is not None and not value.startswith(("http://", "https://")):
-            with checks.generated(t):
-                t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
+        if value is None:
+            continue
+        try:
+            scheme = urls.parse(value).scheme
+        except ValueError:
+            t.error((*path, field), urls.INVALID_URL)
+            continue
+        if scheme not in ("http", "https"):
+            t.error((*path, field), "proxies must be http(s) (an http:// or https:// URL)")
+        elif scheme == "http" and key == "httpsProxy":
+            t.warn((*path, field), "insecure plaintext HTTP proxy specified for HTTPS resources")
+
+
+def _ignition_config(t: Translator, out: Json, path: Path) -> None:
+    checks.required_source(t, out.get("merge", []), (*path, "merge"))
+
+
+def _tls(t: Translator, out: Json, path: Path) -> None:
+    checks.required_source(t, out.get("certificateAuthorities", []),
+                           (*path, "certificate_authorities"))
 
 
 def _tree(t: Translator, out: Json, path: Path) -> None:
     if not out.get("local"):
-        t.error(path, "local is required (a directory under --files-dir)")
+        with t.during(SOURCE):
+            t.error(path, "local is required (a directory under --files-dir)")
 
 
 def _user(t: Translator, out: Json, path: Path) -> None:
@@ -339,7 +351,7 @@ def _user(t: Translator, out: Json, path: Path) -> None:
     for index, name in enumerate(local):
         data = t.read_local(name, (*path, "ssh_authorized_keys_local", index))
         if data is not None:
-            keys.extend(line for line in _NEWLINES.split(data.decode("utf-8", "replace")) if line)
+            keys.extend(line for line in _NEWLINES.split(_text(data)) if line)
     if not keys:
         del out["sshAuthorizedKeys"]
 
@@ -351,7 +363,7 @@ def _group(t: Translator, out: Json, path: Path) -> None:
 def _owner(t: Translator, out: Json, path: Path) -> None:
     checks.non_negative(t, out.get("id"), (*path, "id"))
     if out.get("id") is not None and out.get("name") is not None:
-        with checks.generated(t):
+        with t.during(IGNITION):
             t.error(path, "cannot set both id and name")
 
 
@@ -361,24 +373,24 @@ def _systemd_local(t: Translator, out: Json, path: Path) -> str:
     if local is None:
         return "contents"
     if out.get("contents") is not None:
-        t.error((*path, "contents_local"), "only one of the following can be set: contents, "
-                "contents_local")
+        with t.during(SOURCE):
+            t.error((*path, "contents_local"), "only one of the following can be set: "
+                    "contents, contents_local")
     if local:
         data = t.read_local(local, (*path, "contents_local"))
         if data is not None:
-            out["contents"] = data.decode("utf-8", "replace")
+            out["contents"] = _text(data)
     return "contents_local"
 
 
 def _unit(t: Translator, out: Json, path: Path) -> None:
-    contents_key = _systemd_local(t, out, path)
-    with checks.generated(t):
-        units.check_unit(t, out, path, contents_key)
+    key = t.contents_keys[path] = _systemd_local(t, out, path)
+    units.check_unit(t, out, path, key)
 
 
 def _dropin(t: Translator, out: Json, path: Path) -> None:
     contents_key = _systemd_local(t, out, path)
-    with checks.generated(t):
+    with t.during(IGNITION):
         units.check_dropin(t, out, path, contents_key)
 
 
@@ -392,7 +404,8 @@ def _filesystem(t: Translator, out: Json, path: Path) -> None:
 def _storage(t: Translator, out: Json, path: Path) -> None:
     trees = out.pop("trees", None)
     if trees:
-        expand(t, trees, out, path)
+        with t.during(TRANSLATE):
+            expand(t, trees, out, path)
     storage.check(t, out, path)
 
 
@@ -400,9 +413,20 @@ def _config(t: Translator, out: Json, path: Path) -> None:
     for key in ("variant", "version"):
         out.pop(key, None)
     out["ignition"] = {**out.get("ignition", {}), "version": t.ignition_version}
-    with checks.generated(t):
+    with t.during(IGNITION):
         units.add_mount_units(t, out)
     checks.config(t, out)
+    _place_embedded(t)
+
+
+def _place_embedded(t: Translator) -> None:
+    """Butane looks an embedded config's finding up by its path in the Butane YAML: on the
+    node at exactly that path if there is one, else on line 1, column 1."""
+    for finding in t.embedded:
+        node = t.nodes.get(finding.path)
+        with t.during(SOURCE):
+            t.report(finding.severity, finding.path, finding.message,
+                     at=position(node) if node is not None else (1, 1))
 
 
 HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
@@ -411,6 +435,8 @@ HOOKS: dict[str, Callable[[Translator, Json, Path], None]] = {
     "directory": _directory,
     "tree": _tree,
     "proxy": _proxy,
+    "ignition_config": _ignition_config,
+    "tls": _tls,
     "user": _user,
     "group": _group,
     "node_user": _owner,

@@ -7,14 +7,12 @@ import posixpath
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path as FsPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raya.butane.checks import go_clean
+from raya.butane.context import Json, Translator
 from raya.butane.schema import FILE, LINK, RESOURCE
 from raya.butane.source import Path
-
-if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
 
 _EXISTS = "matching filesystem node has existing contents or different type"
 
@@ -48,7 +46,7 @@ def expand(t: Translator, trees: list[Any], storage: Json, path: Path) -> None:
             t.error(where, "local file paths are relative to a files directory that must be "
                     "given with --files-dir")
             return
-        root = t._within_files_dir(tree["local"], where)
+        root = t.within_files_dir(tree["local"], where)
         if root is None:
             continue
         if not root.exists():

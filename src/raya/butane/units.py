@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING
 
 from raya.butane.checks import unique
+from raya.butane.context import Json, Translator
 from raya.butane.source import Path
-
-if TYPE_CHECKING:
-    from raya.butane.translate import Json, Translator
+from raya.butane.unitfile import UnitSyntaxError, deserialize
 
 UNIT_EXTENSIONS = (".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target",
                    ".path", ".timer", ".snapshot", ".slice", ".scope")
@@ -40,34 +38,16 @@ def check_dropin(t: Translator, out: Json, path: Path, contents_key: str) -> Non
 
 
 def _option_sections(t: Translator | None, contents: str | None, path: Path) -> set[str] | None:
-    """Sections that hold at least one option; None (reported) if systemd cannot parse it."""
-    sections: set[str] = set()
+    """Sections that hold at least one option; None (reported) if Ignition cannot parse it
+    (its validateUnitContent runs go-systemd's deserializer: unitfile.py)."""
     if not contents:
-        return sections
-    section = None
-    continued = False
-    for number, raw in enumerate(contents.splitlines(), 1):
-        line = raw.strip()
-        if continued:
-            continued = line.endswith("\\")
-            continue
-        if not line or line[0] in "#;":
-            continue
-        if line[0] == "[":
-            if not line.endswith("]"):
-                if t is not None:
-                    t.error(path, f"invalid unit content: line {number}: unable to find end "
-                            "of section (expected [Section])")
-                return None
-            section = line[1:-1]
-        elif "=" not in line:
-            if t is not None:
-                t.error(path, f"invalid unit content: line {number}: expected Key=value")
-            return None
-        elif section is not None:
-            sections.add(section)
-            continued = line.endswith("\\")
-    return sections
+        return set()
+    try:
+        return {section for section, _ in deserialize(contents)}
+    except UnitSyntaxError as error:
+        if t is not None:
+            t.error(path, f"invalid unit content: {error}")
+        return None
 
 
 def escape_path(value: str) -> str:
@@ -128,7 +108,10 @@ def _remote(fs: Json, storage: Json) -> bool:
 
 
 def check_templates(t: Translator, units: list[Json]) -> None:
-    """Ignition 3.4+: an enabled instance (a@b.service) of a template without [Install]."""
+    """An enabled instance (a@b.service) of a template without [Install]: Ignition's
+    Systemd.Validate (NewNoInstallSectionForInstantiableUnitError), in the v3_3 types Butane
+    uses for fcos 1.4 too. Reported at the instance's contents key (contents_local if its
+    contents came from a local file)."""
     by_name = {unit.get("name"): unit for unit in units}
     for index, unit in enumerate(units):
         match = _INSTANCE.match(unit.get("name", ""))
@@ -138,7 +121,8 @@ def check_templates(t: Translator, units: list[Json]) -> None:
         contents = by_name.get(template, {}).get("contents")
         sections = _option_sections(None, contents, ())
         if contents and sections is not None and "Install" not in sections:
-            t.warn(("systemd", "units", index, "contents"),
+            where = ("systemd", "units", index)
+            t.warn((*where, t.contents_keys.get(where, "contents")),
                    f'template unit "{template}" for "{unit["name"]}" doesn\'t have Install section')
 
 
@@ -146,8 +130,7 @@ def add_mount_units(t: Translator, out: Json) -> None:
     """Generated units come first; a user unit of the same name is merged over one."""
     user_units = out.get("systemd", {}).get("units", [])
     unique(t, user_units, "name", ("systemd", "units"))
-    if t.minor >= 5:
-        check_templates(t, user_units)
+    check_templates(t, user_units)
     if not t.mounts:
         return
     storage = out.get("storage", {})
