@@ -331,17 +331,22 @@ def write_pins(changes: Sequence[PinChange]) -> None:
                 raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
 
 
-def find_snapshots(
-    token: str, labels: Mapping[str, str], endpoint: str = HCLOUD_API_URL
-) -> tuple[Snapshot, ...]:
-    """The x86 snapshots carrying exactly these labels, oldest first."""
-    client = Client(
+def hcloud_client(token: str, endpoint: str, timeout: float = HTTP_TIMEOUT) -> Client:
+    """The Hetzner Cloud API at `endpoint`, raya naming itself to it."""
+    return Client(
         token=token,
         api_endpoint=endpoint,
         application_name="raya",
         application_version=__version__,
-        timeout=HTTP_TIMEOUT,
+        timeout=timeout,
     )
+
+
+def find_snapshots(
+    token: str, labels: Mapping[str, str], endpoint: str = HCLOUD_API_URL
+) -> tuple[Snapshot, ...]:
+    """The x86 snapshots carrying exactly these labels, oldest first."""
+    client = hcloud_client(token, endpoint)
     try:
         images = client.images.get_all(
             type=["snapshot"],

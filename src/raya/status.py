@@ -215,19 +215,13 @@ def hetzner_servers(
 ) -> dict[str, ServerFacts | str | None]:
     """Each node's server, by the id the stack recorded; a reason string if unreachable."""
     import requests
-    from hcloud import APIException, Client, HCloudException
+    from hcloud import APIException, HCloudException
 
-    from raya import __version__
+    from raya.image import hcloud_client
 
     if not token:
         return dict.fromkeys(ids, "HCLOUD_TOKEN not set")
-    client = Client(
-        token=token,
-        api_endpoint=endpoint,
-        application_name="raya",
-        application_version=__version__,
-        timeout=API_TIMEOUT,
-    )
+    client = hcloud_client(token, endpoint, API_TIMEOUT)
     found: dict[str, ServerFacts | str | None] = {}
     for node, server_id in ids.items():
         try:

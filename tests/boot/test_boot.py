@@ -3,7 +3,6 @@ simulated Hetzner network, asserted from the node's own journal and state."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from raya.github_keys import authorized_keys
 from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_impostor, k3s_unit
 from tests.boot.sim import EXAMPLE_USERS, BootedNode, Event
-from tests.support import require_tool
+from tests.support import require_root, require_tool
 
 CONTROL_PLANE = "https://10.0.1.10:6443"
 
@@ -20,11 +19,7 @@ CONTROL_PLANE = "https://10.0.1.10:6443"
 def tools() -> None:
     for tool in ("debootstrap", "systemd-nspawn", "ip", "dnsmasq", "nsenter", "journalctl"):
         require_tool(tool)
-    if os.geteuid() != 0:
-        message = "the boot tests need root (namespaces, mounts, nspawn)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_root("the boot tests (namespaces, mounts, nspawn)")
 
 
 @pytest.fixture(scope="module")

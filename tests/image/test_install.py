@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.image.conftest import IMAGE_DIR, FakeWeb
-from tests.support import require_tool
+from tests.support import require_root, require_tool
 
 pytestmark = pytest.mark.tools
 
@@ -44,11 +44,7 @@ def sha256(path: Path) -> str:
 def tools() -> None:
     for tool in ("losetup", "sfdisk", "mkfs.ext4", "xz", "curl", "wipefs", "blockdev", "mount"):
         require_tool(tool)
-    if os.geteuid() != 0:
-        message = "install.sh tests need root (loop devices, mount)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_root("install.sh tests (loop devices, mount)")
 
 
 @dataclass

@@ -28,7 +28,7 @@ from raya.identity import ClusterSecrets
 from raya.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
 from tests.nodes.conftest import CHARTS
 from tests.nodes.tools import IgnitionFailed, apply_ignition, ignition_files, scratch_root
-from tests.support import require_tool
+from tests.support import require_root, require_tool
 
 pytestmark = pytest.mark.tools
 
@@ -58,11 +58,7 @@ def volume(tmp_path: Path) -> Iterator[Volume]:
     """An empty 64 MiB volume on a loop device, at the by-id path Hetzner gives it."""
     for tool in ("losetup", "mkfs.ext4", "blkid", "mount", "umount", "mkswap"):
         require_tool(tool)
-    if os.geteuid() != 0:
-        message = "the volume tests need root (loop devices, mount)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_root("the volume tests (loop devices, mount)")
     backing = tmp_path / "volume.img"
     with backing.open("wb") as handle:
         handle.truncate(64 * MiB)

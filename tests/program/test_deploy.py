@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 from raya import deploy
 from raya.cli import app
 from raya.errors import ConfigError, DeployError
-from raya.project import EXAMPLE_ROOT
 from tests.support import REPO
 
 SECRET = "s3cr3t-never-printed"
@@ -66,18 +65,6 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Standin:
     def import_stack(self, state: auto.Deployment) -> None:
         raise AssertionError("nothing was protected: nothing to import")
 
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", root / "Pulumi.prod.yaml")
-    shutil.copytree(EXAMPLE_ROOT / "deploy", root / "deploy")
-    shutil.copytree(
-        REPO / "image", root / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
-    )
-    return root
 
 
 def test_up_streams_the_clis_display_and_masks_secret_outputs(

@@ -5,7 +5,6 @@ environment, unprotecting first) and a destroy that unprotects everything it del
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,6 @@ from raya import deploy
 from raya.cli import app
 from raya.errors import DeployError
 from raya.program import REPLACE_ENV
-from raya.project import EXAMPLE_ROOT
-from tests.support import REPO
 
 EVENTS = Path(__file__).parent / "events"
 CP_URN = "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane"
@@ -109,16 +106,6 @@ class RecordedStack:
         self.imported.append(list(state.deployment["resources"]))
         self.state = state
 
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", tmp_path / "Pulumi.prod.yaml")
-    shutil.copytree(EXAMPLE_ROOT / "deploy", tmp_path / "deploy")
-    shutil.copytree(
-        REPO / "image", tmp_path / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
-    )
-    return tmp_path
 
 
 def stack_playing(monkeypatch: pytest.MonkeyPatch, name: str) -> RecordedStack:

@@ -18,11 +18,9 @@ from raya import roll as rl
 from raya.cli import app
 from raya.identity import CertificateAuthority
 from raya.kubeconfig import api_client
-from raya.project import EXAMPLE_ROOT
 from tests.program import fakes
 from tests.program.mocks import Run
 from tests.program.test_program import PINS, provider_mocks, run
-from tests.support import REPO
 
 PIN = PINS.k3s.version
 OLD = "v1.30.0+k3s1"
@@ -191,18 +189,6 @@ def test_the_control_plane_is_replaced_alone_then_every_node_must_be_ready(
             rl.plan(NODES, ["control-plane"], [])
         )
 
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    import shutil
-
-    folder = tmp_path / "project"
-    folder.mkdir()
-    (folder / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", folder / "Pulumi.prod.yaml")
-    shutil.copytree(EXAMPLE_ROOT / "deploy", folder / "deploy")
-    shutil.copytree(REPO / "image", folder / "image", ignore=shutil.ignore_patterns("*.hcl"))
-    return folder
 
 
 def test_the_command_rolls_the_drifting_nodes_through_raya_up(

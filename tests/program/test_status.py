@@ -23,7 +23,7 @@ from raya.pins import snapshot_labels
 from tests.program import fakes
 from tests.program.mocks import Run
 from tests.program.test_program import PINS, provider_mocks, run
-from tests.support import REPO, Respond, http_server, routes
+from tests.support import Respond, http_server, routes
 
 VERSION = PINS.k3s.version
 LABELS = snapshot_labels(PINS, "raya")
@@ -310,18 +310,6 @@ def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
     gone = st.kubernetes_addons(kubeconfig, server="https://127.0.0.1:9")
     assert list(gone) == ["add-ons"] and gone["add-ons"].state == st.UNKNOWN
 
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    import shutil
-
-    from raya.project import EXAMPLE_ROOT
-
-    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", tmp_path / "Pulumi.prod.yaml")
-    shutil.copytree(EXAMPLE_ROOT / "deploy", tmp_path / "deploy")
-    shutil.copytree(REPO / "image", tmp_path / "image", ignore=shutil.ignore_patterns("*.hcl"))
-    return tmp_path
 
 
 def test_the_command_end_to_end(
