@@ -6,17 +6,14 @@ Target: the whole 201-node fleet in under 1 second.
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import statistics
-import sys
+import string
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.nodes.fakes
-
-from tests.nodes.fakes import many_users, with_users
 
 from raya.butane import dataurl
-from raya.fleet import build_cluster
+from raya.fleet import Cluster, build_cluster
 from raya.identity import generate_example_secrets
 from raya.pins import load_chart_pins
 from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -51,6 +48,22 @@ def fleet_time() -> None:
     print(f"  target {TARGET:.1f} s: median is {median / TARGET:.0%} of it")
 
 
+def handles(count: int, long_handles: bool) -> tuple[str, ...]:
+    """`count` distinct GitHub handles: `user-00`... or 39 random letters and digits
+    (GitHub's longest logins; random, so gzip cannot shrink them as it would a shared prefix)."""
+    rng = random.Random(0)
+    alphabet = string.ascii_letters + string.digits
+    if not long_handles:
+        return tuple(f"user-{i:02d}" for i in range(count))
+    return tuple("".join(rng.choice(alphabet) for _ in range(39)) for _ in range(count))
+
+
+def with_handles(cluster: Cluster, users: tuple[str, ...]) -> Cluster:
+    return dataclasses.replace(
+        cluster, config=dataclasses.replace(cluster.config, authorized_users=users)
+    )
+
+
 def size_table() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     secrets = generate_example_secrets(node.name for node in example.nodes)
@@ -62,14 +75,14 @@ def size_table() -> None:
     rows = [header]
     for count in (1, 10, 50, 200):
         for long_handles in (False, True):
-            users = many_users(count, long_handles=long_handles)
-            cluster = with_users(example, users)
+            users = handles(count, long_handles)
+            cluster = with_handles(example, users)
             nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
             cp, agent = len(nodes[0].ignition), len(nodes[1].ignition)
             rows.append(
                 (
                     str(count),
-                    f"{len(users[0].handle)} chars",
+                    f"{len(users[0])} chars",
                     f"{cp:,} B ({cp / IGNITION_LIMIT:.0%})",
                     f"{agent:,} B ({agent / IGNITION_LIMIT:.0%})",
                 )
