@@ -268,8 +268,8 @@ def _render(
 
 
 def _largest_parts(ignition: bytes, count: int = 4) -> list[str]:
-    """What takes the most room: files grouped by folder (50 pinned SSH key files weigh
-    more than any one file), then units and users, as 'what (N bytes)'."""
+    """What takes the most room: files grouped by folder (the manifests together weigh more
+    than any one file), then units and users, as 'what (N bytes)'."""
     config = json.loads(ignition)
     sizes: dict[str, list[int]] = {}
     for kind, entries in (

@@ -24,8 +24,8 @@ ExampleOption = Annotated[
     bool,
     typer.Option(
         "--example",
-        help="Use the bundled example project (control plane + 3 agents) and its example "
-        "keys: no account, no network.",
+        help="Use the bundled example project (control plane + 3 agents; `raya keys` reads "
+        "its example keys file): no account, no network.",
     ),
 ]
 KeysFileOption = Annotated[
