@@ -29,12 +29,14 @@ def rsa4096_key(rng: random.Random) -> str:
 def many_users(
     count: int, keys_each: int = 3, seed: int = 0, *, long_handles: bool = False
 ) -> tuple[UserKeys, ...]:
-    """`count` users (user-00, user-01, ...; or 39 characters long, GitHub's longest
-    logins, with `long_handles`) each holding `keys_each` RSA-4096 keys."""
+    """`count` users (user-00, user-01, ...; or, with `long_handles`, 39 random letters and
+    digits, GitHub's longest logins and the worst case for size: nothing for gzip to share)
+    each holding `keys_each` RSA-4096 keys."""
     rng = random.Random(seed)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
     return tuple(
         parse_user_keys(
-            f"{'u' * 35}-{i:03d}" if long_handles else f"user-{i:02d}",
+            "".join(rng.choice(alphabet) for _ in range(39)) if long_handles else f"user-{i:02d}",
             "".join(rsa4096_key(rng) + "\n" for _ in range(keys_each)),
             "fakes",
         )
