@@ -319,10 +319,13 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
         keys[start::4] = memoryview(data[start:start + (n - start) // 4 * 4]).cast("I").tolist()
     prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
     last: dict[int, int] = {}
-    get = last.get
+    setdefault = last.setdefault
     for position, key in enumerate(keys, 1):
-        prev[position - 1] = get(key, 0)
-        last[key] = position
+        # Most 4-byte keys are new: one dictionary operation then, two for a repeat.
+        found = setdefault(key, position)
+        if found != position:
+            prev[position - 1] = found
+            last[key] = position
     hits = list(compress(range(n), prev))  # positions that have a previous occurrence, ascending
     tokens: list[int] = []
     boundaries: list[tuple[int, int]] = []
