@@ -26,6 +26,9 @@ _GO_ESCAPES = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029",
      **{chr(0xDC80 + byte): "\\ufffd" for byte in range(128)}}
 )
+# The same characters, found: a document has few, and str.translate would look up every
+# character of it.
+_NEEDS_GO_ESCAPE = re.compile("[<>&\u2028\u2029\udc80-\udcff]")
 
 
 # An escaped \b or \f: an odd run of backslashes before the letter.
@@ -93,13 +96,17 @@ def translate(text: str, files_dir: Path | None = None) -> Result:
     return Result(config, diagnostics)
 
 
+def _go_escape(match: re.Match[str]) -> str:
+    return _GO_ESCAPES[ord(match.group())]
+
+
 def to_json(config: dict[str, Any], *, pretty: bool = False) -> str:
     """Ignition JSON the way Butane writes it (Go's key order and escaping)."""
     if pretty:
         text = json.dumps(config, ensure_ascii=False, indent=2)
     else:
         text = json.dumps(config, ensure_ascii=False, separators=(",", ":"))
-    text = text.translate(_GO_ESCAPES)
+    text = _NEEDS_GO_ESCAPE.sub(_go_escape, text)
     if "\\b" in text or "\\f" in text:
         # Butane's JSON encoder (Go's, before 1.22) writes these two as \u0008 and \u000c.
         text = _SHORT_ESCAPE.sub(lambda m: m.group(1) + _LONG[m.group(2)], text)

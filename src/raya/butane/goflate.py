@@ -319,10 +319,13 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
         keys[start::4] = memoryview(data[start:start + (n - start) // 4 * 4]).cast("I").tolist()
     prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
     last: dict[int, int] = {}
-    get = last.get
+    setdefault = last.setdefault
     for position, key in enumerate(keys, 1):
-        prev[position - 1] = get(key, 0)
-        last[key] = position
+        # Most 4-byte keys are new: one dictionary operation then, two for a repeat.
+        found = setdefault(key, position)
+        if found != position:
+            prev[position - 1] = found
+            last[key] = position
     hits = list(compress(range(n), prev))  # positions that have a previous occurrence, ascending
     tokens: list[int] = []
     boundaries: list[tuple[int, int]] = []
@@ -378,31 +381,30 @@ def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
     best, distance = _MIN_MATCH - 1, 0
     tries = _CHAIN
     i = candidate
+    window = pos - 32768
     end_byte = data[pos + best]
     while tries > 0:
         if data[i + best] == end_byte:
-            size = _match_length(data, i, pos, limit)
+            # Every position on the chain starts with pos's 4 bytes (the chains are keyed
+            # by them): compare from there on, 8 bytes at a time, then byte by byte.
+            size = _MIN_MATCH
+            while (size + 8 <= limit
+                   and data[i + size:i + size + 8] == data[pos + size:pos + size + 8]):
+                size += 8
+            while size < limit and data[i + size] == data[pos + size]:
+                size += 1
             if size > best and (size > _MIN_MATCH or pos - i <= 4096):
                 best, distance = size, pos - i
                 if size >= nice:
                     break
                 end_byte = data[pos + size]
-        if i == pos - 32768:
+        if i == window:
             break
         i = prev[i] - 1
-        if i < 0 or i < pos - 32768:
+        if i < 0 or i < window:
             break
         tries -= 1
     return best, distance  # (3, 0) when nothing longer than 3 bytes was found
-
-
-def _match_length(data: bytes, a: int, b: int, limit: int) -> int:
-    size = 0
-    while size + 8 <= limit and data[a + size:a + size + 8] == data[b + size:b + size + 8]:
-        size += 8
-    while size < limit and data[a + size] == data[b + size]:
-        size += 1
-    return size
 
 
 def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
