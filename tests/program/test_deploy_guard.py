@@ -64,35 +64,11 @@ class RecordedStack:
 
     def up(self, **kwargs: Any) -> auto.UpResult:
         self._play("up", kwargs)
-        summary = auto.UpdateSummary(
-            kind="update",
-            start_time=None,  # type: ignore[arg-type]
-            message="",
-            environment={},
-            config={},
-            result="succeeded",
-            end_time=None,
-            version=2,
-            deployment=None,
-            resource_changes={auto.OpType.SAME: 26},
-        )
-        return auto.UpResult("", "", summary, {})
+        return auto.UpResult("", "", _summary("update", {auto.OpType.SAME: 26}), {})
 
     def destroy(self, **kwargs: Any) -> auto.DestroyResult:
         self.calls.append(("destroy", kwargs))
-        summary = auto.UpdateSummary(
-            kind="destroy",
-            start_time=None,  # type: ignore[arg-type]
-            message="",
-            environment={},
-            config={},
-            result="succeeded",
-            end_time=None,
-            version=2,
-            deployment=None,
-            resource_changes={auto.OpType.DELETE: 26},
-        )
-        return auto.DestroyResult("", "", summary)
+        return auto.DestroyResult("", "", _summary("destroy", {auto.OpType.DELETE: 26}))
 
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export_stack", {}))
@@ -288,3 +264,18 @@ def test_the_subnet_counts_as_the_network() -> None:
     assert deploy.protected_changes([event]) == [
         "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
     ]
+
+
+def _summary(kind: str, changes: dict[auto.OpType, int]) -> auto.UpdateSummary:
+    return auto.UpdateSummary(
+        kind=kind,
+        start_time=None,  # type: ignore[arg-type]
+        message="",
+        environment={},
+        config={},
+        result="succeeded",
+        end_time=None,
+        version=2,
+        deployment=None,
+        resource_changes=changes,
+    )
