@@ -85,7 +85,8 @@ def _nodes(t: Translator, out: Json, path: Path) -> None:
     # Ignition storage.go and validate.go: one path per node across directories, files and
     # links (checked in that order, so the later kind is the duplicate); no node below a link.
     seen: set[str] = set()
-    links = [link.get("path", "") for link in out.get("links", ())]
+    # Each link's path as a directory prefix; str.startswith tries them all in one call.
+    below_links = tuple(f"{link}/" for entry in out.get("links", ()) if (link := entry.get("path")))
     for kind in _NODE_LISTS:
         for index, entry in enumerate(out.get(kind, ())):
             where = t.origins.get(id(entry), (*path, kind, index))
@@ -96,7 +97,7 @@ def _nodes(t: Translator, out: Json, path: Path) -> None:
                 t.error(where, "duplicate entry defined (files, directories and links must "
                         "have distinct paths)")
             seen.add(node_path)
-            if any(node_path.startswith(link + "/") for link in links if link):
+            if node_path.startswith(below_links):
                 t.error(where, f"{kind[:-1]} path includes a link defined in storage.links")
             if kind == "files" and entry.get("overwrite") and "source" not in entry.get(
                 "contents", {}

@@ -173,16 +173,20 @@ class Walker(Translator):
     def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
         found: dict[str, Node] = {}
-        for key_node, _ in node.value:
-            if _is_merge(key_node):
-                # go-yaml applies the merge (decode.go `merge`), but Butane's unused-key pass
-                # walks the YAML tree, where `<<` matches no field: a warning, refused under
-                # --strict (config/common ... ValidateUnusedKeys in Butane's translate code).
-                path_key = (*path, "<<")
-                self.keys[path_key] = key_node
-                with self.during(SOURCE):
-                    self.report("warning", path_key, "unused key <<", key=True)
-        for key_node, value_node in _merged(node):
+        entries = node.value
+        if _has_merge_key(node):  # rare: most mappings are walked as they are
+            for key_node, _ in entries:
+                if _is_merge(key_node):
+                    # go-yaml applies the merge (decode.go `merge`), but Butane's unused-key
+                    # pass walks the YAML tree, where `<<` matches no field: a warning,
+                    # refused under --strict (config/common ... ValidateUnusedKeys in
+                    # Butane's translate code).
+                    path_key = (*path, "<<")
+                    self.keys[path_key] = key_node
+                    with self.during(SOURCE):
+                        self.report("warning", path_key, "unused key <<", key=True)
+            entries = _merged(node)
+        for key_node, value_node in entries:
             if not isinstance(key_node, yaml.ScalarNode):
                 self.undecodable(key_node, path, "mapping keys must be strings")
                 continue
@@ -224,7 +228,7 @@ def _zero(kind: Kind) -> Any:
 def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
     """Entries with YAML merge keys (`<<: *anchor`) applied, as go-yaml applies them:
     the mapping's own keys win, then earlier merged mappings over later ones."""
-    if not any(k.value == "<<" for k, _ in node.value):
+    if not _has_merge_key(node):
         return node.value  # type: ignore[no-any-return]
     own = [(k, v) for k, v in node.value if not _is_merge(k)]
     sources = [v for k, v in node.value if _is_merge(k)]
@@ -239,6 +243,11 @@ def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
                     seen.add(k.value)
                     merged.append((k, v))
     return merged + own
+
+
+def _has_merge_key(node: yaml.MappingNode) -> bool:
+    """Whether any key reads `<<` (quoted or not: _merged and _is_merge tell them apart)."""
+    return any(k.value == "<<" for k, _ in node.value)
 
 
 def _is_merge(key: Node) -> bool:
