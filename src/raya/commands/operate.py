@@ -113,24 +113,19 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
 
 
 def _print(report: st.Report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_lines=False)
     for column in ("node", *st.COLUMNS):
         table.add_column(column, overflow="fold")
     for row in report.rows:
-        cells = (f"[{_STYLE[c.state]}]{_escape(c.text)}[/]" for c in row.checks.values())
+        cells = (f"[{_STYLE[c.state]}]{escape(c.text)}[/]" for c in row.checks.values())
         table.add_row(row.node, *cells)
     out.print(table)
     for name, check in report.cluster.items():
-        out.print(f"{name}: [{_STYLE[check.state]}]{_escape(check.text)}[/]")
+        out.print(f"{name}: [{_STYLE[check.state]}]{escape(check.text)}[/]")
     out.print("healthy" if report.healthy else "[red]not healthy[/]")
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 @commands.command()
