@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress, groupby, repeat
+from itertools import compress, groupby
 from math import log2
 from operator import mul
 
@@ -143,24 +143,20 @@ _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)
         for bits in range(14)]
 
 
-def _codes(lengths: list[int]) -> list[str]:
-    """RFC 1951 canonical Huffman codes, most significant bit first (as sent)."""
-    # The used symbols by code length, then by symbol: the order codes are handed out
-    # in, consecutively within each length.
-    order = sorted(compress(range(len(lengths)), lengths), key=lengths.__getitem__)
-    ordered = list(map(lengths.__getitem__, order))
-    handed_out: list[str] = []
-    code = 0
-    for bits in range(1, 16):
-        count = bisect_right(ordered, bits) - bisect_left(ordered, bits)
-        if count:
-            if bits < len(_MSB):
-                handed_out += _MSB[bits][code:code + count]
-            else:
-                handed_out += map(_BINARY[bits], range(code, code + count))
-        code = (code + count) << 1
-    found = dict(zip(order, handed_out, strict=True))
-    return list(map(found.get, range(len(lengths)), repeat("")))
+def _codes(lengths: list[int]) -> dict[int, str]:
+    """RFC 1951 canonical Huffman codes of the used symbols, most significant bit first
+    (as sent): by length, then by symbol, each code the previous one plus one, shifted
+    left when the length grows."""
+    codes = {}
+    code, previous = 0, 0
+    # sorted() is stable: equal lengths stay in symbol order.
+    for symbol in sorted(compress(range(len(lengths)), lengths), key=lengths.__getitem__):
+        bits = lengths[symbol]
+        code <<= bits - previous
+        previous = bits
+        codes[symbol] = _MSB[bits][code] if bits < len(_MSB) else _BINARY[bits](code)
+        code += 1
+    return codes
 
 
 # Every code of up to 10 bits as its string (longer ones are rare and formatted).
@@ -410,19 +406,19 @@ def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
 def _code_lengths(freq: list[int], max_bits: int) -> list[int]:
     """Go's huffmanEncoder.generate: the bit length of each symbol's code."""
     lengths = [0] * len(freq)
-    symbols = list(compress(range(len(freq)), freq))
-    used = sorted(zip(map(freq.__getitem__, symbols), symbols, strict=True))
+    # By frequency, then by symbol (sorted() is stable), as Go sorts them.
+    used = sorted(compress(range(len(freq)), freq), key=freq.__getitem__)
     if len(used) <= 2:
-        for _, symbol in used:
+        for symbol in used:
             lengths[symbol] = 1
         return lengths
-    freqs = [f for f, _ in used]
+    freqs = list(map(freq.__getitem__, used))
     depths = _huffman_depths(freqs)
     if depths[0] > max_bits:  # too deep: Go's length-limited construction decides
         counts = _bit_counts(freqs, max_bits)
         depths = [bits for bits in range(len(counts) - 1, 0, -1) for _ in range(counts[bits])]
     # Longest codes to the rarest symbols, as Go assigns them.
-    for (_, symbol), depth in zip(used, depths, strict=True):
+    for symbol, depth in zip(used, depths, strict=True):
         lengths[symbol] = depth
     return lengths
 
