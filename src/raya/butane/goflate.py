@@ -17,9 +17,9 @@ import zlib
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress, groupby
+from itertools import compress
 from math import log2
-from operator import mul
+from operator import mul, ne
 
 # Largest input modelled: what Go's window takes in one fill (no window shifts).
 MAX_MODELLED = 2 * 32768
@@ -256,7 +256,9 @@ class _Block:
         else:  # Go counts one (unwritten) offset so that the tree can be encoded
             off_freq[0], self.num_off = 1, 1
         self.lit_freq, self.off_freq, self.extra = lit_freq, off_freq, extra
-        self.fixed = 3 + _cost(lit_freq, _FIXED_LIT) + _cost(off_freq, _FIXED_OFF) + extra
+        # The fixed code: 8 bits for most literals, 9 for 144-255, 7 for 256-279; 5 per offset.
+        fixed_lit = 8 * sum(lit_freq) + sum(lit_freq[144:256]) - sum(lit_freq[256:280])
+        self.fixed = 3 + fixed_lit + 5 * sum(off_freq) + extra
         self.stored = (len(data) + 5) * 8
 
     def bounds(self) -> tuple[int | None, int | None]:
@@ -513,8 +515,11 @@ def _dynamic_header(
     codegen: list[tuple[int, int]] = []
     append = codegen.append
     freq = [0] * 19
-    for size, group in groupby([*lit_lengths, *off_lengths]):
-        run = len(list(group))
+    lengths = [*lit_lengths, *off_lengths]
+    # Runs of equal lengths: where each starts, and where it ends (the next one's start).
+    starts = [0, *compress(range(1, len(lengths)), map(ne, lengths[1:], lengths))]
+    for start, end in zip(starts, [*starts[1:], len(lengths)], strict=True):
+        size, run = lengths[start], end - start
         if size:
             append((size, 0))
             freq[size] += 1
