@@ -374,8 +374,8 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
 def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
                 lookahead: int) -> tuple[int, int]:
     """Longest match along the hash chain: (length, distance), or (3, 0) for none."""
-    limit = min(_MAX_MATCH, lookahead)
-    nice = min(_NICE, limit)
+    limit = lookahead if lookahead < _MAX_MATCH else _MAX_MATCH
+    nice = _NICE if limit > _NICE else limit
     best, distance = _MIN_MATCH - 1, 0
     tries = _CHAIN
     i = candidate
@@ -436,17 +436,19 @@ def _huffman_depths(freqs: list[int]) -> list[int]:
     the same lengths as Go's package-merge (tests compare the two), much faster.
     """
     n = len(freqs)
-    weight = [*freqs, *([0] * (n - 1))]
-    parent = [0] * (2 * n - 1)
-    leaf, merged = 0, n
-    for created in range(n, 2 * n - 1):
-        if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
+    # Leaves, a sentinel, then the merged nodes as they are created: a queue that is
+    # empty shows an infinite weight, so no bounds checks are needed.
+    weight = [*freqs, *([_INF] * n)]
+    parent = [0] * (2 * n)
+    leaf, merged = 0, n + 1
+    for created in range(n + 1, 2 * n):
+        if weight[leaf] < weight[merged]:
             first = leaf
             leaf += 1
         else:
             first = merged
             merged += 1
-        if leaf < n and (merged >= created or weight[leaf] < weight[merged]):
+        if weight[leaf] < weight[merged]:
             second = leaf
             leaf += 1
         else:
@@ -454,8 +456,8 @@ def _huffman_depths(freqs: list[int]) -> list[int]:
             merged += 1
         weight[created] = weight[first] + weight[second]
         parent[first] = parent[second] = created
-    depth = [0] * (2 * n - 1)
-    for node in range(2 * n - 3, -1, -1):
+    depth = [0] * (2 * n)
+    for node in range(2 * n - 2, -1, -1):  # the sentinel (n) gets a depth nobody reads
         depth[node] = depth[parent[node]] + 1
     return sorted(depth[:n], reverse=True)
 
