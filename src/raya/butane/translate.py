@@ -31,6 +31,7 @@ from raya.butane.source import (
     as_bool,
     describe,
     is_null,
+    json_path,
     position,
     resolve,
 )
@@ -141,6 +142,13 @@ class Walker(Translator):
 
     def obj(self, spec: Obj, node: Node | None, path: Path) -> Json:
         if node is None or is_null(node):
+            if node is not None and path:
+                # Every Butane struct field is a value, not a pointer, so Butane's unused-key
+                # pass (Ignition's validate.ValidateUnusedKeys) visits this one and finds a
+                # scalar where the mapping belongs: a warning, refused under --strict.
+                with self.during(SOURCE):
+                    self.report("warning", path, f"expected a mapping ({spec.name}) at "
+                                f"{json_path(path)}, got null")
             node_fields: dict[str, Node] = {}
         elif not isinstance(node, yaml.MappingNode):
             self.undecodable(node, path, f"expected a mapping ({spec.name}), got "
