@@ -177,20 +177,24 @@ def gzip_if_shorter(data: bytes, budget: int) -> bytes | None:
     """
     if len(data) > MAX_MODELLED:
         raise ValueError("input too large to model")
-    if data and 8 + _base64_len(_quick_floor(data)) + 4 >= budget:
+    if data and budget <= _QUICK_FLOOR_CEILING and _cost_in_url(_quick_floor(data)) >= budget:
         return None
     tokens, boundaries = _tokens(data)
     if data and not boundaries:  # one block: bound it before building codes
         block = _Block(data, tokens)
-        low, high = block.bounds()
-        if 8 + _base64_len(_member_size(low, len(data))) + 4 >= budget:
-            return None
-        if 8 + _base64_len(_member_size(high, len(data))) + 4 < budget:
+        if _cost_in_url(_member_size(block.high(), len(data))) < budget:
             return _member(data, [block.plan()]).gzip()
+        if _cost_in_url(_member_size(block.low(), len(data))) >= budget:
+            return None
         found = _member(data, [block.plan()])
     else:
         found = _plan(data, tokens, boundaries)
-    return found.gzip() if 8 + _base64_len(found.size) + 4 < budget else None
+    return found.gzip() if _cost_in_url(found.size) < budget else None
+
+
+def _cost_in_url(size: int) -> int:
+    """What `size` bytes of gzip cost in a data URL: `;base64,`, the base64, and "gzip"."""
+    return 8 + _base64_len(size) + 4
 
 
 def _quick_floor(data: bytes) -> int:
@@ -209,6 +213,11 @@ def _member_size(bits: int | None, n: int) -> int:
     if bits is None:
         return 10 + 5 + n + 5 + 8
     return 10 + (bits + 3 + 7) // 8 + 4 + 8
+
+
+# The most _quick_floor can say (256 distinct bytes, 8 bits each): no budget above this
+# can be refused by it, so it is not worth computing there.
+_QUICK_FLOOR_CEILING = _cost_in_url(_member_size(8 * 256, 0))
 
 
 def plan(data: bytes) -> Plan:
@@ -261,15 +270,17 @@ class _Block:
         self.fixed = 3 + fixed_lit + 5 * sum(off_freq) + extra
         self.stored = (len(data) + 5) * 8
 
-    def bounds(self) -> tuple[int | None, int | None]:
-        """Block bits (None: stored) that Go's output surely is at least / at most."""
+    def low(self) -> int | None:
+        """Block bits (None: stored) that Go's output is surely at least."""
         real_fixed = self.fixed - 5 * (self.off_freq[0] - self.real_off_freq[0])
         # No prefix code beats the entropy; a dynamic header takes at least 29 bits.
         entropy = _entropy(self.lit_freq) + _entropy(self.real_off_freq)
         low = min(real_fixed, 29 + int(entropy) + self.extra)
-        low_size = None if self.stored <= low else low
-        high_size = None if self.stored < self.fixed else self.fixed
-        return low_size, high_size
+        return None if self.stored <= low else low
+
+    def high(self) -> int | None:
+        """Block bits (None: stored) that Go's output is surely at most."""
+        return None if self.stored < self.fixed else self.fixed
 
     def plan(self) -> BlockPlan:
         lit_lengths = _code_lengths(self.lit_freq[:self.num_lit], 15)
