@@ -327,6 +327,7 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
     for start in range(4):
         keys[start::4] = memoryview(data[start:start + (n - start) // 4 * 4]).cast("I").tolist()
     prev = [0] * n  # previous position with the same 4 bytes, +1 (0: none)
+    hits: list[int] = []  # positions that have a previous occurrence, ascending
     last: dict[int, int] = {}
     setdefault = last.setdefault
     for position, key in enumerate(keys, 1):
@@ -335,7 +336,7 @@ def _tokens(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
         if found != position:
             prev[position - 1] = found
             last[key] = position
-    hits = list(compress(range(n), prev))  # positions that have a previous occurrence, ascending
+            hits.append(position - 1)
     tokens: list[int] = []
     boundaries: list[tuple[int, int]] = []
     append = tokens.append
