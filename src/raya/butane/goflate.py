@@ -143,11 +143,11 @@ _LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)
         for bits in range(14)]
 
 
-def _codes(lengths: list[int]) -> dict[int, str]:
-    """RFC 1951 canonical Huffman codes of the used symbols, most significant bit first
-    (as sent): by length, then by symbol, each code the previous one plus one, shifted
-    left when the length grows."""
-    codes = {}
+def _codes(lengths: list[int]) -> list[str]:
+    """RFC 1951 canonical Huffman codes, most significant bit first (as sent; "" for an
+    unused symbol): by length, then by symbol, each code the previous one plus one,
+    shifted left when the length grows."""
+    codes = [""] * len(lengths)
     code, previous = 0, 0
     # sorted() is stable: equal lengths stay in symbol order.
     for symbol in sorted(compress(range(len(lengths)), lengths), key=lengths.__getitem__):
