@@ -396,13 +396,16 @@ def _find_match(data: bytes, prev: list[int], pos: int, candidate: int,
     while tries > 0:
         if data[i + best] == end_byte:
             # Every position on the chain starts with pos's 4 bytes (the chains are keyed
-            # by them): compare from there on, 8 bytes at a time, then byte by byte.
+            # by them): compare from there on, 8 bytes at a time, then byte by byte; most
+            # differ at once, so one byte is compared before any slice is made.
             size = _MIN_MATCH
-            while (size + 8 <= limit
-                   and data[i + size:i + size + 8] == data[pos + size:pos + size + 8]):
-                size += 8
-            while size < limit and data[i + size] == data[pos + size]:
+            if size < limit and data[i + size] == data[pos + size]:
                 size += 1
+                while (size + 8 <= limit
+                       and data[i + size:i + size + 8] == data[pos + size:pos + size + 8]):
+                    size += 8
+                while size < limit and data[i + size] == data[pos + size]:
+                    size += 1
             if size > best and (size > _MIN_MATCH or pos - i <= 4096):
                 best, distance = size, pos - i
                 if size >= nice:
