@@ -8,11 +8,11 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from raya.butane.dataurl import decode_data_url, make_data_url, percent_length
-from raya.butane.goflate import plan
+from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter, plan
 from tests.butane.helpers import deep_huffman_data, literal_frequencies, vectors
 
 CONTENTS = st.one_of(
@@ -64,6 +64,19 @@ def test_go_gzip_model_is_valid_gzip_of_the_predicted_size(data: bytes) -> None:
     assert gzip.decompress(packed) == data
     assert len(packed) == modelled.size
     assert packed[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # no mtime
+
+
+@settings(max_examples=300, deadline=None)
+@given(CONTENTS | st.binary(min_size=1, max_size=400), st.integers(min_value=-3, max_value=3))
+def test_the_shortcuts_never_change_the_decision(data: bytes, offset: int) -> None:
+    # gzip_if_shorter skips the exact plan where cheap bounds settle it (the distinct-bytes
+    # floor, the fixed-code ceiling, the entropy floor): with budgets right at the exact
+    # cost, it must decide as the full plan does, and hand back the same bytes.
+    assume(len(data) <= MAX_MODELLED)
+    modelled = plan(data)
+    budget = len(";base64,") + 4 * math.ceil(modelled.size / 3) + len("gzip") + offset
+    expected = modelled.gzip() if offset > 0 else None
+    assert gzip_if_shorter(data, budget) == expected
 
 
 GO_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
