@@ -1,7 +1,7 @@
 """Benchmark: how many node-sized Butane configs per second `raya.butane` transpiles.
 
 Not a test: it prints figures. The configs are the ones `raya render --example` writes
-(control plane + 3 agents, about 8 KB of Butane on average), rendered with several sets of
+(control plane + 3 agents, about 16 KB of Butane on average), rendered with several sets of
 throwaway secrets so that no two are alike. Target: 500 configs/s on one core.
 
 The ratio to the real `butane` is measured side by side in the same run (one process per
