@@ -127,9 +127,17 @@ def test_a_null_object_is_a_warning_that_strict_mode_refuses() -> None:
                          ("storage:\n  directories:\n    - path: /d\n      user: null\n",
                           "$.storage.directories.0.user")):
         assert [found for found, _, _ in findings(nested)] == [path]
-    # A null list (a Go slice, not a struct) or a null list item (dropped): nothing to report.
-    for quiet in ("passwd:\n  users:\n    - name: a\n      groups: ~\n", "storage:\n  files: ~\n",
-                  "storage:\n  files: [~]\n"):
+    # go-yaml drops a null list item, so the Go list is shorter and Butane checks Go element
+    # j against YAML item j: a null item with a struct after it is where a mapping belongs.
+    assert findings("storage:\n  files:\n    - ~\n    - path: /etc/a\n") == [
+        ("$.storage.files.0", 5, 7)]
+    assert findings("storage:\n  files: [{path: /a}, ~, ~, {path: /b}, ~]\n") == [
+        ("$.storage.files.1", 4, 23)]
+    # A null list (a Go slice, not a struct), trailing null items, nulls among strings:
+    # nothing to report.
+    for quiet in ("passwd:\n  users:\n    - name: a\n      groups: [~, wheel]\n",
+                  "storage:\n  files: ~\n", "storage:\n  files: [~]\n",
+                  "storage:\n  files: [{path: /a}, ~]\n"):
         transpile(f"variant: fcos\nversion: 1.4.0\n{quiet}")
 
 

@@ -131,24 +131,30 @@ class Walker(Translator):
             self.undecodable(node, path, f"expected a list, got {describe(node)}")
             return None
         items = []
+        dropped = []
         for index, item in enumerate(node.value):
             # go-yaml's sequence decoding drops a null item (it cannot set a Go string or
             # struct to null), so `[a, ~]` is `[a]`.
             if is_null(item):
+                dropped.append((index, item))
                 continue
             found = self.value(kind.item, item, (*path, index))
             items.append(_zero(kind.item) if found is None else found)
+        if isinstance(kind.item, Obj):
+            # The Go list is then shorter than the YAML one, and Butane's unused-key pass
+            # checks Go element j against YAML item j: a dropped null there is no mapping.
+            for index, item in dropped:
+                if index < len(items):
+                    self.nodes[(*path, index)] = item
+                    self._not_a_mapping(kind.item, (*path, index))
         return items or None
 
     def obj(self, spec: Obj, node: Node | None, path: Path) -> Json:
         if node is None or is_null(node):
             if node is not None and path:
                 # Every Butane struct field is a value, not a pointer, so Butane's unused-key
-                # pass (Ignition's validate.ValidateUnusedKeys) visits this one and finds a
-                # scalar where the mapping belongs: a warning, refused under --strict.
-                with self.during(SOURCE):
-                    self.report("warning", path, f"expected a mapping ({spec.name}) at "
-                                f"{json_path(path)}, got null")
+                # pass visits this one too.
+                self._not_a_mapping(spec, path)
             node_fields: dict[str, Node] = {}
         elif not isinstance(node, yaml.MappingNode):
             self.undecodable(node, path, f"expected a mapping ({spec.name}), got "
@@ -177,6 +183,14 @@ class Walker(Translator):
             hook(self, raw, path)
         # Go's field order; Butane-only keys a hook left are for the parent's hook.
         return {name: raw[name] for name in spec.order if name in raw}
+
+    def _not_a_mapping(self, spec: Obj, path: Path) -> None:
+        """Butane's unused-key pass (Ignition's validate.ValidateUnusedKeys) found a null
+        where a struct's mapping belongs: a warning ("context tree does not match content
+        tree"), so --strict refuses the config."""
+        with self.during(SOURCE):
+            self.report("warning", path, f"expected a mapping ({spec.name}) at "
+                        f"{json_path(path)}, got null")
 
     def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
