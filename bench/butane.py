@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from raya.butane import ButaneDiagnostics, dataurl, transpile
-from raya.identity import generate_example_secrets
-from raya.pins import load_chart_pins
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import render_cluster
+from raya.model.pins import load_chart_pins
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.identity import generate_example_secrets
+from raya.nodes.render import render_cluster
 
 TARGET = 500.0
 # Quoted, not measured here: issue 14's differential run timed the real Butane

@@ -13,15 +13,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.program.mocks
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.cloud.program.mocks
 
-from tests.program.mocks import ProviderMocks, Snapshot, Zone, run_program
+from tests.cloud.program.mocks import ProviderMocks, Snapshot, Zone, run_program
 
-from raya.fleet import build_cluster
-from raya.pins import load_chart_pins, load_pins, snapshot_labels
-from raya.program import define
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import render_node
+from raya.cloud.program import define
+from raya.model.fleet import build_cluster
+from raya.model.pins import load_chart_pins, load_pins, snapshot_labels
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.render import render_node
 
 AGENTS = 200
 TARGET = 5.0

@@ -13,11 +13,11 @@ import string
 import time
 
 from raya.butane import dataurl
-from raya.fleet import Cluster, build_cluster
-from raya.identity import generate_example_secrets
-from raya.pins import load_chart_pins
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import IGNITION_LIMIT, render_cluster
+from raya.model.fleet import Cluster, build_cluster
+from raya.model.pins import load_chart_pins
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.identity import generate_example_secrets
+from raya.nodes.render import IGNITION_LIMIT, render_cluster
 
 VOLUME_ID = "100000001"
 CHARTS = load_chart_pins(EXAMPLE_ROOT)

@@ -18,7 +18,7 @@ from raya import __version__
 from raya.errors import RayaError
 
 # name: (module in raya.commands that defines it, the summary `raya --help` shows).
-# tests/test_cli.py checks each summary against the command's own help.
+# tests/commands/test_cli.py checks each summary against the command's own help.
 COMMANDS = {
     "butane": ("butane", "Transpile a Butane config (variant fcos 1.4.0-1.6.0) to Ignition "
                "JSON on stdout."),

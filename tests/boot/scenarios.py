@@ -13,10 +13,10 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from raya.fleet import Cluster, build_cluster
-from raya.identity import ClusterSecrets, generate_example_secrets
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import RenderedNode, render_cluster
+from raya.model.fleet import Cluster, build_cluster
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.identity import ClusterSecrets, generate_example_secrets
+from raya.nodes.render import RenderedNode, render_cluster
 from tests.boot.sim import Attachment, BootedNode, NodePlan, booted
 from tests.nodes.conftest import CHARTS, VOLUME_ID
 

@@ -35,9 +35,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
-from raya.github_keys import GITHUB_URL, load_keys_file
-from raya.project import EXAMPLE_KEYS
-from raya.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
+from raya.model.project import EXAMPLE_KEYS
+from raya.nodes.github_keys import GITHUB_URL, load_keys_file
+from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
 from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
 from tests.support import REPO, Reply, http_server, require_tool, routes
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from raya.identity import CertificateAuthority
-from raya.render import PRIVATE_INTERFACE
+from raya.nodes.identity import CertificateAuthority
+from raya.nodes.render import PRIVATE_INTERFACE
 from tests.nodes.k3s_join import JoinRefused, join, k3s_like_server, serving_certificate
 
 CONFIG = Path("/etc/rancher/k3s/config.yaml")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raya.github_keys import authorized_keys
+from raya.nodes.github_keys import authorized_keys
 from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_impostor, k3s_unit
 from tests.boot.sim import EXAMPLE_USERS, BootedNode, Event
 from tests.support import require_root, require_tool

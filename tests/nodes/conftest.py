@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from raya.fleet import Cluster
-from raya.github_keys import UserKeys, load_keys_file
-from raya.identity import ClusterSecrets, generate_example_secrets
-from raya.pins import ChartPins, load_chart_pins
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.render import RenderedNode, render_cluster
+from raya.model.fleet import Cluster
+from raya.model.pins import ChartPins, load_chart_pins
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.github_keys import UserKeys, load_keys_file
+from raya.nodes.identity import ClusterSecrets, generate_example_secrets
+from raya.nodes.render import RenderedNode, render_cluster
 
 VOLUME_ID = "4242"  # the control plane's volume, as Hetzner would number it
 # The example project's chart pins: those of `raya render --example`.

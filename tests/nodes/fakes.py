@@ -7,8 +7,8 @@ import dataclasses
 import random
 import struct
 
-from raya.fleet import Cluster
-from raya.github_keys import UserKeys, parse_user_keys
+from raya.model.fleet import Cluster
+from raya.nodes.github_keys import UserKeys, parse_user_keys
 
 
 def rsa4096_key(rng: random.Random) -> str:

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from raya.identity import CertificateAuthority
+from raya.nodes.identity import CertificateAuthority
 from tests.support import http_server, routes
 
 

@@ -19,7 +19,11 @@ import pytest
 import yaml
 from cloudcoil.models.cert_manager.v1 import ClusterIssuer
 
-from raya.addons import (
+from raya.errors import RenderError
+from raya.model.config import StackConfig, parse_stack_config
+from raya.model.fleet import Cluster
+from raya.model.pins import load_chart_pins, load_pins
+from raya.nodes.addons import (
     CERT_MANAGER,
     CHARTS_MANIFEST,
     EXTERNAL_DNS,
@@ -30,12 +34,8 @@ from raya.addons import (
     addon_status,
     manifests,
 )
-from raya.config import StackConfig, parse_stack_config
-from raya.errors import RenderError
-from raya.fleet import Cluster
-from raya.identity import ClusterSecrets, example_service_account_key
-from raya.pins import load_chart_pins, load_pins
-from raya.render import RenderedNode
+from raya.nodes.identity import ClusterSecrets, example_service_account_key
+from raya.nodes.render import RenderedNode
 from tests.nodes.conftest import CHARTS
 from tests.nodes.tools import ignition_files
 from tests.support import REPO, http_server

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raya.addons import GCP_SECRETS
-from raya.project import EXAMPLE_ROOT
-from raya.render import IGNITION_LIMIT, SSH_HANDLES_FILE
+from raya.model.project import EXAMPLE_ROOT
+from raya.nodes.addons import GCP_SECRETS
+from raya.nodes.render import IGNITION_LIMIT, SSH_HANDLES_FILE
 from tests.nodes.tools import ignition_files
 
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raya.identity import CertificateAuthority, generate_example_secrets
-from raya.render import RenderedNode
+from raya.nodes.identity import CertificateAuthority, generate_example_secrets
+from raya.nodes.render import RenderedNode
 from tests.nodes.k3s_join import (
     AGENT_PATHS,
     SERVER_PATHS,

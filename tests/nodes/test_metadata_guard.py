@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raya.render import METADATA_ADDRESS, RenderedNode
+from raya.nodes.render import METADATA_ADDRESS, RenderedNode
 from tests.nodes.tools import ignition_files
 from tests.support import require_root, require_tool
 

@@ -18,18 +18,18 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raya import render as render_module
-from raya.addons import GCP_SECRETS
 from raya.errors import RenderError
-from raya.fleet import Cluster, build_cluster, node_password
-from raya.identity import (
+from raya.model.fleet import Cluster, build_cluster, node_password
+from raya.nodes import render as render_module
+from raya.nodes.addons import GCP_SECRETS
+from raya.nodes.identity import (
     CertificateAuthority,
     ClusterSecrets,
     HostKey,
     example_host_key,
     generate_example_secrets,
 )
-from raya.render import (
+from raya.nodes.render import (
     IGNITION_LIMIT,
     SSH_HANDLES_FILE,
     RenderedNode,
@@ -465,10 +465,10 @@ def test_a_node_from_another_fleet_is_refused(
 
 RENDER_IN_A_PROCESS = """
 import hashlib, json, sys
-from raya.identity import CertificateAuthority, ClusterSecrets, HostKey
-from raya.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
-from raya.pins import load_chart_pins
-from raya.render import render_cluster
+from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.model.pins import load_chart_pins
+from raya.nodes.render import render_cluster
 data = json.load(open(sys.argv[1]))
 for ca in ("server_ca", "client_ca"):
     data[ca] = CertificateAuthority(**data[ca])

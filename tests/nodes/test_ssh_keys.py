@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from raya.github_keys import parse_key
-from raya.project import EXAMPLE_ROOT
-from raya.render import SSH_HANDLES_FILE, RenderedNode
+from raya.model.project import EXAMPLE_ROOT
+from raya.nodes.github_keys import parse_key
+from raya.nodes.render import SSH_HANDLES_FILE, RenderedNode
 from tests.nodes.tools import (
     apply_ignition,
     ignition_files,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raya.fleet import Cluster
-from raya.identity import ClusterSecrets
-from raya.render import RenderedNode
+from raya.model.fleet import Cluster
+from raya.nodes.identity import ClusterSecrets
+from raya.nodes.render import RenderedNode
 from tests.nodes.tools import (
     apply_ignition,
     ignition_files,

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from raya.fleet import Cluster
-from raya.identity import ClusterSecrets
-from raya.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
+from raya.model.fleet import Cluster
+from raya.nodes.identity import ClusterSecrets
+from raya.nodes.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
 from tests.nodes.conftest import CHARTS
 from tests.nodes.tools import IgnitionFailed, apply_ignition, ignition_files, scratch_root
 from tests.support import require_root, require_tool

@@ -13,14 +13,14 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from raya import kubeconfig as kube
-from raya import ssh as ssh_model
+from raya.cloud import kubeconfig as kube
 from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
 from raya.console import err
 from raya.errors import DeployError
 from raya.files import write_atomically
-from raya.project import DEFAULT_STACK
+from raya.model.project import DEFAULT_STACK
+from raya.operate import ssh as ssh_model
 
 commands = typer.Typer()  # what this module adds to `raya`
 

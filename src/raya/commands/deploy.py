@@ -11,12 +11,12 @@ import typer
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import DeployError
-from raya.project import DEFAULT_STACK
+from raya.model.project import DEFAULT_STACK
 
 commands = typer.Typer()  # what this module adds to `raya`
 
 if TYPE_CHECKING:
-    from raya.deploy import Action, Result
+    from raya.cloud.deploy import Action, Result
 
 StackOption = Annotated[
     str, typer.Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).")
@@ -29,10 +29,10 @@ def _progress(line: str) -> None:
 
 
 def deploy_module(command: str) -> ModuleType:
-    """`raya.deploy`, imported on use: the rest of raya works without Pulumi's packages (the
+    """`raya.cloud.deploy`, imported on use: the rest of raya works without Pulumi's packages (the
     [deploy] extra)."""
     try:
-        from raya import deploy
+        from raya.cloud import deploy
     except ImportError as error:
         raise DeployError(
             f"raya {command} needs the Pulumi packages ({error.name} is missing): "

@@ -8,12 +8,7 @@ from typing import Annotated
 
 import typer
 
-from raya.addons import CERT_MANAGER, EXTERNAL_DNS
-from raya.commands.options import RootOption, project_root
-from raya.config import load_stack_config, stack_file
-from raya.console import err, out
-from raya.errors import ImageError
-from raya.image import (
+from raya.cloud.image import (
     FCOS_BUILDS_URL,
     HCLOUD_API_URL,
     K3S_CHANNELS_URL,
@@ -34,7 +29,11 @@ from raya.image import (
     template_path,
     write_pins,
 )
-from raya.pins import (
+from raya.commands.options import RootOption, project_root
+from raya.console import err, out
+from raya.errors import ImageError
+from raya.model.config import load_stack_config, stack_file
+from raya.model.pins import (
     FCOS_STREAMS,
     ChartPin,
     ChartPins,
@@ -45,7 +44,8 @@ from raya.pins import (
     load_pins,
     snapshot_labels,
 )
-from raya.project import DEFAULT_STACK
+from raya.model.project import DEFAULT_STACK
+from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS
 
 image = typer.Typer(
     help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",

@@ -15,11 +15,11 @@ from raya.commands.options import (
     resolve_users,
     select_project,
 )
-from raya.config import load_stack_config, stack_file
 from raya.console import err, out
 from raya.errors import KeysError
-from raya.github_keys import GITHUB_URL, dump_keys_file, key_info
-from raya.project import DEFAULT_STACK
+from raya.model.config import load_stack_config, stack_file
+from raya.model.project import DEFAULT_STACK
+from raya.nodes.github_keys import GITHUB_URL, dump_keys_file, key_info
 
 commands = typer.Typer()  # what this module adds to `raya`
 

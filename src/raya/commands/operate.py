@@ -9,17 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from raya import roll as roll_model
-from raya import status as st
+from raya.cloud.image import HCLOUD_API_URL
+from raya.cloud.kubeconfig import api_client as kube_api_client
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import DeployError
-from raya.image import HCLOUD_API_URL
-from raya.kubeconfig import api_client as kube_api_client
-from raya.pins import load_pins
-from raya.project import DEFAULT_STACK, load_cluster
+from raya.model.pins import load_pins
+from raya.model.project import DEFAULT_STACK, load_cluster
+from raya.operate import roll as roll_model
+from raya.operate import status as st
 
 commands = typer.Typer()  # what this module adds to `raya`
 

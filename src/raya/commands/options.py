@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from raya.config import StackConfig
 from raya.console import err
-from raya.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
-from raya.project import DEFAULT_STACK, EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, find_root
+from raya.model.config import StackConfig
+from raya.model.project import DEFAULT_STACK, EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, find_root
+from raya.nodes.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
 
 RootOption = Annotated[
     Path | None,

@@ -11,10 +11,10 @@ from raya.commands.options import ExampleOption, RootOption, select_project
 from raya.console import err, out
 from raya.errors import RenderError
 from raya.files import write_atomically
-from raya.identity import generate_example_secrets
-from raya.pins import load_chart_pins
-from raya.project import DEFAULT_STACK, load_cluster
-from raya.render import IGNITION_LIMIT, RenderedNode, render_cluster
+from raya.model.pins import load_chart_pins
+from raya.model.project import DEFAULT_STACK, load_cluster
+from raya.nodes.identity import generate_example_secrets
+from raya.nodes.render import IGNITION_LIMIT, RenderedNode, render_cluster
 
 # Stands for the control plane's volume, whose id Hetzner decides when it is created.
 EXAMPLE_VOLUME_ID = "100000001"

@@ -1,0 +1,279 @@
+"""`raya preview | up | destroy`: the Pulumi program driven through the Automation API.
+
+A local workspace on the project folder runs `src/raya/cloud/program/` exactly as `pulumi up` in
+the repository would, with the project's backend (local by default, `PULUMI_BACKEND_URL` for
+a shared one). Progress streams through `on_output`, which only ever receives the CLI's own
+display, where secrets show as `[secret]`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pulumi import automation as auto
+
+from raya.cloud.program import REPLACE_ENV, drift
+from raya.errors import DeployError
+from raya.model.fleet import Cluster
+from raya.model.pins import load_chart_pins, load_pins
+from raya.model.project import load_cluster
+
+Action = Literal["preview", "up", "destroy"]
+OnOutput = Callable[[str], None]
+INSTALL_TIMEOUT = 60.0  # seconds without an answer from get.pulumi.com
+INSTALL_HINT = (
+    "install it with `curl -fsSL https://get.pulumi.com | sh` "
+    "(see https://www.pulumi.com/docs/install/) and retry"
+)
+
+
+SERVER_TYPE = "hcloud:index/server:Server"
+# What an unattended `raya up` must never replace nor delete (by resource type and name): the
+# control plane and its volume hold the cluster's state, the network and zone everything
+# else's addresses and names.
+PROTECTED = {
+    (SERVER_TYPE, "control-plane"): "the control plane",
+    ("hcloud:index/volume:Volume", "control-plane-state"): "the control plane's volume",
+    ("hcloud:index/network:Network", "network"): "the network",
+    ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"): "the network's subnet",
+    ("gcp:dns/managedZone:ManagedZone", "primary"): "the DNS zone",
+}
+# Engine operations that end the life of an existing resource.
+DESTRUCTIVE = frozenset(
+    {
+        auto.OpType.DELETE,
+        auto.OpType.REPLACE,
+        auto.OpType.CREATE_REPLACEMENT,
+        auto.OpType.DELETE_REPLACED,
+        auto.OpType.DISCARD,
+        auto.OpType.DISCARD_REPLACED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    changes: dict[str, int]  # operation ("create", "same", ...) -> resources
+    outputs: dict[str, str]  # stack outputs as printable text, secrets as "[secret]"
+    # Per node, the parts it runs that differ from what the inputs render (users, image,
+    # config); the program reports them, and nothing is replaced for them.
+    drift: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def pulumi_command() -> auto.PulumiCommand:
+    """The Pulumi CLI on PATH; else the one matching this SDK under ~/.pulumi/versions,
+    downloaded there first if it is not (which needs https://get.pulumi.com)."""
+    previous = socket.getdefaulttimeout()
+    # The SDK's download sets no timeout: without one, a filtered network hangs forever.
+    socket.setdefaulttimeout(INSTALL_TIMEOUT)
+    try:
+        if shutil.which("pulumi"):
+            return auto.PulumiCommand()
+        return auto.PulumiCommand.install()
+    except Exception as error:  # download, install script, version check: all mean the same
+        raise DeployError(
+            f"the Pulumi CLI is missing or unusable and could not be installed ({error}); "
+            + INSTALL_HINT
+        ) from None
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
+    """Stack `name` of the project at `root`, created in the backend if `create`."""
+    opts = auto.LocalWorkspaceOptions(work_dir=str(root), pulumi_command=pulumi_command())
+    try:
+        if create:
+            return auto.create_or_select_stack(name, work_dir=str(root), opts=opts)
+        return auto.select_stack(name, work_dir=str(root), opts=opts)
+    except auto.StackNotFoundError:
+        raise DeployError(
+            f"stack {name} does not exist in the Pulumi backend (nothing deployed yet?)"
+        ) from None
+    except auto.CommandError as error:
+        raise DeployError(f"could not open stack {name}: {_last_line(error)}") from None
+
+
+def run(
+    action: Action,
+    root: Path,
+    stack_name: str,
+    on_output: OnOutput,
+    *,
+    replace: Sequence[str] = (),
+    no_destroy_protected: bool = False,
+) -> Result:
+    """Run `action` on the stack. Before a preview or an update, the stack file, fleet and
+    pins are validated, so bad input fails here, in one line, before Pulumi starts; a destroy
+    does not run the program, and must work whatever state those files are in.
+
+    `replace` names nodes (`control-plane`, `agent-<i>`) to re-create with what the current
+    inputs render (their drift), for a preview or an update: the program lifts its
+    ignore_changes for them and the engine is asked to replace their servers (unprotected
+    first when updating). No other server is ever replaced.
+
+    `no_destroy_protected` (an update only): preview first, and fail without changing
+    anything if the preview replaces or deletes any of `PROTECTED` not named in `replace`.
+    A destroy unprotects every resource first: it is asked for, and confirmed by the CLI.
+    """
+    if replace and action == "destroy":
+        raise DeployError("replace: a destroy replaces nothing")
+    urns: list[str] = []
+    if action != "destroy":
+        cluster = load_cluster(root, stack_name)
+        load_pins(root)
+        load_chart_pins(root)
+        urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
+    # Destroying a stack that was never deployed is a mistake, not a reason to create one.
+    stack = open_stack(root, stack_name, action != "destroy")
+    if replace:
+        # The program reads which nodes to render without ignore_changes from there.
+        stack.workspace.env_vars = {**stack.workspace.env_vars, REPLACE_ENV: ",".join(replace)}
+    found: dict[str, tuple[str, ...]] = {}
+    # The CLI's own display, where secrets read `[secret]`; plain text, raya prints it.
+    options: dict[str, Any] = {
+        "on_output": on_output,
+        "on_error": on_output,
+        "on_event": _drift_collector(found),
+        "color": "never",
+    }
+    if urns:
+        options["replace"] = urns
+    try:
+        if action == "preview":
+            preview = stack.preview(**options)
+            return Result(_counts(preview.change_summary), {}, dict(sorted(found.items())))
+        if action == "up":
+            if no_destroy_protected:
+                _guard(stack, stack_name, {**options, "on_event": None}, set(replace))
+            if urns:
+                _unprotect(stack, set(urns))
+            up = stack.up(**options)
+            return Result(
+                _counts(up.summary.resource_changes),
+                _printable(up.outputs),
+                dict(sorted(found.items())),
+            )
+        _unprotect(stack, None)
+        destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")
+        return Result(changes=_counts(destroy.summary.resource_changes), outputs={})
+    except auto.CommandError as error:
+        raise DeployError(
+            f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
+        ) from None
+
+
+def stack_outputs(root: Path, stack_name: str) -> dict[str, Any]:
+    """The outputs of the deployed stack, secrets in clear: for commands that use them
+    (`raya kubeconfig`, `raya ssh`), never to print."""
+    stack = open_stack(root, stack_name, create=False)
+    try:
+        outputs = stack.outputs()
+    except auto.CommandError as error:
+        raise DeployError(
+            f"could not read the outputs of stack {stack_name}: {_last_line(error)}"
+        ) from None
+    return {name: output.value for name, output in outputs.items()}
+def _nodes(cluster: Cluster, names: Sequence[str]) -> list[str]:
+    known = [node.name for node in cluster.nodes]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise DeployError(
+            f"replace: {', '.join(unknown)} is not a node of cluster "
+            f"{cluster.config.cluster_name}; accepted: {', '.join(known)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _server_urn(root: Path, stack_name: str, node: str) -> str:
+    """The URN of node `node`'s server: the program names each server resource after its node."""
+    try:
+        project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8"))["name"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        raise DeployError(f"{root / 'Pulumi.yaml'}: no project name: {error}") from None
+    return f"urn:pulumi:{stack_name}::{project}::{SERVER_TYPE}::{node}"
+
+
+def _drift_collector(found: dict[str, tuple[str, ...]]) -> Callable[[auto.EngineEvent], None]:
+    """Picks the program's drift reports out of the engine's diagnostics."""
+
+    def collect(event: auto.EngineEvent) -> None:
+        diagnostic = event.diagnostic_event
+        report = drift.parse(diagnostic.message) if diagnostic is not None else None
+        if report is not None:
+            found[report[0]] = report[1]
+
+    return collect
+
+
+def protected_changes(
+    events: Sequence[auto.EngineEvent], allowed: Set[str] = frozenset()
+) -> list[str]:
+    """What a preview's events would replace or delete among `PROTECTED`, one line each;
+    `allowed` names nodes whose server may be replaced (`run(replace=...)`)."""
+    problems: dict[str, str] = {}
+    for event in events:
+        pre = event.resource_pre_event
+        if pre is None or pre.metadata.op not in DESTRUCTIVE:
+            continue
+        kind, name = pre.metadata.type, pre.metadata.urn.rsplit("::", 1)[-1]
+        what = PROTECTED.get((kind, name))
+        if what is None or (kind == SERVER_TYPE and name in allowed):
+            continue
+        problems.setdefault(
+            pre.metadata.urn, f"{what} ({name}, {kind}): {pre.metadata.op.value}"
+        )
+    return list(problems.values())
+
+
+def _guard(stack: auto.Stack, stack_name: str, options: dict[str, Any], allowed: Set[str]) -> None:
+    events: list[auto.EngineEvent] = []
+    stack.preview(**{**options, "on_event": events.append})
+    problems = protected_changes(events, allowed)
+    if problems:
+        raise DeployError(
+            f"up of stack {stack_name} refused, nothing changed: its preview would replace or "
+            f"delete {'; '.join(problems)} (--no-destroy-protected)"
+        )
+
+
+def _unprotect(stack: auto.Stack, urns: set[str] | None) -> None:
+    """Lift `protect` in the state from the resources `urns` (all if None), so the engine
+    may delete or replace them; the program protects them again at the next update."""
+    state = stack.export_stack()
+    resources = state.deployment.get("resources", []) if state.deployment else []
+    changed = False
+    for resource in resources:
+        if resource.get("protect") and (urns is None or resource.get("urn") in urns):
+            resource["protect"] = False
+            changed = True
+    if changed:
+        stack.import_stack(state)
+
+
+def _counts(changes: Mapping[Any, int] | None) -> dict[str, int]:
+    """Resources per operation; the operation is an enum in previews, text in updates."""
+    counts = {str(getattr(op, "value", op)): int(n) for op, n in (changes or {}).items()}
+    return dict(sorted(counts.items()))
+
+
+def _printable(outputs: Mapping[str, auto.OutputValue]) -> dict[str, str]:
+    return {
+        name: "[secret]" if output.secret else json.dumps(output.value, sort_keys=True)
+        for name, output in sorted(outputs.items())
+    }
+
+
+def _last_line(error: auto.CommandError) -> str:
+    """The CLI's last error line: its message, never a value (the CLI masks secrets)."""
+    lines = [
+        line[line.index("error:") :].strip() for line in str(error).splitlines() if "error:" in line
+    ]
+    return lines[-1] if lines else "see the output above"

@@ -1,0 +1,422 @@
+"""The FCOS image: is its snapshot built, do its pins match upstream, building it, new pins.
+
+The pins (`raya.model.pins`) decide everything: the snapshot's labels, the artifacts the Packer
+template downloads and the checks made here. Every remote (Hetzner's API, the FCOS build
+server, k3s' channel server and release downloads, the add-ons' Helm chart repositories) is
+an endpoint a caller can replace, so tests point them at local servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from hcloud import Client, HCloudException
+
+from raya import __version__
+from raya.errors import ImageError
+from raya.files import write_atomically
+from raya.model.config import StackConfig
+from raya.model.pins import (
+    CHART_VERSION,
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    K3sPin,
+    Pins,
+    chart_pins_path,
+    dump_chart_pins,
+    dump_pin,
+    fcos_pin_path,
+    k3s_pin_path,
+    label_selector,
+)
+from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS
+
+HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
+FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
+K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
+K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
+K3S_CHANNEL = "stable"
+# The template builds on an x86 server type; Hetzner calls that architecture `x86`.
+FCOS_ARCH = "x86_64"
+HCLOUD_ARCH = "x86"
+# `packer init` and `required_plugins` arrived in Packer 1.7.
+MIN_PACKER = (1, 7)
+PACKER_INSTALL = (
+    "install Packer >= 1.7 from HashiCorp: their apt repository "
+    "(https://apt.releases.hashicorp.com, package `packer`) or a release zip from "
+    "https://releases.hashicorp.com/packer/ unpacked onto PATH; Debian's own package is too old"
+)
+HTTP_TIMEOUT = 30.0
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the upstream metadata and artifacts are published (base URLs, no trailing /)."""
+
+    fcos_builds: str = FCOS_BUILDS_URL
+    k3s_channels: str = K3S_CHANNELS_URL
+    k3s_releases: str = K3S_RELEASES_URL
+    # The Helm chart repositories: the official ones, which the cluster itself fetches from.
+    cert_manager_charts: str = CERT_MANAGER.repo
+    external_dns_charts: str = EXTERNAL_DNS.repo
+
+    def __post_init__(self) -> None:
+        for name in (
+            "fcos_builds",
+            "k3s_channels",
+            "k3s_releases",
+            "cert_manager_charts",
+            "external_dns_charts",
+        ):
+            object.__setattr__(self, name, getattr(self, name).rstrip("/"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: int
+    description: str
+    status: str
+    created: str
+
+
+AnyPin = FcosPin | K3sPin | ChartPins
+
+
+@dataclass(frozen=True)
+class PinChange:
+    path: Path
+    old: AnyPin
+    new: AnyPin
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+
+def template_path(root: Path) -> Path:
+    return root / "image" / "fcos.pkr.hcl"
+
+
+# The Packer template derives the same URLs from the same pins; a test holds them equal.
+def fcos_image_name(version: str) -> str:
+    return f"fedora-coreos-{version}-hetzner.{FCOS_ARCH}.raw.xz"
+
+
+def fcos_build_url(builds_url: str, pin: FcosPin) -> str:
+    return f"{builds_url}/prod/streams/{pin.stream}/builds/{pin.version}/{FCOS_ARCH}"
+
+
+def fcos_image_url(builds_url: str, pin: FcosPin) -> str:
+    return f"{fcos_build_url(builds_url, pin)}/{fcos_image_name(pin.version)}"
+
+
+def k3s_binary_url(releases_url: str, version: str) -> str:
+    return f"{releases_url}/{version}/k3s"
+
+
+def k3s_checksums_url(releases_url: str, version: str) -> str:
+    return f"{releases_url}/{version}/sha256sum-amd64.txt"
+
+
+def _fetch(url: str) -> bytes:
+    request = urllib.request.Request(url, headers={"User-Agent": f"raya/{__version__}"})
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+            body: bytes = response.read()
+            return body
+    except urllib.error.HTTPError as error:
+        raise ImageError(f"{url}: HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ImageError(f"{url}: cannot be fetched: {reason}") from None
+
+
+def _fetch_json(url: str) -> Any:
+    try:
+        return json.loads(_fetch(url))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ImageError(f"{url}: not JSON: {error}") from None
+
+
+def _text(data: Any, path: Sequence[str], url: str) -> str:
+    """The string at `path` in `data`, or an error saying the upstream format changed."""
+    value = data
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(value, str):
+        raise ImageError(f"{url}: no string at {'.'.join(path)} (has the format changed?)")
+    return value
+
+
+def _sha256(value: str, where: str) -> str:
+    if not _SHA256.fullmatch(value):
+        raise ImageError(f"{where}: sha256 {value!r} is not 64 lowercase hex digits")
+    return value
+
+
+def latest_fcos(stream: str, builds_url: str = FCOS_BUILDS_URL) -> FcosPin:
+    """The newest release of `stream`: its Hetzner `raw.xz` artifact, from the stream metadata."""
+    url = f"{builds_url}/streams/{stream}.json"
+    data = _fetch_json(url)
+    artifact = ("architectures", FCOS_ARCH, "artifacts", "hetzner")
+    disk = (*artifact, "formats", "raw.xz", "disk")
+    pin = FcosPin(
+        stream=stream,
+        version=_text(data, (*artifact, "release"), url),
+        sha256=_sha256(_text(data, (*disk, "sha256"), url), url),
+    )
+    location = _text(data, (*disk, "location"), url)
+    expected = fcos_image_url(builds_url, pin)
+    if location != expected:
+        raise ImageError(
+            f"{url}: the hetzner raw.xz artifact is at {location}, "
+            f"not at {expected} where the Packer template downloads it from"
+        )
+    return pin
+
+
+def upstream_fcos_sha256(pin: FcosPin, builds_url: str = FCOS_BUILDS_URL) -> str:
+    """The sha256 of the pinned release's Hetzner image, from its build metadata."""
+    url = f"{fcos_build_url(builds_url, pin)}/meta.json"
+    data = _fetch_json(url)
+    path = _text(data, ("images", "hetzner", "path"), url)
+    if path != fcos_image_name(pin.version):
+        raise ImageError(
+            f"{url}: the hetzner image is {path}, not {fcos_image_name(pin.version)} "
+            "which the Packer template downloads"
+        )
+    return _sha256(_text(data, ("images", "hetzner", "sha256"), url), url)
+
+
+def latest_k3s(channels_url: str = K3S_CHANNELS_URL, channel: str = K3S_CHANNEL) -> str:
+    """The version k3s' release channel `channel` currently points at."""
+    data = _fetch_json(channels_url)
+    entries = data.get("data") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("id") == channel:
+            return _text(entry, ("latest",), channels_url)
+    raise ImageError(f"{channels_url}: no channel {channel!r} in data[]")
+
+
+def upstream_k3s_sha256(version: str, releases_url: str = K3S_RELEASES_URL) -> str:
+    """The sha256 of release `version`'s amd64 `k3s` binary, from its `sha256sum-amd64.txt`."""
+    url = k3s_checksums_url(releases_url, version)
+    for line in _fetch(url).decode("utf-8", "replace").splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1] == "k3s":
+            return _sha256(fields[0], url)
+    raise ImageError(f"{url}: no line for the k3s binary")
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    """A released chart version as numbers, None for a pre-release or anything else."""
+    found = CHART_VERSION.fullmatch(version)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def chart_releases(chart: str, repo_url: str) -> dict[str, str | None]:
+    """Every released version of `chart` in the Helm repository at `repo_url`, with the digest
+    (sha256 of the chart archive) its `index.yaml` publishes for it, None where it has none."""
+    url = f"{repo_url}/index.yaml"
+    try:
+        index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        raise ImageError(f"{url}: not a Helm repository index: {error}") from None
+    entries = index.get("entries") if isinstance(index, dict) else None
+    listed = entries.get(chart) if isinstance(entries, dict) else None
+    if not isinstance(listed, list):
+        raise ImageError(f"{url}: no chart {chart!r} under entries (is it the right repository?)")
+    releases: dict[str, str | None] = {}
+    for entry in listed:
+        version = entry.get("version") if isinstance(entry, dict) else None
+        if isinstance(version, str) and _release(version) is not None:
+            digest = entry.get("digest")
+            where = f"{url}: {chart} {version}"
+            releases[version] = None if digest is None else _sha256(str(digest), where)
+    if not releases:
+        raise ImageError(f"{url}: chart {chart!r} has no released version")
+    return releases
+
+
+def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
+    version = max(releases, key=lambda version: _release(version) or (0, 0, 0))
+    return ChartPin(version=version, digest=releases[version])
+
+
+def chart_updates(
+    root: Path, current: ChartPins, endpoints: Endpoints
+) -> tuple[ChartPins, tuple[str, ...]]:
+    """The newest release of each chart, and what is wrong with the current pins: a pinned
+    version the repository no longer lists, or listed with another digest than the pin's."""
+    latest, problems = {}, []
+    for chart, repo_url in (
+        (CERT_MANAGER.name, endpoints.cert_manager_charts),
+        (EXTERNAL_DNS.name, endpoints.external_dns_charts),
+    ):
+        releases = chart_releases(chart, repo_url)
+        latest[chart] = newest_chart(releases)
+        pin = current.by_name()[chart]
+        index = f"{repo_url}/index.yaml"
+        if pin.version not in releases:
+            problems.append(f"{chart} {pin.version} is pinned but not listed in {index}")
+        elif pin.digest is not None and releases[pin.version] != pin.digest:
+            problems.append(
+                f"{chart} {pin.version} is pinned with sha256 {pin.digest} but {index} "
+                f"publishes {releases[pin.version]}"
+            )
+    path = chart_pins_path(root)
+    return (
+        ChartPins(cert_manager=latest["cert-manager"], external_dns=latest["external-dns"]),
+        tuple(f"{path}: {problem}" for problem in problems),
+    )
+
+
+def latest_pins(stream: str, endpoints: Endpoints) -> Pins:
+    version = latest_k3s(endpoints.k3s_channels)
+    return Pins(
+        fcos=latest_fcos(stream, endpoints.fcos_builds),
+        k3s=K3sPin(version=version, sha256=upstream_k3s_sha256(version, endpoints.k3s_releases)),
+    )
+
+
+def check_pins(root: Path, pins: Pins, endpoints: Endpoints) -> None:
+    """Raise if a pinned sha256 differs from what upstream publishes for that release."""
+    problems = []
+    fcos = upstream_fcos_sha256(pins.fcos, endpoints.fcos_builds)
+    if fcos != pins.fcos.sha256:
+        problems.append(
+            f"{fcos_pin_path(root)}: sha256 is {pins.fcos.sha256} but FCOS {pins.fcos.version} "
+            f"is published with {fcos}"
+        )
+    k3s = upstream_k3s_sha256(pins.k3s.version, endpoints.k3s_releases)
+    if k3s != pins.k3s.sha256:
+        problems.append(
+            f"{k3s_pin_path(root)}: sha256 is {pins.k3s.sha256} but k3s {pins.k3s.version} "
+            f"is published with {k3s}"
+        )
+    if problems:
+        raise ImageError("; ".join(problems) + "; not building")
+
+
+def pin_changes(root: Path, current: Pins, latest: Pins) -> tuple[PinChange, PinChange]:
+    return (
+        PinChange(fcos_pin_path(root), current.fcos, latest.fcos),
+        PinChange(k3s_pin_path(root), current.k3s, latest.k3s),
+    )
+
+
+def write_pins(changes: Sequence[PinChange]) -> None:
+    """Rewrite the pin files that changed, each atomically; the others keep their bytes."""
+    for change in changes:
+        if change.changed:
+            new = change.new
+            text = dump_chart_pins(new) if isinstance(new, ChartPins) else dump_pin(new)
+            try:
+                write_atomically(change.path, text.encode(), 0o644)
+            except OSError as error:
+                raise ImageError(f"{change.path}: cannot write the pin: {error.strerror}") from None
+
+
+def hcloud_client(token: str, endpoint: str, timeout: float = HTTP_TIMEOUT) -> Client:
+    """The Hetzner Cloud API at `endpoint`, raya naming itself to it."""
+    return Client(
+        token=token,
+        api_endpoint=endpoint,
+        application_name="raya",
+        application_version=__version__,
+        timeout=timeout,
+    )
+
+
+def find_snapshots(
+    token: str, labels: Mapping[str, str], endpoint: str = HCLOUD_API_URL
+) -> tuple[Snapshot, ...]:
+    """The x86 snapshots carrying exactly these labels, oldest first."""
+    client = hcloud_client(token, endpoint)
+    try:
+        images = client.images.get_all(
+            type=["snapshot"],
+            label_selector=label_selector(dict(labels)),
+            architecture=[HCLOUD_ARCH],
+        )
+    except (HCloudException, requests.RequestException) as error:
+        raise ImageError(f"Hetzner API {endpoint}: {error}") from None
+    snapshots = (
+        Snapshot(
+            id=int(image.id or 0),
+            description=image.description or "",
+            status=image.status or "",
+            created=image.created.isoformat() if image.created else "",
+        )
+        for image in images
+    )
+    return tuple(sorted(snapshots, key=lambda snapshot: snapshot.id))
+
+
+def find_packer() -> str:
+    """The `packer` on PATH, if it is recent enough for the hcloud plugin."""
+    packer = shutil.which("packer")
+    if packer is None:
+        raise ImageError(f"packer is not on PATH: {PACKER_INSTALL}")
+    try:
+        result = subprocess.run(
+            [packer, "version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ImageError(f"{packer} version: {error}") from None
+    found = re.search(r"Packer v(?P<version>(\d+)\.(\d+)\.\d+)", result.stdout)
+    if result.returncode != 0 or not found:
+        raise ImageError(f"{packer} version: not Packer's answer: {result.stdout.strip()!r}")
+    if (int(found.group(2)), int(found.group(3))) < MIN_PACKER:
+        raise ImageError(f"{packer} is Packer {found['version']}, too old: {PACKER_INSTALL}")
+    return packer
+
+
+def packer_variables(config: StackConfig, endpoints: Endpoints) -> dict[str, str]:
+    """The template's variables: the cluster (its label) and where the artifacts come from."""
+    return {
+        "cluster_name": config.cluster_name,
+        "location": config.location,
+        "fcos_builds_url": endpoints.fcos_builds,
+        "k3s_releases_url": endpoints.k3s_releases,
+    }
+
+
+def packer_commands(
+    packer: str, template: Path, variables: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """`packer init` (installs the hcloud plugin) and `packer build`, in that order."""
+    flags = [arg for name in sorted(variables) for arg in ("-var", f"{name}={variables[name]}")]
+    return [packer, "init", str(template)], [packer, "build", *flags, str(template)]
+
+
+def packer_environment(token: str, endpoint: str) -> dict[str, str]:
+    """Packer's hcloud plugin reads the token and API endpoint from these variables."""
+    return dict(os.environ, HCLOUD_TOKEN=token, HCLOUD_ENDPOINT=endpoint)
+
+
+def run_packer(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    """Run Packer with the terminal as its output (it streams); raise if it fails."""
+    try:
+        result = subprocess.run(list(argv), env=dict(env), cwd=cwd, check=False)
+    except OSError as error:
+        raise ImageError(f"{argv[0]}: {error}") from None
+    if result.returncode != 0:
+        raise ImageError(
+            f"`packer {argv[1]}` failed with exit status {result.returncode}; "
+            "its output above says why"
+        )

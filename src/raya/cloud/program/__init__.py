@@ -1,0 +1,131 @@
+"""The Pulumi program (the spec's Terraform configuration): `Pulumi.yaml` runs `__main__.py`.
+
+`define` declares every resource of a validated cluster and returns the stack outputs; it
+takes the renderer and the users' keys as arguments so tests run it under Pulumi's mocks.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Set
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
+from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
+from raya.cloud.program.firewall import define_firewall
+from raya.cloud.program.network import define_network
+from raya.cloud.program.secrets import define_identity
+from raya.errors import DeployError
+from raya.model.config import KEYS, NAMESPACE, parse_stack_config
+from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
+from raya.model.pins import Pins, load_chart_pins, load_pins
+from raya.nodes.github_keys import GITHUB_URL, fetch_keys
+from raya.nodes.render import render_node
+
+# Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
+_OBJECT_KEYS = frozenset(
+    {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources"}
+)
+GITHUB_URL_ENV = "RAYA_GITHUB_URL"
+# Nodes to re-create with the current inputs, comma-separated: set by `raya.cloud.deploy.run`.
+REPLACE_ENV = "RAYA_REPLACE"
+
+
+def stack_values() -> dict[str, Any]:
+    """The `raya:` settings of the running stack, as `parse_stack_config` takes them."""
+    config = pulumi.Config(NAMESPACE)
+    values = {
+        key: config.get_object(key) if key in _OBJECT_KEYS else config.get(key) for key in KEYS
+    }
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def load(root: Path, stack: str) -> tuple[Cluster, Pins]:
+    """The running stack's cluster (its config, the fleet file) and the image pins."""
+    config = parse_stack_config(stack_values(), source=f"stack {stack}")
+    path = fleet_file(root)
+    return build_cluster(config, load_fleet(path), str(path)), load_pins(root)
+
+
+def define(
+    cluster: Cluster,
+    pins: Pins,
+    render: Renderer,
+    *,
+    replace: Set[str] = frozenset(),
+) -> dict[str, Any]:
+    """Declare every resource; returns the stack outputs. `render` builds a node's config
+    (`render_node` with the chart pins). The nodes named in `replace` take the current inputs
+    whole, to be re-created with them; every other server keeps what it was created with and
+    reports the difference as drift."""
+    config = cluster.config
+    unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
+    if unknown:
+        raise DeployError(
+            f"replace: {', '.join(unknown)} is not a node of cluster {config.cluster_name}; "
+            f"accepted: {', '.join(node.name for node in cluster.nodes)}"
+        )
+    # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
+    # missing snapshot or parent zone must fail before the first declaration.
+    image = find_snapshot(pins, config.cluster_name)
+    parent_zone = find_parent_zone(config.parent_zone)
+    network = define_network(config, {"managed_by": config.cluster_name})
+    firewall = define_firewall(config)
+    zone = define_zone(cluster, parent_zone)
+    identity = define_identity(config, [node.name for node in cluster.nodes])
+    volume = define_volume(cluster)
+    defined = {
+        node.name: define_server(
+            cluster,
+            node,
+            image,
+            network,
+            firewall,
+            identity.control_plane_secrets(node.name)
+            if node.role == "control-plane"
+            else identity.agent_secrets(node.name),
+            render,
+            volume=volume if node.role == "control-plane" else None,
+            replace=node.name in replace,
+        )
+        for node in cluster.nodes
+    }
+    servers = {name: server.server for name, server in defined.items()}
+    define_records(cluster, zone, servers)
+    return {
+        "zone": config.zone_dns_name,
+        "nameServers": zone.name_servers,
+        "kubeconfig": identity.kubeconfig,
+        "servers": {
+            node.name: {
+                "serverId": servers[node.name].id,
+                "dnsName": cluster.dns_name(node),
+                "privateIp": str(node.private_ip),
+                "ipv4": servers[node.name].ipv4_address,
+                "ipv6": servers[node.name].ipv6_address,
+                # Public: what `raya ssh` pins the node's identity to.
+                "hostKey": identity.host_keys[node.name].public_key_openssh,
+            }
+            for node in cluster.nodes
+        },
+        # Per node, what it runs that differs from what the inputs render (none: in sync).
+        "drift": pulumi.Output.all(
+            **{name: server.drift for name, server in defined.items()}
+        ).apply(lambda drifts: {name: list(parts) for name, parts in drifts.items() if parts}),
+    }
+
+
+def main(root: Path) -> None:
+    """The program as Pulumi runs it: read the stack, check every user has a key, declare,
+    export. The nodes fetch the keys themselves at boot: none is in their config."""
+    cluster, pins = load(root, pulumi.get_stack())
+    # A handle without a valid key (a typo) fails here, before anything is declared.
+    fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
+    replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
+    render = functools.partial(render_node, charts=load_chart_pins(root))
+    for name, value in define(cluster, pins, render, replace=replace).items():
+        pulumi.export(name, value)

@@ -1,0 +1,159 @@
+"""The spec's `cluster.tf`: the FCOS snapshot and one server per node, configured by Ignition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import pulumi
+import pulumi_hcloud as hcloud
+
+from raya.cloud.program import drift
+from raya.cloud.program.network import Network
+from raya.errors import DeployError, RayaError
+from raya.model.fleet import Cluster, Node, server_name
+from raya.model.pins import Pins, label_selector, snapshot_labels
+from raya.nodes.identity import ClusterSecrets
+from raya.nodes.render import RenderedNode, part_digests
+
+ARCHITECTURE = "x86"
+# Every resource of the cluster carries it; the firewall finds the servers by it.
+CLUSTER_LABEL = "managed_by"
+# What the engine keeps from the state instead of applying: a change to any of these would
+# re-create the VM (the control plane and its datastore with it). `raya.cloud.deploy.run(replace=)`
+# lifts them for the nodes it replaces: a forced replacement reuses ignored inputs otherwise.
+IGNORED = ("userData", "image", *(f'labels["{label}"]' for label in drift.DIGEST_LABELS.values()))
+
+
+class Renderer(Protocol):
+    def __call__(
+        self, cluster: Cluster, node: Node, secrets: ClusterSecrets, *, volume_id: str | None = None
+    ) -> RenderedNode: ...
+
+
+@dataclass(frozen=True)
+class Server:
+    server: hcloud.Server
+    drift: pulumi.Output[tuple[str, ...]]  # the parts it runs that differ from the inputs
+
+
+def find_snapshot(pins: Pins, cluster_name: str) -> str:
+    """The id of the newest available x86 snapshot the image build stamped for these pins."""
+    selector = label_selector(snapshot_labels(pins, cluster_name))
+    images = hcloud.get_images(
+        with_selector=selector,
+        with_architectures=[ARCHITECTURE],
+        with_statuses=["available"],  # not one still being written by a build
+        most_recent=True,
+    ).images
+    if not images:
+        raise DeployError(
+            f"image/fcos.pin, image/k3s.pin: no available {ARCHITECTURE} snapshot labelled "
+            f"{selector} in the Hetzner project; run `raya image build` first"
+        )
+    # The provider's sort order is not documented: choose by creation time explicitly.
+    newest = max(images, key=lambda image: datetime.fromisoformat(image.created))
+    return str(newest.id)
+
+
+def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
+    return {CLUSTER_LABEL: cluster_name, "role": node.role}
+
+
+def define_volume(cluster: Cluster) -> hcloud.Volume:
+    """The control plane's k3s state: outlives its VM, protected from deletion."""
+    config = cluster.config
+    return hcloud.Volume(
+        "control-plane-state",
+        name=f"{server_name(config.cluster_name, cluster.control_plane)}-state",
+        size=config.control_plane_volume_size,
+        location=config.location,
+        labels={"managed_by": config.cluster_name, "role": "control-plane-state"},
+        opts=pulumi.ResourceOptions(protect=True),
+    )
+
+
+def define_server(
+    cluster: Cluster,
+    node: Node,
+    image: str,
+    network: Network,
+    firewall: hcloud.Firewall,
+    secrets: pulumi.Output[ClusterSecrets],
+    render: Renderer,
+    *,
+    volume: hcloud.Volume | None = None,
+    replace: bool = False,
+) -> Server:
+    """Node `node`'s server. It ignores changes to what it was created with (`IGNORED`) and
+    reports them as drift, unless `replace`: then it takes the current inputs, unprotected,
+    for `raya.cloud.deploy.run(replace=...)` to have it re-created with them."""
+
+    def ignition(args: tuple[ClusterSecrets, str | None]) -> str:
+        node_secrets, volume_id = args
+        try:
+            return render(cluster, node, node_secrets, volume_id=volume_id).ignition.decode()
+        except RayaError as error:
+            # Raised while Pulumi resolves outputs: RunError is reported without a traceback.
+            raise pulumi.RunError(f"{node.name}: {error}") from None
+
+    volume_id: pulumi.Output[str | None] = (
+        volume.id.apply(str) if volume is not None else pulumi.Output.from_input(None)
+    )
+    rendered = pulumi.Output.all(secrets, volume_id).apply(lambda v: ignition((v[0], v[1])))
+    # Secret twice: the wrapper is what the SDK (and a test) sees, the option is what the
+    # engine applies to the state and the preview.
+    user_data: pulumi.Output[str] = pulumi.Output.secret(rendered)
+    # Digests of secret text reveal nothing of it: the labels are plain.
+    digests = pulumi.Output.unsecret(rendered.apply(lambda text: part_digests(text.encode())))
+    labels = digests.apply(
+        lambda d: {
+            **server_labels(cluster.config.cluster_name, node),
+            **{label: d[part] for part, label in drift.DIGEST_LABELS.items()},
+        }
+    )
+    server = hcloud.Server(
+        node.name,
+        name=server_name(cluster.config.cluster_name, node),
+        image=image,
+        server_type=node.server_type,
+        location=cluster.config.location,
+        labels=labels,
+        networks=[
+            hcloud.ServerNetworkArgs(
+                network_id=network.network_id,
+                ip=str(node.private_ip),
+                # Unset, the provider sees a change on every run and re-attaches the network
+                # (its documented workaround: an explicit empty list).
+                alias_ips=[],
+            )
+        ],
+        public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
+        user_data=user_data,
+        opts=pulumi.ResourceOptions(
+            # The firewall first: its label selector then covers the server from its birth.
+            depends_on=[network.subnet, firewall],
+            additional_secret_outputs=["user_data"],
+            ignore_changes=[] if replace else list(IGNORED),
+            protect=node.role == "control-plane" and not replace,
+        ),
+    )
+    if volume is not None:
+        hcloud.VolumeAttachment(
+            f"{node.name}-volume",
+            server_id=server.id.apply(int),
+            volume_id=volume.id.apply(int),
+            # Ignition formats (first boot only) and mounts it: Hetzner must not.
+            automount=False,
+        )
+    differ = pulumi.Output.all(server.labels, server.image, digests).apply(
+        lambda v: drift.drift_parts(v[0] or {}, str(v[1]), v[2], image)
+    )
+    return Server(server=server, drift=differ.apply(lambda parts: _report(node, parts)))
+
+
+def _report(node: Node, parts: tuple[str, ...]) -> tuple[str, ...]:
+    if parts:
+        pulumi.log.warn(drift.message(node.name, parts))
+    return parts

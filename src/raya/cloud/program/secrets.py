@@ -1,0 +1,231 @@
+"""The cluster's identities: join secrets, server and client CAs, DNS service accounts, the
+admin's client certificate and kubeconfig, each node's SSH host key.
+
+Random and TLS resources live in the Pulumi state, so they are generated once and never
+change between runs; every value here is a Pulumi secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_random as random
+import pulumi_tls as tls
+
+from raya.cloud import kubeconfig
+from raya.model.config import StackConfig
+from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey
+
+CA_VALIDITY_HOURS = 10 * 365 * 24
+CA_USES = ["cert_signing", "digital_signature", "crl_signing"]
+DNS_ADMIN = "roles/dns.admin"
+# The cluster's own GCP identities, each holding roles/dns.admin on the project.
+SERVICE_ACCOUNTS = ("external-dns", "cert-manager")
+_ACCOUNT_ID_MAX = 30
+# The admin's client certificate: valid 90 days, re-issued by any `raya up` in its last 30.
+ADMIN_VALIDITY_HOURS = 90 * 24
+ADMIN_RENEWAL_HOURS = 30 * 24
+
+
+@dataclass(frozen=True)
+class Authority:
+    cert_pem: pulumi.Output[str]
+    key_pem: pulumi.Output[str]
+
+
+@dataclass(frozen=True)
+class Identity:
+    join_secret: pulumi.Output[str]
+    agent_secret: pulumi.Output[str]
+    server_ca: Authority
+    client_ca: Authority
+    external_dns_key: pulumi.Output[str]
+    cert_manager_key: pulumi.Output[str]
+    host_keys: dict[str, tls.PrivateKey]  # node name -> its SSH host key
+    kubeconfig: pulumi.Output[str]  # the admin's, a secret
+
+    def host_key(self, node: str) -> pulumi.Output[HostKey]:
+        key = self.host_keys[node]
+        return pulumi.Output.all(key.private_key_openssh, key.public_key_openssh).apply(
+            lambda v: HostKey(private_openssh=v[0], public_openssh=v[1])
+        )
+
+    def control_plane_secrets(self, node: str) -> pulumi.Output[ClusterSecrets]:
+        """Everything the control plane's config carries."""
+        values = pulumi.Output.all(
+            self.join_secret,
+            self.agent_secret,
+            self.server_ca.cert_pem,
+            self.server_ca.key_pem,
+            self.client_ca.cert_pem,
+            self.client_ca.key_pem,
+            self.external_dns_key,
+            self.cert_manager_key,
+            self.host_key(node),
+        )
+        return pulumi.Output.secret(
+            values.apply(
+                lambda v: ClusterSecrets(
+                    join_secret=v[0],
+                    agent_secret=v[1],
+                    server_ca=CertificateAuthority(cert_pem=v[2], key_pem=v[3]),
+                    client_ca=CertificateAuthority(cert_pem=v[4], key_pem=v[5]),
+                    external_dns_key=v[6],
+                    cert_manager_key=v[7],
+                    host_keys={node: v[8]},
+                )
+            )
+        )
+
+    def agent_secrets(self, node: str) -> pulumi.Output[ClusterSecrets]:
+        """Agent `node`'s share: the agent secret, the server CA certificate and its own host
+        key, nothing else.
+
+        The server token, the control plane's private keys and the other nodes' host keys are
+        not even inputs of this output, so no agent config can carry them nor be re-rendered
+        when they change.
+        """
+        values = pulumi.Output.all(self.agent_secret, self.server_ca.cert_pem, self.host_key(node))
+        return pulumi.Output.secret(
+            values.apply(
+                lambda v: ClusterSecrets(
+                    join_secret="",
+                    agent_secret=v[0],
+                    server_ca=CertificateAuthority(cert_pem=v[1], key_pem=""),
+                    client_ca=CertificateAuthority(cert_pem="", key_pem=""),
+                    external_dns_key="",
+                    cert_manager_key="",
+                    host_keys={node: v[2]},
+                )
+            )
+        )
+
+
+def account_id(cluster_name: str, purpose: str) -> str:
+    """A GCP service account id (6-30 characters) unique to this cluster and purpose."""
+    candidate = f"{cluster_name}-{purpose}"
+    if len(candidate) <= _ACCOUNT_ID_MAX:
+        return candidate
+    # Too long: keep a readable prefix and tell long names apart by a digest.
+    digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:6]
+    keep = _ACCOUNT_ID_MAX - len(purpose) - len(digest) - 2
+    return f"{cluster_name[:keep].rstrip('-')}-{digest}-{purpose}"
+
+
+def _ecdsa_key(name: str) -> tls.PrivateKey:
+    return tls.PrivateKey(
+        name,
+        algorithm="ECDSA",
+        ecdsa_curve="P256",
+        opts=pulumi.ResourceOptions(additional_secret_outputs=["private_key_pem"]),
+    )
+
+
+def _authority(name: str, common_name: str) -> Authority:
+    key = _ecdsa_key(f"{name}-key")
+    cert = tls.SelfSignedCert(
+        name,
+        private_key_pem=key.private_key_pem,
+        is_ca_certificate=True,
+        allowed_uses=CA_USES,
+        validity_period_hours=CA_VALIDITY_HOURS,
+        subject=tls.SelfSignedCertSubjectArgs(common_name=common_name),
+    )
+    return Authority(cert_pem=cert.cert_pem, key_pem=pulumi.Output.secret(key.private_key_pem))
+
+
+def _decode_key(private_key: str) -> str:
+    """GCP hands out the key file base64-encoded; the cluster wants the JSON itself."""
+    return base64.b64decode(private_key, validate=True).decode()
+
+
+def _service_account_key(config: StackConfig, purpose: str) -> pulumi.Output[str]:
+    account = gcp.serviceaccount.Account(
+        purpose,
+        account_id=account_id(config.cluster_name, purpose),
+        display_name=f"{config.cluster_name} {purpose}",
+        description=f"{purpose} of the {config.cluster_name} cluster: manages its DNS records",
+    )
+    gcp.projects.IAMMember(
+        f"{purpose}-dns-admin",
+        project=account.project,
+        role=DNS_ADMIN,
+        member=account.member,
+    )
+    key = gcp.serviceaccount.Key(
+        f"{purpose}-key",
+        service_account_id=account.name,
+        opts=pulumi.ResourceOptions(additional_secret_outputs=["private_key"]),
+    )
+    return pulumi.Output.secret(key.private_key.apply(_decode_key))
+
+
+def _host_key(node: str) -> tls.PrivateKey:
+    return tls.PrivateKey(
+        f"{node}-host-key",
+        algorithm="ED25519",
+        opts=pulumi.ResourceOptions(
+            additional_secret_outputs=["private_key_openssh", "private_key_pem"]
+        ),
+    )
+
+
+def _admin_kubeconfig(config: StackConfig, server_ca: Authority, client_ca: Authority) -> (
+    pulumi.Output[str]
+):
+    """The admin's kubeconfig: a client certificate the client CA signs, in group
+    system:masters, trusting the server CA for the control plane's public name."""
+    key = _ecdsa_key("admin-key")
+    request = tls.CertRequest(
+        "admin-request",
+        private_key_pem=key.private_key_pem,
+        subject=tls.CertRequestSubjectArgs(
+            common_name=kubeconfig.ADMIN_USER, organization=kubeconfig.ADMIN_GROUP
+        ),
+    )
+    cert = tls.LocallySignedCert(
+        "admin-cert",
+        cert_request_pem=request.cert_request_pem,
+        ca_cert_pem=client_ca.cert_pem,
+        ca_private_key_pem=client_ca.key_pem,
+        validity_period_hours=ADMIN_VALIDITY_HOURS,
+        early_renewal_hours=ADMIN_RENEWAL_HOURS,
+        allowed_uses=["digital_signature", "client_auth"],
+    )
+    server = kubeconfig.api_server_url(config.zone_dns_name)
+    built = pulumi.Output.all(server_ca.cert_pem, cert.cert_pem, key.private_key_pem).apply(
+        lambda v: kubeconfig.build(config.cluster_name, server, v[0], v[1], v[2])
+    )
+    return pulumi.Output.secret(built)
+
+
+def _join_secret(name: str) -> pulumi.Output[str]:
+    secret = random.RandomPassword(
+        name,
+        length=48,
+        # Letters and digits only: never shaped like a k3s bootstrap token (`abcdef.0123...`).
+        special=False,
+        opts=pulumi.ResourceOptions(additional_secret_outputs=["result"]),
+    )
+    return pulumi.Output.secret(secret.result)
+
+
+def define_identity(config: StackConfig, nodes: Sequence[str]) -> Identity:
+    external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
+    server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
+    client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
+    return Identity(
+        join_secret=_join_secret("join-secret"),
+        agent_secret=_join_secret("agent-secret"),
+        server_ca=server_ca,
+        client_ca=client_ca,
+        external_dns_key=external_dns,
+        cert_manager_key=cert_manager,
+        host_keys={node: _host_key(node) for node in nodes},
+        kubeconfig=_admin_kubeconfig(config, server_ca, client_ca),
+    )

@@ -1,0 +1,193 @@
+"""The pins (`image/fcos.pin`, `image/k3s.pin`, `image/charts.pin`) and the snapshot labels.
+
+The pins are JSON so that the Packer template can read them with `jsondecode(file(...))`:
+they are the one source of truth for the image build, its lookup and the pin updates. The
+chart pins say which Helm chart versions the control plane's add-ons install.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from raya.errors import ConfigError
+from raya.model.jsonfile import read_json
+
+FCOS_STREAMS = ("stable", "testing", "next")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+")
+_K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")
+# A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
+CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+# The charts raya installs, by the key their pin has in `charts.pin`.
+CHART_NAMES = ("cert-manager", "external-dns")
+# Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.
+_LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
+
+
+@dataclass(frozen=True)
+class FcosPin:
+    stream: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class K3sPin:
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    version: str
+    # sha256 of the chart archive as the repository index publishes it; None until recorded.
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class ChartPins:
+    cert_manager: ChartPin
+    external_dns: ChartPin
+
+    def by_name(self) -> dict[str, ChartPin]:
+        return {"cert-manager": self.cert_manager, "external-dns": self.external_dns}
+
+
+@dataclass(frozen=True)
+class Pins:
+    fcos: FcosPin
+    k3s: K3sPin
+
+
+def fcos_pin_path(root: Path) -> Path:
+    return root / "image" / "fcos.pin"
+
+
+def k3s_pin_path(root: Path) -> Path:
+    return root / "image" / "k3s.pin"
+
+
+def chart_pins_path(root: Path) -> Path:
+    return root / "image" / "charts.pin"
+
+
+def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
+    return _fields(path, read_json(path, "pin", ConfigError), fields)
+
+
+def _fields(path: Path, data: object, fields: tuple[str, ...], where: str = "") -> dict[str, str]:
+    """`data` as an object of exactly `fields`, all strings; `where` names it inside `path`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: {where}expected a JSON object with {', '.join(fields)}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{path}: {where}unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}"
+        )
+    for field in fields:
+        if not isinstance(data.get(field), str):
+            raise ConfigError(f"{path}: {where}field '{field}' is required and must be a string")
+    return data
+
+
+def _check(path: Path, field: str, value: str, pattern: re.Pattern[str], accepted: str) -> None:
+    if not pattern.fullmatch(value):
+        raise ConfigError(f"{path}: field '{field}' is {value!r}; accepted: {accepted}")
+
+
+def parse_fcos_pin(path: Path) -> FcosPin:
+    data = _read_object(path, ("stream", "version", "sha256"))
+    if data["stream"] not in FCOS_STREAMS:
+        raise ConfigError(
+            f"{path}: field 'stream' is {data['stream']!r}; accepted: {', '.join(FCOS_STREAMS)}"
+        )
+    _check(
+        path, "version", data["version"], _FCOS_VERSION, "an FCOS version such as 44.20260720.3.1"
+    )
+    _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
+    return FcosPin(stream=data["stream"], version=data["version"], sha256=data["sha256"])
+
+
+def parse_k3s_pin(path: Path) -> K3sPin:
+    data = _read_object(path, ("version", "sha256"))
+    _check(path, "version", data["version"], _K3S_VERSION, "a k3s release such as v1.36.5+k3s1")
+    _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
+    return K3sPin(version=data["version"], sha256=data["sha256"])
+
+
+def parse_chart_pins(path: Path) -> ChartPins:
+    """`charts.pin`: `{"<chart>": {"version": ..., "digest": ...}, ...}` for each chart raya
+    installs; `digest` may be null until `raya image pins --update` records it."""
+    data = read_json(path, "pin", ConfigError)
+    if not isinstance(data, dict) or sorted(data) != sorted(CHART_NAMES):
+        found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(
+            f"{path}: expected a JSON object with exactly the charts {', '.join(CHART_NAMES)}; "
+            f"found {found or 'none'}"
+        )
+    pins = {name: _chart_pin(path, name, data[name]) for name in CHART_NAMES}
+    return ChartPins(cert_manager=pins["cert-manager"], external_dns=pins["external-dns"])
+
+
+def _chart_pin(path: Path, name: str, entry: object) -> ChartPin:
+    unrecorded = isinstance(entry, dict) and "digest" in entry and entry["digest"] is None
+    if unrecorded and isinstance(entry, dict):  # checked as text, kept as None
+        entry = {**entry, "digest": ""}
+    fields = _fields(path, entry, ("version", "digest"), f"{name}: ")
+    _check(
+        path,
+        f"{name}.version",
+        fields["version"],
+        CHART_VERSION,
+        "a released chart version such as 1.19.0 or v1.19.1",
+    )
+    if unrecorded:
+        return ChartPin(version=fields["version"], digest=None)
+    _check(path, f"{name}.digest", fields["digest"], _SHA256, "64 lowercase hex digits")
+    return ChartPin(version=fields["version"], digest=fields["digest"])
+
+
+def load_chart_pins(root: Path) -> ChartPins:
+    return parse_chart_pins(chart_pins_path(root))
+
+
+def dump_chart_pins(pins: ChartPins) -> str:
+    """The chart pin file's text: the same pins always give the same bytes."""
+    document = {name: pin.__dict__ for name, pin in sorted(pins.by_name().items())}
+    return json.dumps(document, indent=2) + "\n"
+
+
+def load_pins(root: Path) -> Pins:
+    return Pins(fcos=parse_fcos_pin(fcos_pin_path(root)), k3s=parse_k3s_pin(k3s_pin_path(root)))
+
+
+def dump_pin(pin: FcosPin | K3sPin) -> str:
+    """The pin file's text: the same pin always gives the same bytes."""
+    return json.dumps(pin.__dict__, indent=2) + "\n"
+
+
+def label_value(value: str) -> str:
+    """A Hetzner label value for `value`; `+` (in k3s versions) is not accepted there."""
+    converted = value.replace("+", "-")
+    if not _LABEL_VALUE.fullmatch(converted):
+        raise ConfigError(f"{value!r} cannot be a Hetzner label value (alphanumerics and -_. only)")
+    return converted
+
+
+def snapshot_labels(pins: Pins, cluster_name: str) -> dict[str, str]:
+    """The labels the image build stamps on the snapshot and the deployment selects it by."""
+    return {
+        "managed_by": label_value(cluster_name),
+        "os": "fcos",
+        "fcos_stream": label_value(pins.fcos.stream),
+        "fcos_version": label_value(pins.fcos.version),
+        "k3s_version": label_value(pins.k3s.version),
+    }
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    """Hetzner's `label_selector` syntax for exactly these labels."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -1,0 +1,294 @@
+"""The cluster's add-ons: external-dns and cert-manager, installed by k3s itself.
+
+The control plane's config drops `HelmChart` resources (applied by k3s' helm-controller) and
+two Let's Encrypt `ClusterIssuer`s into k3s' auto-deploy manifests directory, next to the
+Secrets holding the service account keys they use. `manifests` builds those files (pure,
+deterministic); `addon_status` reads what the cluster reports about them, for `raya status`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from raya.errors import RenderError
+from raya.model.config import StackConfig
+from raya.model.pins import ChartPins
+
+NAMESPACE = "kube-system"  # where k3s' own HelmCharts live, and the credentials Secrets
+CERT_MANAGER_NAMESPACE = "cert-manager"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "raya"}
+CREDENTIALS_KEY = "credentials.json"  # the key of the service account file in its Secret
+# Secrets field -> (manifest file, Secret name). k3s needs the manifest's name before its
+# first dot to be a unique DNS-1123 name.
+GCP_SECRETS = {
+    "external_dns_key": ("raya-external-dns-credentials.yaml", "external-dns-gcp-credentials"),
+    "cert_manager_key": ("raya-cert-manager-credentials.yaml", "cert-manager-gcp-credentials"),
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str  # the HelmChart's name and the chart's name in its repository
+    repo: str  # the official repository: the cluster fetches the chart from it
+    target_namespace: str
+
+
+EXTERNAL_DNS = Chart(
+    name="external-dns",
+    repo="https://kubernetes-sigs.github.io/external-dns/",
+    target_namespace=NAMESPACE,  # a pod can only mount a Secret of its own namespace
+)
+CERT_MANAGER = Chart(
+    name="cert-manager",
+    repo="https://charts.jetstack.io",
+    target_namespace=CERT_MANAGER_NAMESPACE,
+)
+CHARTS = (CERT_MANAGER, EXTERNAL_DNS)
+# Files of the manifests directory: the two HelmCharts share one (it compresses better), the
+# issuers have their own (see `manifests`).
+CHARTS_MANIFEST = "raya-helm-charts.yaml"
+ISSUERS_MANIFEST = "raya-cluster-issuers.yaml"
+# ClusterIssuer name -> ACME directory.
+ISSUERS = {
+    "letsencrypt-staging": "https://acme-staging-v02.api.letsencrypt.org/directory",
+    "letsencrypt-production": "https://acme-v02.api.letsencrypt.org/directory",
+}
+# external-dns deletes the records it created when their Ingress or Service goes (see
+# docs/publishing.md for why `sync` and not `upsert-only`).
+EXTERNAL_DNS_POLICY = "sync"
+EXTERNAL_DNS_SOURCES = ("service", "ingress")
+_CREDENTIALS_DIR = "/etc/raya/gcp"
+# A GCP project id, optionally behind a legacy `domain:` prefix.
+_PROJECT_ID = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+
+
+def service_account_project(field: str, key: str) -> str:
+    """The project a service account key file belongs to: the one its account, and so the
+    cluster's zone, were created in."""
+    try:
+        project = json.loads(key).get("project_id")
+    except (json.JSONDecodeError, AttributeError):
+        project = None
+    if not isinstance(project, str) or not _PROJECT_ID.fullmatch(project):
+        raise RenderError(
+            f"secrets: {field} has no usable project_id ({project!r}); accepted: a GCP "
+            "service account key file, whose project_id is a project id such as my-project-1"
+        )
+    return project
+
+
+def owner_id(config: StackConfig) -> str:
+    """external-dns' TXT owner id: the cluster's name and its zone, unique to this cluster, so
+    two clusters never take each other's records for their own."""
+    return f"{config.cluster_name}@{config.zone_dns_name.rstrip('.')}"
+
+
+def _literal_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, keys in the order written, multi-line text as literal blocks."""
+
+
+_Dumper.add_representer(str, _literal_str)
+
+
+def _yaml(document: Any) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def _manifest(documents: Sequence[Mapping[str, Any]]) -> str:
+    body = "---\n".join(_yaml(document) for document in documents)
+    return body
+
+
+def _helm_chart(chart: Chart, version: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "repo": chart.repo,
+        "chart": chart.name,
+        "version": version,
+        "targetNamespace": chart.target_namespace,
+    }
+    if chart.target_namespace != NAMESPACE:
+        spec["createNamespace"] = True
+    spec["valuesContent"] = _yaml(values)
+    return {
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChart",
+        "metadata": {"name": chart.name, "namespace": NAMESPACE, "labels": MANAGED_BY},
+        "spec": spec,
+    }
+
+
+def external_dns_values(config: StackConfig, project: str) -> dict[str, Any]:
+    """The external-dns chart's values: Cloud DNS in `project`, the cluster's zone only."""
+    secret = GCP_SECRETS["external_dns_key"][1]
+    return {
+        "provider": {"name": "google"},
+        "sources": list(EXTERNAL_DNS_SOURCES),
+        "policy": EXTERNAL_DNS_POLICY,
+        "registry": "txt",
+        "txtOwnerId": owner_id(config),
+        "domainFilters": [config.zone_dns_name.rstrip(".")],
+        "extraArgs": [f"--google-project={project}", "--google-zone-visibility=public"],
+        "env": [
+            {
+                "name": "GOOGLE_APPLICATION_CREDENTIALS",
+                "value": f"{_CREDENTIALS_DIR}/{CREDENTIALS_KEY}",
+            }
+        ],
+        "extraVolumes": [{"name": "gcp-credentials", "secret": {"secretName": secret}}],
+        "extraVolumeMounts": [
+            {"name": "gcp-credentials", "mountPath": _CREDENTIALS_DIR, "readOnly": True}
+        ],
+    }
+
+
+def cert_manager_values() -> dict[str, Any]:
+    """The cert-manager chart's values: its CRDs with it, and ClusterIssuers' Secrets (the
+    service account key, the ACME account keys) read from and written to kube-system."""
+    return {"crds": {"enabled": True, "keep": True}, "clusterResourceNamespace": NAMESPACE}
+
+
+def cluster_issuer(name: str, server: str, config: StackConfig, project: str) -> dict[str, Any]:
+    """A Let's Encrypt issuer solving DNS-01 in the cluster's zone through Cloud DNS."""
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "ClusterIssuer",
+        "metadata": {"name": name, "labels": MANAGED_BY},
+        "spec": {
+            "acme": {
+                "server": server,
+                "email": config.acme_email,
+                "privateKeySecretRef": {"name": f"{name}-account-key"},
+                "solvers": [
+                    {
+                        "selector": {"dnsZones": [config.zone_dns_name.rstrip(".")]},
+                        "dns01": {
+                            "cloudDNS": {
+                                "project": project,
+                                "serviceAccountSecretRef": {
+                                    "name": GCP_SECRETS["cert_manager_key"][1],
+                                    "key": CREDENTIALS_KEY,
+                                },
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+    }
+
+
+def manifests(
+    config: StackConfig, charts: ChartPins, external_dns_key: str, cert_manager_key: str
+) -> dict[str, str]:
+    """The add-ons' manifest files (name -> text) for the control plane's manifests directory.
+
+    The projects come from the service account keys: each account was created in the project
+    holding the cluster's zone. The issuers have a file of their own: k3s retries a file that
+    fails to apply every 15 s, so they land once cert-manager's CRDs and webhook are up.
+    """
+    external_dns_project = service_account_project("external_dns_key", external_dns_key)
+    cert_manager_project = service_account_project("cert_manager_key", cert_manager_key)
+    return {
+        CHARTS_MANIFEST: _manifest(
+            [
+                _helm_chart(CERT_MANAGER, charts.cert_manager.version, cert_manager_values()),
+                _helm_chart(
+                    EXTERNAL_DNS,
+                    charts.external_dns.version,
+                    external_dns_values(config, external_dns_project),
+                ),
+            ]
+        ),
+        ISSUERS_MANIFEST: _manifest(
+            [
+                cluster_issuer(name, server, config, cert_manager_project)
+                for name, server in ISSUERS.items()
+            ]
+        ),
+    }
+
+
+# ---- what the cluster says about them (for `raya status`) ----
+
+# GET a Kubernetes API path, e.g. "/apis/batch/v1/namespaces/kube-system/jobs/x"; the
+# decoded JSON, or None when the object does not exist (404).
+ApiGet = Callable[[str], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class AddonState:
+    kind: str  # "HelmChart" or "ClusterIssuer"
+    name: str
+    ready: bool
+    detail: str  # one line: what the cluster says, for a person
+
+
+def _condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    conditions = (obj or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if isinstance(c, dict) and c.get("type") == kind), None)
+
+
+def helm_chart_state(
+    name: str, chart: Mapping[str, Any] | None, job: Mapping[str, Any] | None
+) -> AddonState:
+    """A HelmChart's install: its helm-controller job (`status.jobName`) and how it went."""
+    if chart is None:
+        return AddonState("HelmChart", name, False, f"no HelmChart {NAMESPACE}/{name} yet")
+    job_name = chart.get("status", {}).get("jobName")
+    if not job_name:
+        return AddonState("HelmChart", name, False, "no install job yet")
+    if job is None:
+        return AddonState("HelmChart", name, False, f"job {job_name} not found")
+    complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
+    if complete is not None and complete.get("status") == "True":
+        return AddonState("HelmChart", name, True, f"job {job_name} complete")
+    if failed is not None and failed.get("status") == "True":
+        reason = failed.get("message") or failed.get("reason") or "no reason given"
+        return AddonState("HelmChart", name, False, f"job {job_name} failed: {reason}")
+    status = job.get("status", {})
+    tries = int(status.get("failed") or 0)
+    running = f"job {job_name} running" if status.get("active") else f"job {job_name} pending"
+    return AddonState(
+        "HelmChart", name, False, running + (f", {tries} failed attempts" if tries else "")
+    )
+
+
+def issuer_state(name: str, issuer: Mapping[str, Any] | None) -> AddonState:
+    """A ClusterIssuer's Ready condition (its ACME account registered, or why not)."""
+    if issuer is None:
+        return AddonState("ClusterIssuer", name, False, "not created yet (cert-manager not up?)")
+    ready = _condition(issuer, "Ready")
+    if ready is None:
+        return AddonState("ClusterIssuer", name, False, "no Ready condition yet")
+    message = ready.get("message") or ready.get("reason") or ""
+    return AddonState(
+        "ClusterIssuer",
+        name,
+        ready.get("status") == "True",
+        f"Ready={ready.get('status')}" + (f": {message}" if message else ""),
+    )
+
+
+def addon_status(get: ApiGet) -> tuple[AddonState, ...]:
+    """The two HelmCharts' install jobs and the two ClusterIssuers' Ready condition, read
+    through `get` (a Kubernetes API client); for `raya status`."""
+    states = []
+    for chart in CHARTS:
+        found = get(f"/apis/helm.cattle.io/v1/namespaces/{NAMESPACE}/helmcharts/{chart.name}")
+        job_name = (found or {}).get("status", {}).get("jobName")
+        job = get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{job_name}") if job_name else None
+        states.append(helm_chart_state(chart.name, found, job))
+    for name in ISSUERS:
+        states.append(issuer_state(name, get(f"/apis/cert-manager.io/v1/clusterissuers/{name}")))
+    return tuple(states)

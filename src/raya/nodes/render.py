@@ -1,0 +1,338 @@
+"""Node configs: the model and the cluster's identity in, each node's Ignition bytes out.
+
+One code path for the offline `raya render` and the deployment: a node's template context
+is built here (nowhere else), laid out by the Jinja Butane templates in `templates/` and
+transpiled in strict mode. Pure and deterministic: the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from raya.butane import transpile
+from raya.errors import ButaneError, RenderError
+from raya.model.config import PRIVATE_ROUTE
+from raya.model.fleet import Cluster, Node, node_password
+from raya.model.pins import ChartPins
+from raya.nodes.addons import GCP_SECRETS
+from raya.nodes.addons import manifests as addon_manifests
+from raya.nodes.github_keys import GITHUB_URL, KEY_FIELDS
+from raya.nodes.identity import (
+    ClusterSecrets,
+    agent_token,
+    check_certificate_authority,
+    check_host_key,
+    check_join_secret,
+    check_server_secrets,
+    check_service_account_key,
+    load_ca_certificate,
+)
+
+# Hetzner's `user_data` limit.
+IGNITION_LIMIT = 32 * 1024
+TEMPLATES = Path(__file__).parent / "templates"
+
+PRIVATE_INTERFACE = "enp7s0"
+PRIVATE_MTU = 1450  # Hetzner's private networks
+METADATA_ADDRESS = "169.254.169.254"  # Hetzner's metadata service: it serves user_data
+METADATA_PUBLIC_IPV4 = f"http://{METADATA_ADDRESS}/hetzner/v1/metadata/public-ipv4"
+K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
+K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
+K3S_PORT = 6443
+SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
+# Fedora's sshd-keygen@ generates a host key type only when its file is missing or empty:
+# this one is the deployment's, the others (rsa, ecdsa) are left to the node and never trusted.
+SSH_HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+# The users' handles, one a line: the only part of a node's config that depends on the users
+# (their keys are fetched at boot, so a key rotated on GitHub changes no config).
+SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
+# The control plane's k3s state lives on its own volume, which outlives the VM.
+K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
+VOLUME_LABEL = "raya-k3s-server"
+
+
+@dataclass(frozen=True)
+class RenderedNode:
+    node: Node
+    butane: str  # the rendered Butane YAML
+    ignition: bytes  # the Ignition JSON, compact, deterministic
+
+
+def render_node(
+    cluster: Cluster,
+    node: Node,
+    secrets: ClusterSecrets,
+    *,
+    charts: ChartPins,
+    volume_id: str | None = None,
+) -> RenderedNode:
+    """One node's config. An agent's depends only on the cluster config, that agent, the agent
+    secret, the server CA certificate and its own host key; the control plane's also on the
+    id of the volume holding its k3s state (required for it, ignored for an agent) and the
+    chart pins of its add-ons."""
+    if node not in cluster.nodes:
+        raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
+    _check_inputs((node,), secrets, volume_id)
+    return _render(cluster, node, secrets, volume_id or "", charts)
+
+
+def render_cluster(
+    cluster: Cluster, secrets: ClusterSecrets, *, charts: ChartPins, volume_id: str
+) -> tuple[RenderedNode, ...]:
+    """Every node's config, control plane first, then the agents in fleet order."""
+    _check_inputs(cluster.nodes, secrets, volume_id)
+    return tuple(_render(cluster, node, secrets, volume_id, charts) for node in cluster.nodes)
+
+
+def _check_inputs(nodes: Sequence[Node], secrets: ClusterSecrets, volume_id: str | None) -> None:
+    if any(node.role == "control-plane" for node in nodes) and not (
+        volume_id and volume_id.isdigit()
+    ):
+        raise RenderError(
+            f"control-plane: volume_id is {volume_id!r}; accepted: a Hetzner volume id (digits)"
+        )
+    for node in nodes:
+        check_host_key(node.name, secrets.host_keys)
+    if any(node.role == "control-plane" for node in nodes):
+        check_server_secrets(secrets)
+        check_certificate_authority("server_ca", secrets.server_ca)
+        check_certificate_authority("client_ca", secrets.client_ca)
+        for field in GCP_SECRETS:
+            check_service_account_key(field, getattr(secrets, field))
+    else:  # an agent never sees the control plane's private keys nor the server token
+        check_join_secret("agent_secret", secrets.agent_secret)
+        load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
+
+
+def part_digests(ignition: bytes) -> dict[str, str]:
+    """Digests of the parts of a node's config a change can come from, for drift reports:
+    `users` (the handles file) and `config` (everything else). Short: they are server labels."""
+    config = json.loads(ignition)
+    files = config.get("storage", {}).get("files", [])
+    handles = [entry for entry in files if entry["path"] == SSH_HANDLES_FILE]
+    config["storage"]["files"] = [entry for entry in files if entry["path"] != SSH_HANDLES_FILE]
+
+    def digest(value: object) -> str:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    return {"users": digest(handles), "config": digest(config)}
+
+
+def volume_device(volume_id: str) -> str:
+    """Where a Hetzner volume appears on its server (Hetzner's docs, "volumes")."""
+    return f"/dev/disk/by-id/scsi-0HC_Volume_{volume_id}"
+
+
+def _context(
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
+) -> dict[str, Any]:
+    config = cluster.config
+    common: dict[str, Any] = {
+        "node": node,
+        "ssh_keys": {
+            "dir": SSH_KEY_DIR,
+            "file": f"{SSH_KEY_DIR}/raya",
+            "handles_file": SSH_HANDLES_FILE,
+            "handles": config.authorized_users,
+            "base_url": GITHUB_URL,
+            "types": list(KEY_FIELDS),
+            "script": "/usr/local/bin/raya-ssh-keys",
+            "unit": "raya-ssh-keys.service",
+            "timer": "raya-ssh-keys.timer",
+            "every": "15min",
+        },
+        "host_key": {
+            "path": SSH_HOST_KEY,
+            "private": secrets.host_keys[node.name].private_openssh,
+            "public": secrets.host_keys[node.name].public_openssh.strip() + "\n",
+        },
+        # Decided by the deployment for every node: k3s keeps its hash per node name in the
+        # datastore, and refuses a node that comes back (a replaced VM) with another one.
+        "node_password_file": "/etc/rancher/node/password",
+        "node_password": node_password(secrets.agent_secret, node.name),
+        "network": {
+            "interface": PRIVATE_INTERFACE,
+            "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
+            "mtu": PRIVATE_MTU,
+            "wait_unit": "raya-private-network.service",
+            "gateway": config.gateway,
+            "route": PRIVATE_ROUTE,
+        },
+        "public_ipv4": {
+            "unit": "raya-public-ipv4.service",
+            "script": "/usr/local/bin/raya-public-ipv4",
+            "url": METADATA_PUBLIC_IPV4,
+            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml",
+        },
+        "metadata_guard": {
+            "unit": "raya-metadata-guard.service",
+            "rules": "/etc/nftables/raya-metadata-guard.nft",
+            "table": "raya_metadata_guard",
+            "address": METADATA_ADDRESS,
+        },
+        # Zincati's documented place for a drop-in overriding its defaults.
+        "zincati_dropin": "/etc/zincati/config.d/90-raya-disable-auto-updates.toml",
+        "k3s_binary": K3S_BINARY,
+        "k3s_binary_real": K3S_BINARY_REAL,
+        "k3s_config": "/etc/rancher/k3s/config.yaml",
+        "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
+    }
+    if node.role == "control-plane":
+        return {
+            **common,
+            "k3s": {
+                "unit": "k3s.service",
+                "description": "k3s server (control plane)",
+                "command": "server",
+                "restart_sec": "5s",
+                # The datastore is on the volume: k3s must never start on the bare root disk.
+                "mounts": [_mount_unit(K3S_SERVER_DIR)],
+            },
+            "join_secret": secrets.join_secret,
+            "agent_secret": secrets.agent_secret,
+            "schedulable": config.control_plane_schedulable,
+            "tls_san": cluster.dns_name(node).rstrip("."),
+            "volume": {
+                "device": volume_device(volume_id),
+                "label": VOLUME_LABEL,
+                "path": K3S_SERVER_DIR,
+            },
+            "tls_dir": f"{K3S_SERVER_DIR}/tls",
+            "cas": [
+                {"name": name, "cert_pem": ca.cert_pem, "key_pem": ca.key_pem}
+                for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca))
+            ],
+            "manifests_dir": f"{K3S_SERVER_DIR}/manifests",
+            "gcp_secrets": [
+                {"file": file, "name": name, "key": getattr(secrets, field)}
+                for field, (file, name) in GCP_SECRETS.items()
+            ],
+            "addons": sorted(
+                addon_manifests(
+                    config, charts, secrets.external_dns_key, secrets.cert_manager_key
+                ).items()
+            ),
+        }
+    assert node.index is not None
+    return {
+        **common,
+        "k3s": {
+            "unit": "k3s-agent.service",
+            "description": "k3s agent",
+            "command": "agent",
+            "restart_sec": "10s",
+            "mounts": [],
+        },
+        "server_url": f"https://{config.control_plane_ip}:{K3S_PORT}",
+        "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
+    }
+
+
+def _mount_unit(path: str) -> str:
+    """The name systemd gives the mount unit of `path` (as Butane's with_mount_unit does)."""
+    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
+
+
+def _render(
+    cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
+) -> RenderedNode:
+    template_name = f"{node.role}.bu.j2"
+    context = _context(cluster, node, secrets, volume_id, charts)
+    try:
+        butane = _environment().get_template(template_name).render(context)
+    except jinja2.TemplateError as error:
+        where = getattr(error, "lineno", None)
+        raise RenderError(
+            f"{TEMPLATES / template_name}{f':{where}' if where else ''}: {node.name}: {error}"
+        ) from None
+    try:
+        ignition = transpile(butane, strict=True, source=f"{node.name}.bu").encode()
+    except ButaneError as error:
+        raise RenderError(f"{node.name}: the rendered Butane was rejected: {error}") from None
+    if len(ignition) > IGNITION_LIMIT:
+        raise RenderError(
+            f"{node.name}: Ignition config is {len(ignition)} bytes, over Hetzner's user_data "
+            f"limit of {IGNITION_LIMIT}; largest parts: {', '.join(_largest_parts(ignition))}"
+        )
+    return RenderedNode(node=node, butane=butane, ignition=ignition)
+
+
+def _largest_parts(ignition: bytes, count: int = 4) -> list[str]:
+    """What takes the most room: files grouped by folder (the manifests together weigh more
+    than any one file), then units and users, as 'what (N bytes)'."""
+    config = json.loads(ignition)
+    sizes: dict[str, list[int]] = {}
+    for kind, entries in (
+        ("file", config.get("storage", {}).get("files", [])),
+        ("unit", config.get("systemd", {}).get("units", [])),
+        ("user", config.get("passwd", {}).get("users", [])),
+    ):
+        for entry in entries:
+            group = f"{entry['path'].rsplit('/', 1)[0]}/*" if kind == "file" else f"{kind}s"
+            sizes.setdefault(group, []).append(len(json.dumps(entry, separators=(",", ":"))))
+    ranked = sorted(sizes.items(), key=lambda item: (-sum(item[1]), item[0]))[:count]
+    return [f"{group} ({len(each)} entries, {sum(each):,} bytes)" for group, each in ranked]
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(q=yaml_quoted, literal=yaml_literal)
+    return environment
+
+
+# Characters a YAML double-quoted scalar must carry escaped: quote, backslash, C0/C1 controls,
+# DEL, and what YAML 1.1 readers take for line breaks or a byte order mark.
+_YAML_ESCAPES = {
+    code: f"\\u{code:04x}"
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0xFEFF)
+}
+_YAML_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
+
+
+# What a literal block cannot carry as is: controls but tab and newline, and characters
+# YAML readers take for line breaks or a byte order mark.
+_NOT_LITERAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
+def yaml_quoted(value: object) -> str:
+    """`value` as a YAML double-quoted scalar that reads back exactly."""
+    return '"' + str(value).translate(_YAML_ESCAPES) + '"'
+
+
+def yaml_literal(text: str, indent: int) -> str:
+    """`text` as a YAML literal block scalar indented by `indent`, reading back exactly.
+
+    Text a literal block cannot carry faithfully (leading blanks on its first line,
+    whitespace-only lines, control characters) falls back to a quoted scalar.
+    """
+    body = text[:-1] if text.endswith("\n") else text
+    lines = body.split("\n")
+    filled = [line for line in lines if line]
+    if (
+        not filled
+        or filled[0][0] in " \t"  # would read as indentation
+        or any(line.isspace() for line in lines)
+        or _NOT_LITERAL.search(body)
+    ):
+        return yaml_quoted(text)
+    chomp = "-" if not text.endswith("\n") else "+" if text.endswith("\n\n") else ""
+    pad = " " * indent
+    return f"|{chomp}\n" + "\n".join(pad + line if line else "" for line in lines)

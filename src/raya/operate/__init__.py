@@ -1,0 +1,1 @@
+"""Day two: the status report, the rolling replacement, SSH to a node."""

@@ -1,0 +1,242 @@
+"""`raya roll`: apply drift one node at a time, the way a careful operator would.
+
+An agent is cordoned, drained through the Kubernetes API (evictions, which honour
+PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data goes with the node: what
+`kubectl drain --ignore-daemonsets --delete-emptydir-data` does), its server replaced with the
+current inputs, and uncordoned once it is back Ready: a new boot, on the pinned kubelet. The
+control plane comes last and alone (its volume keeps the datastore), then raya waits for the
+API, trusted through the cluster's CA, and every node Ready. The first failure stops the roll.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raya.cloud.kubeconfig import reason
+from raya.errors import RayaError
+
+POLL = 5.0  # seconds between two looks at the API
+DRAIN_TIMEOUT = 600.0
+READY_TIMEOUT = 900.0
+CONTROL_PLANE = "control-plane"
+
+
+class RollError(RayaError):
+    """A node could not be rolled; the nodes after it were left untouched."""
+
+
+@dataclass(frozen=True)
+class Step:
+    node: str
+    drain: bool  # agents are drained; the control plane is replaced alone
+
+    def describe(self) -> str:
+        if self.drain:
+            return f"{self.node}: cordon, drain, replace, wait until Ready, uncordon"
+        return f"{self.node}: replace (its volume keeps the datastore), wait for the API"
+
+
+def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -> list[Step]:
+    """The steps: `wanted` nodes, or else the `drifting` ones; agents first in fleet order
+    (`nodes`' order), the control plane last. Unknown names are an error."""
+    unknown = [name for name in wanted if name not in nodes]
+    if unknown:
+        raise RollError(
+            f"no node {', '.join(unknown)} in the cluster; accepted: {', '.join(nodes)}"
+        )
+    chosen = set(wanted or drifting)
+    ordered = [n for n in nodes if n in chosen and n != CONTROL_PLANE]
+    if CONTROL_PLANE in chosen:
+        ordered.append(CONTROL_PLANE)
+    return [Step(node, drain=node != CONTROL_PLANE) for node in ordered]
+
+
+@dataclass
+class Clock:
+    """Time as the roll sees it: injectable so tests do not wait."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+class Kubernetes:
+    """What the roll asks of the API, through the official client."""
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client as k8s
+
+        self._k8s = k8s
+        self.core = k8s.CoreV1Api(api)
+
+    def node(self, name: str) -> Any | None:
+        try:
+            return self.core.read_node(name, _request_timeout=30)
+        except self._k8s.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def nodes(self) -> list[Any]:
+        return list(self.core.list_node(_request_timeout=30).items)
+
+    def cordon(self, name: str, unschedulable: bool) -> None:
+        self.core.patch_node(name, {"spec": {"unschedulable": unschedulable}}, _request_timeout=30)
+
+    def pods_on(self, name: str) -> list[Any]:
+        listed = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={name}", _request_timeout=30
+        )
+        return list(listed.items)
+
+    def evict(self, pod: Any) -> bool:
+        """Ask for the pod's eviction; False when a disruption budget refuses it for now."""
+        body = self._k8s.V1Eviction(
+            metadata=self._k8s.V1ObjectMeta(
+                name=pod.metadata.name, namespace=pod.metadata.namespace
+            ),
+            delete_options=self._k8s.V1DeleteOptions(),
+        )
+        try:
+            self.core.create_namespaced_pod_eviction(
+                pod.metadata.name, pod.metadata.namespace, body, _request_timeout=30
+            )
+        except self._k8s.ApiException as error:
+            if error.status == 429:
+                return False
+            if error.status == 404:  # gone already
+                return True
+            raise
+        return True
+
+
+def ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def boot_id(node: Any) -> str:
+    return str(node.status.node_info.boot_id or "")
+
+
+def stays(pod: Any) -> bool:
+    """Pods a drain leaves: DaemonSet pods (their controller would put them back) and mirror
+    pods (the kubelet's static pods), and pods already finished."""
+    owners = pod.metadata.owner_references or []
+    annotations = pod.metadata.annotations or {}
+    return (
+        any(owner.kind == "DaemonSet" and owner.controller for owner in owners)
+        or "kubernetes.io/config.mirror" in annotations
+        or (pod.status is not None and pod.status.phase in ("Succeeded", "Failed"))
+    )
+
+
+def managed(pod: Any) -> bool:
+    return any(owner.controller for owner in pod.metadata.owner_references or [])
+
+
+@dataclass
+class Roll:
+    kube: Kubernetes
+    replace: Callable[[str], None]  # replaces node's server with the current inputs
+    kubelet_version: str  # the k3s pin: what a rolled node must run
+    say: Callable[[str], None]
+    clock: Clock
+    drain_timeout: float = DRAIN_TIMEOUT
+    ready_timeout: float = READY_TIMEOUT
+
+    def run(self, steps: Sequence[Step]) -> None:
+        for number, step in enumerate(steps, 1):
+            self.say(f"[{number}/{len(steps)}] {step.describe()}")
+            try:
+                if step.drain:
+                    self.agent(step.node)
+                else:
+                    self.control_plane(step.node)
+            except Exception as error:  # ours, or the API client's, whatever their kind
+                problem = (
+                    str(error)
+                    if isinstance(error, RayaError)
+                    else f"the Kubernetes API failed: {reason(error)}"
+                )
+                left = [s.node for s in steps[number:]]
+                rest = f"; not touched: {', '.join(left)}" if left else ""
+                raise RollError(f"{step.node}: {problem}{rest}") from None
+
+    def agent(self, name: str) -> None:
+        before = self.kube.node(name)
+        if before is None:
+            self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
+        else:
+            self.kube.cordon(name, True)
+            self.say(f"{name}: cordoned")
+            self.drain(name)
+            self.say(f"{name}: drained; replacing its server")
+        self.replace(name)
+        self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
+        self.kube.cordon(name, False)
+        self.say(f"{name}: Ready on {self.kubelet_version}, uncordoned")
+
+    def control_plane(self, name: str) -> None:
+        before = self.kube.node(name)
+        self.replace(name)
+        self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
+        deadline = self.clock.now() + self.ready_timeout
+        while True:
+            not_ready = sorted(n.metadata.name for n in self.kube.nodes() if not ready(n))
+            if not not_ready:
+                break
+            if self.clock.now() >= deadline:
+                raise RollError(
+                    f"nodes not Ready after {self.ready_timeout:.0f} s: {', '.join(not_ready)}"
+                )
+            self.clock.sleep(POLL)
+        self.say(f"{name}: the API answers with the cluster's CA; every node Ready")
+
+    def drain(self, name: str) -> None:
+        deadline = self.clock.now() + self.drain_timeout
+        while True:
+            leaving = [pod for pod in self.kube.pods_on(name) if not stays(pod)]
+            if not leaving:
+                return
+            bare = [f"{p.metadata.namespace}/{p.metadata.name}" for p in leaving if not managed(p)]
+            if bare:
+                # What `kubectl drain` refuses without --force: nothing would bring them back.
+                raise RollError(
+                    f"pods not managed by a controller would be lost: {', '.join(bare)}; "
+                    "delete them or give them a controller, then roll again"
+                )
+            refused = [p.metadata.name for p in leaving if not self.kube.evict(p)]
+            if self.clock.now() >= deadline:
+                names = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in leaving)
+                why = " (a PodDisruptionBudget refuses)" if refused else ""
+                raise RollError(
+                    f"drain timed out after {self.drain_timeout:.0f} s; pods left: {names}{why}"
+                )
+            self.clock.sleep(POLL)
+
+    def wait_ready(self, name: str, previous_boot: str) -> None:
+        """Until the node is back from a new boot, Ready, on the pinned kubelet."""
+        deadline = self.clock.now() + self.ready_timeout
+        seen = "not registered"
+        while True:
+            try:
+                node = self.kube.node(name)
+            except Exception as error:  # the API is down while the control plane is replaced
+                node, seen = None, f"API: {reason(error)}"
+            if node is not None:
+                version = node.status.node_info.kubelet_version
+                fresh = boot_id(node) != previous_boot
+                if fresh and ready(node) and version == self.kubelet_version:
+                    return
+                seen = (
+                    f"{'Ready' if ready(node) else 'NotReady'} {version}"
+                    f"{'' if fresh else ', not rebooted yet'}"
+                )
+            if self.clock.now() >= deadline:
+                raise RollError(
+                    f"not back Ready on {self.kubelet_version} after "
+                    f"{self.ready_timeout:.0f} s (last seen: {seen})"
+                )
+            self.clock.sleep(POLL)

@@ -1,0 +1,375 @@
+"""`raya status`: one row per node, from the Hetzner API, the zone's own name servers and the
+Kubernetes API, each judged against what the deployment says it should be.
+
+Facts are gathered by small sources (one per remote API, each reporting what it could not
+reach instead of raising); `assess` turns them into rows of checks. A part that cannot be
+reached is unknown, and unknown is not healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raya.cloud.kubeconfig import api_client as kubeconfig_api_client
+from raya.cloud.kubeconfig import reason
+from raya.errors import RayaError
+from raya.model.pins import Pins, snapshot_labels
+
+HEALTHY, UNHEALTHY, UNKNOWN, SKIPPED = "ok", "bad", "unknown", "skipped"
+DNS_PORT = 53
+DNS_TIMEOUT = 5.0
+API_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Check:
+    state: str  # HEALTHY, UNHEALTHY, UNKNOWN (could not be asked) or SKIPPED (not asked)
+    text: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in (HEALTHY, SKIPPED)
+
+
+def ok(text: str) -> Check:
+    return Check(HEALTHY, text)
+
+
+def bad(text: str) -> Check:
+    return Check(UNHEALTHY, text)
+
+
+def unknown(text: str) -> Check:
+    return Check(UNKNOWN, text)
+
+
+@dataclass(frozen=True)
+class Row:
+    node: str
+    checks: dict[str, Check]  # column -> check, in COLUMNS order
+
+
+COLUMNS = ("server", "image", "drift", "dns", "kubernetes")
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[Row, ...]
+    cluster: dict[str, Check] = field(default_factory=dict)  # API, delegation, add-ons...
+
+    @property
+    def healthy(self) -> bool:
+        checks = [*self.cluster.values(), *(c for row in self.rows for c in row.checks.values())]
+        return all(check.healthy for check in checks)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "cluster": {name: vars(check) for name, check in self.cluster.items()},
+            "nodes": {row.node: {n: vars(c) for n, c in row.checks.items()} for row in self.rows},
+        }
+
+
+# --- Facts, as the sources report them -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    status: str  # Hetzner's: running, off, starting, ...
+    server_type: str
+    image_labels: Mapping[str, str] | None  # None: the snapshot it booted is gone
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    ready: bool
+    kubelet_version: str
+    os_image: str
+    addresses: Mapping[str, str]  # InternalIP, ExternalIP -> address
+    unschedulable: bool = False
+
+
+# --- Judging ---------------------------------------------------------------------------------
+
+
+def server_check(facts: ServerFacts | str | None) -> Check:
+    if isinstance(facts, str):
+        return unknown(facts)
+    if facts is None:
+        return bad("no such server")
+    text = f"{facts.status} {facts.server_type}"
+    return ok(text) if facts.status == "running" else bad(text)
+
+
+def image_check(facts: ServerFacts | str | None, pins: Pins, cluster_name: str) -> Check:
+    if not isinstance(facts, ServerFacts):
+        return unknown("server unknown")
+    if facts.image_labels is None:
+        return bad("snapshot deleted")
+    wanted = snapshot_labels(pins, cluster_name)
+    text = (
+        f"fcos {facts.image_labels.get('fcos_version', '?')}, "
+        f"k3s {facts.image_labels.get('k3s_version', '?')}"
+    )
+    differ = [
+        key for key in ("fcos_version", "k3s_version") if facts.image_labels.get(key) != wanted[key]
+    ]
+    return bad(f"{text} (pins: {', '.join(wanted[k] for k in differ)})") if differ else ok(text)
+
+
+def drift_check(drift: Mapping[str, Sequence[str]] | str | None, node: str) -> Check:
+    if drift is None:
+        return Check(SKIPPED, "not checked")
+    if isinstance(drift, str):
+        return unknown(drift)
+    parts = drift.get(node, ())
+    return bad(f"{', '.join(parts)} differ") if parts else ok("none")
+
+
+def dns_check(answer: Sequence[str] | str, expected: str | None) -> Check:
+    if isinstance(answer, str):
+        return unknown(answer)
+    if expected is None:
+        return unknown(f"-> {', '.join(answer) or 'nothing'} (address unknown)")
+    text = f"-> {', '.join(answer) or 'nothing'}"
+    return ok(text) if list(answer) == [expected] else bad(f"{text}, expected {expected}")
+
+
+def delegation_check(answer: Sequence[str] | str, name_servers: Sequence[str]) -> Check:
+    if isinstance(answer, str):
+        return unknown(answer)
+    got, want = sorted(_fqdn(n) for n in answer), sorted(_fqdn(n) for n in name_servers)
+    if got == want:
+        return ok(f"NS {', '.join(want)}")
+    return bad(f"parent delegates to {', '.join(got) or 'nothing'}, zone has {', '.join(want)}")
+
+
+def kubernetes_check(facts: NodeFacts | str | None, kubelet_version: str) -> Check:
+    if isinstance(facts, str):
+        return unknown(facts)
+    if facts is None:
+        return bad("not registered")
+    addresses = ", ".join(f"{kind} {address}" for kind, address in sorted(facts.addresses.items()))
+    text = (
+        f"{'Ready' if facts.ready else 'NotReady'}{' (cordoned)' if facts.unschedulable else ''} "
+        f"{facts.kubelet_version}, {facts.os_image}; {addresses}"
+    )
+    if facts.kubelet_version != kubelet_version:
+        return bad(f"{text} (pin {kubelet_version})")
+    return ok(text) if facts.ready and not facts.unschedulable else bad(text)
+
+
+def _fqdn(name: str) -> str:
+    return name.rstrip(".").lower() + "."
+
+
+def assess(
+    outputs: Mapping[str, Any],
+    pins: Pins,
+    cluster_name: str,
+    *,
+    servers: Mapping[str, ServerFacts | str | None],
+    records: Mapping[str, Sequence[str] | str],
+    delegation: Sequence[str] | str,
+    nodes: Mapping[str, NodeFacts] | str,
+    drift: Mapping[str, Sequence[str]] | str | None,
+    extra: Mapping[str, Check] | None = None,
+) -> Report:
+    """The report from the facts; `outputs` are the stack's (what should be)."""
+    rows = []
+    for name, entry in sorted(outputs.get("servers", {}).items(), key=_node_order):
+        server = servers.get(name)
+        node = nodes if isinstance(nodes, str) else nodes.get(name)
+        rows.append(
+            Row(
+                name,
+                {
+                    "server": server_check(server),
+                    "image": image_check(server, pins, cluster_name),
+                    "drift": drift_check(drift, name),
+                    "dns": dns_check(records.get(name, "not asked"), entry.get("ipv4")),
+                    "kubernetes": kubernetes_check(node, pins.k3s.version),
+                },
+            )
+        )
+    cluster = {"delegation": delegation_check(delegation, outputs.get("nameServers", []))}
+    cluster.update(extra or {})
+    return Report(tuple(rows), cluster)
+
+
+def _node_order(item: tuple[str, Any]) -> tuple[int, int, str]:
+    """The control plane first, then the agents in fleet order."""
+    name = item[0]
+    if name.startswith("agent-") and name[6:].isdigit():
+        return (1, int(name[6:]), name)
+    return (0, 0, name)
+
+
+# --- Sources ---------------------------------------------------------------------------------
+
+
+def hetzner_servers(
+    token: str, endpoint: str, ids: Mapping[str, str]
+) -> dict[str, ServerFacts | str | None]:
+    """Each node's server, by the id the stack recorded; a reason string if unreachable."""
+    import requests
+    from hcloud import APIException, HCloudException
+
+    from raya.cloud.image import hcloud_client
+
+    if not token:
+        return dict.fromkeys(ids, "HCLOUD_TOKEN not set")
+    client = hcloud_client(token, endpoint, API_TIMEOUT)
+    found: dict[str, ServerFacts | str | None] = {}
+    for node, server_id in ids.items():
+        try:
+            server = client.servers.get_by_id(int(server_id))
+        except APIException as error:
+            found[node] = None if error.code == "not_found" else f"Hetzner API: {error}"
+            continue
+        except (HCloudException, requests.RequestException, ValueError) as error:
+            found[node] = f"Hetzner API unreachable: {error}"
+            continue
+        image = server.image
+        labels = None if image is None or image.id is None else dict(image.labels or {})
+        found[node] = ServerFacts(
+            status=str(server.status),
+            server_type=str(server.server_type.name if server.server_type else "?"),
+            image_labels=labels,
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Dns:
+    """Asks authoritative servers directly (never a cache): the zone's own for its records,
+    the parent's for the delegation. `address_of` and `port` exist for tests."""
+
+    address_of: Callable[[str], list[str]]
+    port: int
+
+    def a_records(self, name_servers: Sequence[str], name: str) -> list[str] | str:
+        return self._ask(name_servers, name, "A", answer_only=True)
+
+    def delegation(self, parent_servers: Sequence[str], zone: str) -> list[str] | str:
+        return self._ask(parent_servers, zone, "NS", answer_only=False)
+
+    def _ask(
+        self, servers: Sequence[str], name: str, rdtype: str, answer_only: bool
+    ) -> list[str] | str:
+        import dns.exception
+        import dns.flags
+        import dns.message
+        import dns.query
+        import dns.rdatatype
+
+        problems = []
+        for server in servers:
+            try:
+                addresses = self.address_of(server)
+            except OSError as error:
+                problems.append(f"{server}: {error}")
+                continue
+            for address in addresses:
+                query = dns.message.make_query(name, rdtype)
+                query.flags &= ~dns.flags.RD  # an authoritative answer, not a recursive one
+                try:
+                    reply = dns.query.udp(query, address, timeout=DNS_TIMEOUT, port=self.port)
+                except (dns.exception.DNSException, OSError) as error:
+                    problems.append(f"{server} ({address}): {error or type(error).__name__}")
+                    continue
+                wanted = dns.rdatatype.from_text(rdtype)
+                sections = reply.answer if answer_only else [*reply.answer, *reply.authority]
+                return sorted(
+                    item.to_text() for rrset in sections if rrset.rdtype == wanted for item in rrset
+                )
+        return "; ".join(problems) or "no name server"
+
+
+def system_address_of(name: str) -> list[str]:
+    import socket
+
+    infos = socket.getaddrinfo(name.rstrip("."), 53, type=socket.SOCK_DGRAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def parent_name_servers(parent_zone: str) -> list[str] | str:
+    """The parent zone's name servers, from the system's resolver."""
+    import dns.exception
+    import dns.resolver
+
+    try:
+        answer = dns.resolver.resolve(parent_zone, "NS", lifetime=DNS_TIMEOUT)
+    except dns.exception.DNSException as error:
+        return f"parent zone {parent_zone}: {error}"
+    return sorted(item.to_text() for item in answer)
+
+
+def kubernetes_nodes(kubeconfig: str, server: str | None = None) -> dict[str, NodeFacts] | str:
+    """The nodes as the API reports them, trusting only the kubeconfig's CA; `server`
+    overrides its address (tests). A reason string if the API cannot be asked."""
+    from kubernetes import client as k8s
+
+    try:
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return str(error)
+    address = api.configuration.host
+    try:
+        listed: Any = k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT)
+    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
+        return f"API {address} unreachable: {reason(error)}"
+    finally:
+        api.close()
+    return {item.metadata.name: _node_facts(item) for item in listed.items}
+
+
+def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, Check]:
+    """The add-ons k3s installs on the control plane (`raya.nodes.addons`): each HelmChart's install
+    job and each ClusterIssuer's Ready condition, one check each."""
+    import json
+
+    from raya.nodes.addons import addon_status
+
+    try:
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return {"add-ons": unknown(str(error))}
+
+    def get(path: str) -> Any:
+        response = api.call_api(
+            "GET",
+            api.configuration.host + path,
+            header_params={"Accept": "application/json"},
+            _request_timeout=API_TIMEOUT,
+        )
+        response.read()
+        if response.status == 404:
+            return None
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"GET {path}: HTTP {response.status}")
+        return json.loads(response.data)
+
+    try:
+        states = addon_status(get)
+    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
+        return {"add-ons": unknown(f"API {api.configuration.host} unreachable: {reason(error)}")}
+    finally:
+        api.close()
+    return {
+        f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
+        for state in states
+    }
+
+
+def _node_facts(item: Any) -> NodeFacts:
+    conditions = {c.type: c.status for c in (item.status.conditions or [])}
+    return NodeFacts(
+        ready=conditions.get("Ready") == "True",
+        kubelet_version=item.status.node_info.kubelet_version,
+        os_image=item.status.node_info.os_image,
+        addresses={a.type: a.address for a in (item.status.addresses or [])},
+        unschedulable=bool(item.spec.unschedulable),
+    )

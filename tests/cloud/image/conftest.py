@@ -1,0 +1,295 @@
+"""Local stand-ins for the image pipeline's remotes: one HTTP server on 127.0.0.1 plays the FCOS
+build server, k3s' channel server and release downloads, and Hetzner's API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from raya.cloud.image import fcos_image_name
+from raya.model.pins import ChartPin, ChartPins, FcosPin, K3sPin, Pins, dump_chart_pins, dump_pin
+from tests.support import http_server
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGE_DIR = REPO / "image"
+
+FCOS = FcosPin(stream="stable", version="44.20260720.3.1", sha256="a" * 64)
+K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64)
+PINS = Pins(fcos=FCOS, k3s=K3S)
+CHARTS = ChartPins(
+    cert_manager=ChartPin(version="v1.18.2", digest="1" * 64),
+    external_dns=ChartPin(version="1.14.3", digest="2" * 64),
+)
+
+
+@dataclass
+class Snapshot:
+    id: int
+    labels: dict[str, str]
+    architecture: str = "x86"
+    type: str = "snapshot"
+
+
+@dataclass
+class FakeWeb:
+    """Serves `files` (path -> body) and a fake `GET /v1/images` over `snapshots`."""
+
+    url: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    requests: list[tuple[str, dict[str, list[str]], dict[str, str]]] = field(default_factory=list)
+
+    @property
+    def hcloud(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def fcos(self) -> str:
+        return f"{self.url}/fcos"
+
+    @property
+    def k3s_channels(self) -> str:
+        return f"{self.url}/k3s/v1-release/channels"
+
+    @property
+    def k3s_releases(self) -> str:
+        return f"{self.url}/k3s/releases/download"
+
+    @property
+    def cert_manager_charts(self) -> str:
+        return f"{self.url}/charts/jetstack"
+
+    @property
+    def external_dns_charts(self) -> str:
+        return f"{self.url}/charts/external-dns/"  # a trailing slash, as the real one has
+
+    def paths(self) -> list[str]:
+        return [path for path, _, _ in self.requests]
+
+    def serve_json(self, path: str, data: Any) -> None:
+        self.files[path] = json.dumps(data).encode()
+
+    def publish_fcos(self, pin: FcosPin, *, latest: bool = True, meta_sha256: str = "") -> None:
+        """The stream metadata (if `latest`) and build metadata of FCOS release `pin`."""
+        build = f"/fcos/prod/streams/{pin.stream}/builds/{pin.version}/x86_64"
+        name = fcos_image_name(pin.version)
+        self.serve_json(
+            f"{build}/meta.json",
+            {
+                "buildid": pin.version,
+                "images": {
+                    "hetzner": {"path": name, "sha256": meta_sha256 or pin.sha256, "size": 1},
+                    "metal": {"path": name.replace("hetzner", "metal"), "sha256": "c" * 64},
+                },
+            },
+        )
+        if latest:
+            disk = {
+                "location": f"{self.url}{build}/{name}",
+                "signature": f"{self.url}{build}/{name}.sig",
+                "sha256": pin.sha256,
+                "uncompressed-sha256": "d" * 64,
+            }
+            self.serve_json(
+                f"/fcos/streams/{pin.stream}.json",
+                {
+                    "stream": pin.stream,
+                    "metadata": {"last-modified": "2026-07-21T00:00:00Z"},
+                    "architectures": {
+                        "x86_64": {
+                            "artifacts": {
+                                "hetzner": {
+                                    "release": pin.version,
+                                    "formats": {"raw.xz": {"disk": disk}},
+                                },
+                                "metal": {"release": pin.version, "formats": {}},
+                            }
+                        }
+                    },
+                },
+            )
+
+    def publish_k3s(self, pin: K3sPin, *, stable: bool = True, listed_sha256: str = "") -> None:
+        """k3s release `pin`'s checksum file, and the channels (stable -> pin if `stable`)."""
+        self.files[f"/k3s/releases/download/{pin.version}/sha256sum-amd64.txt"] = (
+            f"{'e' * 64}  k3s-airgap-images-amd64.tar.gz\n"
+            f"{listed_sha256 or pin.sha256}  k3s\n"
+            f"{'f' * 64}  k3s-images.txt\n"
+        ).encode()
+        if stable:
+            channel = "/k3s/v1-release/channels"
+            self.serve_json(
+                channel,
+                {
+                    "type": "collection",
+                    "resourceType": "channels",
+                    "data": [
+                        {
+                            "id": "latest",
+                            "type": "channel",
+                            "name": "latest",
+                            "latest": "v9.9.9+k3s1",
+                        },
+                        {
+                            "id": "stable",
+                            "type": "channel",
+                            "name": "stable",
+                            "latest": pin.version,
+                        },
+                    ],
+                },
+            )
+
+    def publish(self, pins: Pins, charts: ChartPins = CHARTS) -> None:
+        self.publish_fcos(pins.fcos)
+        self.publish_k3s(pins.k3s)
+        self.publish_charts(charts)
+
+    def publish_charts(self, charts: ChartPins) -> None:
+        """Two Helm repository indexes, as `helm repo index` writes them: the newest release
+        of each chart is `charts`' version; older releases (the project's pins among them)
+        and a newer pre-release are listed too, and the jetstack index holds another chart."""
+        self.publish_index(
+            "/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager
+        )
+        self.publish_index(
+            "/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns
+        )
+
+    def publish_index(
+        self, path: str, chart: str, newest: ChartPin, older: ChartPin | None = None
+    ) -> None:
+        def entry(name: str, version: str, digest: str | None) -> dict[str, Any]:
+            return {
+                "apiVersion": "v2",
+                "appVersion": version,
+                "created": "2026-07-01T00:00:00Z",
+                **({"digest": digest} if digest is not None else {}),
+                "name": name,
+                "urls": [f"charts/{name}-{version}.tgz"],
+                "version": version,
+            }
+
+        prefix = "v" if newest.version.startswith("v") else ""
+        listed = [newest] + ([older] if older and older.version != newest.version else [])
+        entries = {
+            chart: [
+                entry(chart, f"{prefix}99.0.0-alpha.1", "3" * 64),
+                *(entry(chart, pin.version, pin.digest) for pin in listed),
+                entry(chart, f"{prefix}0.9.0", "4" * 64),
+            ]
+        }
+        if chart == "cert-manager":
+            entries["trust-manager"] = [entry("trust-manager", "v999.0.0", "5" * 64)]
+        index = {"apiVersion": "v1", "entries": entries, "generated": "2026-07-01T00:00:00Z"}
+        self.files[f"{path}/index.yaml"] = yaml.safe_dump(index).encode()
+
+    def images(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """Hetzner's answer: the snapshots matching every `k=v` of the label selector."""
+        wanted = dict(
+            term.split("=", 1) for term in query.get("label_selector", [""])[0].split(",") if term
+        )
+        found = [
+            snapshot
+            for snapshot in self.snapshots
+            if snapshot.labels.items() >= wanted.items()
+            and snapshot.type in query.get("type", [snapshot.type])
+            and snapshot.architecture in query.get("architecture", [snapshot.architecture])
+        ]
+        return {
+            "images": [_image(snapshot) for snapshot in found],
+            "meta": {
+                "pagination": {
+                    "page": 1,
+                    "per_page": 50,
+                    "previous_page": None,
+                    "next_page": None,
+                    "last_page": 1,
+                    "total_entries": len(found),
+                }
+            },
+        }
+
+    def respond(self, request: BaseHTTPRequestHandler) -> tuple[int, bytes, str]:
+        """The answer to `request`: Hetzner's API, or one of `files`."""
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        self.requests.append((parts.path, query, dict(request.headers.items())))
+        if parts.path == "/v1/images":
+            if request.headers.get("Authorization") != "Bearer test-token":
+                body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
+                return 401, json.dumps(body).encode(), "application/json"
+            return 200, json.dumps(self.images(query)).encode(), "application/json"
+        if parts.path in self.files:
+            return 200, self.files[parts.path], "application/octet-stream"
+        return 404, b"not found\n", "text/plain"
+
+
+def _image(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "id": snapshot.id,
+        "type": snapshot.type,
+        "status": "available",
+        "name": None,
+        "description": f"raya-fcos-{snapshot.id}",
+        "image_size": 1.2,
+        "disk_size": 40,
+        "created": "2026-07-22T10:00:00+00:00",
+        "created_from": {"id": 1, "name": "packer-1"},
+        "bound_to": None,
+        "os_flavor": "unknown",
+        "os_version": None,
+        "rapid_deploy": False,
+        "protection": {"delete": False},
+        "deprecated": None,
+        "deleted": None,
+        "labels": snapshot.labels,
+        "architecture": snapshot.architecture,
+    }
+
+
+@pytest.fixture
+def web() -> Iterator[FakeWeb]:
+    fake = FakeWeb()
+    with http_server(fake.respond) as url:
+        fake.url = url
+        yield fake
+
+
+STACK = """\
+config:
+  raya:clusterName: {cluster}
+  raya:location: hel1
+  raya:authorizedUsers: [octo-alice]
+  raya:managedSubdomain: raya
+  raya:parentZone: example.com
+  raya:acmeEmail: ops@example.org
+"""
+
+
+def make_project(
+    root: Path, pins: Pins = PINS, cluster: str = "raya-test", charts: ChartPins = CHARTS
+) -> Path:
+    """A raya project: Pulumi.yaml, stack `test`, the real template and `pins`."""
+    (root / "image").mkdir(parents=True)
+    (root / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
+    (root / "Pulumi.test.yaml").write_text(STACK.format(cluster=cluster))
+    for name in ("fcos.pkr.hcl", "install.sh"):
+        (root / "image" / name).write_bytes((IMAGE_DIR / name).read_bytes())
+    (root / "image" / "fcos.pin").write_text(dump_pin(pins.fcos))
+    (root / "image" / "k3s.pin").write_text(dump_pin(pins.k3s))
+    (root / "image" / "charts.pin").write_text(dump_chart_pins(charts))
+    return root
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")

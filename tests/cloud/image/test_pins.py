@@ -1,0 +1,381 @@
+"""`raya image pins` and the upstream metadata readers, against fake metadata on 127.0.0.1."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raya.cloud.image import (
+    Endpoints,
+    chart_releases,
+    chart_updates,
+    check_pins,
+    latest_fcos,
+    latest_k3s,
+    latest_pins,
+    newest_chart,
+    pin_changes,
+    upstream_fcos_sha256,
+    upstream_k3s_sha256,
+    write_pins,
+)
+from raya.errors import ImageError
+from raya.model.pins import (
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    K3sPin,
+    Pins,
+    dump_chart_pins,
+    dump_pin,
+    load_chart_pins,
+    load_pins,
+)
+from tests.cloud.image.conftest import CHARTS, FCOS, K3S, PINS, FakeWeb
+
+NEW_FCOS = FcosPin(stream="stable", version="44.20260810.3.0", sha256="3" * 64)
+NEW_K3S = K3sPin(version="v1.36.6+k3s1", sha256="4" * 64)
+
+
+def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "COLUMNS": "200",
+        "RAYA_FCOS_BUILDS_URL": web.fcos,
+        "RAYA_K3S_CHANNELS_URL": web.k3s_channels,
+        "RAYA_K3S_RELEASES_URL": web.k3s_releases,
+        "RAYA_CERT_MANAGER_CHARTS_URL": web.cert_manager_charts,
+        "RAYA_EXTERNAL_DNS_CHARTS_URL": web.external_dns_charts,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "raya", "image", "pins", "--root", str(project), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def snapshot(project: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of image/ with its bytes and modification time."""
+    return {
+        path.name: (path.read_bytes(), path.stat().st_mtime_ns)
+        for path in sorted((project / "image").iterdir())
+    }
+
+
+def endpoints(web: FakeWeb) -> Endpoints:
+    return Endpoints(
+        fcos_builds=web.fcos,
+        k3s_channels=web.k3s_channels,
+        k3s_releases=web.k3s_releases,
+        cert_manager_charts=web.cert_manager_charts,
+        external_dns_charts=web.external_dns_charts,
+    )
+
+
+@pytest.mark.parametrize("update", [False, True])
+def test_current_pins_are_left_alone(project: Path, web: FakeWeb, update: bool) -> None:
+    web.publish(PINS)
+    before = snapshot(project)
+    result = pins(project, web, *(["--update"] if update else []))
+    assert result.returncode == 0, result.stderr
+    assert f"image/fcos.pin: current, stable {FCOS.version}" in result.stdout
+    assert f"image/k3s.pin: current, {K3S.version}" in result.stdout
+    assert (
+        f"image/charts.pin: current, cert-manager {CHARTS.cert_manager.version} "
+        f"(sha256 {CHARTS.cert_manager.digest}), external-dns {CHARTS.external_dns.version}"
+    ) in result.stdout
+    assert snapshot(project) == before
+
+
+def test_without_update_newer_releases_are_only_reported(project: Path, web: FakeWeb) -> None:
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 0, result.stderr
+    assert f"image/fcos.pin: outdated, stable {FCOS.version}" in result.stdout
+    assert f"newest stable {NEW_FCOS.version} (sha256 {NEW_FCOS.sha256})" in result.stdout
+    assert f"newest {NEW_K3S.version}" in result.stdout
+    assert "raya image pins --update" in result.stdout
+    assert snapshot(project) == before
+
+
+def test_update_rewrites_what_changed(project: Path, web: FakeWeb) -> None:
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"image/fcos.pin: stable {FCOS.version} (sha256 {FCOS.sha256}) -> "
+        f"stable {NEW_FCOS.version} (sha256 {NEW_FCOS.sha256})"
+    ) in result.stdout
+    assert (
+        f"image/k3s.pin: {K3S.version} (sha256 {K3S.sha256}) -> {NEW_K3S.version}" in result.stdout
+    )
+    assert load_pins(project) == Pins(NEW_FCOS, NEW_K3S)
+    assert (project / "image" / "k3s.pin").read_text() == dump_pin(NEW_K3S)
+    assert sorted(path.name for path in (project / "image").iterdir()) == [
+        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s.pin",
+    ]  # fmt: skip
+    # What was written is what a build then verifies against the same upstream.
+    check_pins(project, load_pins(project), endpoints(web))
+
+
+def test_update_touches_only_the_pin_that_changed(project: Path, web: FakeWeb) -> None:
+    web.publish(Pins(FCOS, NEW_K3S))
+    before = snapshot(project)
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    after = snapshot(project)
+    assert after["fcos.pin"] == before["fcos.pin"]
+    assert after["k3s.pin"][0] == dump_pin(NEW_K3S).encode()
+
+
+def test_update_follows_another_stream(project: Path, web: FakeWeb) -> None:
+    testing = FcosPin(stream="testing", version="44.20260805.2.0", sha256="5" * 64)
+    web.publish(PINS)
+    web.publish_fcos(testing)
+    result = pins(project, web, "--update", "--stream", "testing")
+    assert result.returncode == 0, result.stderr
+    assert load_pins(project).fcos == testing
+    assert "/fcos/streams/testing.json" in web.paths()
+
+
+def test_an_unknown_stream_is_a_usage_error(project: Path, web: FakeWeb) -> None:
+    result = pins(project, web, "--stream", "rawhide")
+    assert result.returncode == 2
+    assert "stable, testing, next" in result.stderr
+    assert web.requests == []
+
+
+def test_an_upstream_failure_changes_nothing(project: Path, web: FakeWeb) -> None:
+    web.publish_k3s(NEW_K3S)  # no FCOS stream metadata: 404
+    before = snapshot(project)
+    result = pins(project, web, "--update")
+    assert result.returncode == 1
+    assert f"{web.fcos}/streams/stable.json: HTTP 404" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(project) == before
+
+
+def test_latest_fcos_reads_the_hetzner_artifact(web: FakeWeb) -> None:
+    web.publish_fcos(NEW_FCOS)
+    assert latest_fcos("stable", web.fcos) == NEW_FCOS
+
+
+def test_latest_fcos_refuses_an_artifact_elsewhere(web: FakeWeb) -> None:
+    web.publish_fcos(NEW_FCOS)
+    stream = web.files["/fcos/streams/stable.json"].replace(b"-hetzner.x86_64", b"-hetzner.x86-64")
+    web.files["/fcos/streams/stable.json"] = stream
+    with pytest.raises(ImageError, match="where the Packer template downloads it from"):
+        latest_fcos("stable", web.fcos)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"architectures": {"x86_64": {"artifacts": {}}}}', "no string at architectures"),
+        (b"[]", "no string at architectures.x86_64.artifacts.hetzner.release"),
+    ],
+)
+def test_latest_fcos_explains_a_changed_format(web: FakeWeb, body: bytes, message: str) -> None:
+    web.files["/fcos/streams/next.json"] = body
+    with pytest.raises(ImageError, match=message) as caught:
+        latest_fcos("next", web.fcos)
+    assert f"{web.fcos}/streams/next.json" in str(caught.value)
+
+
+def test_upstream_fcos_sha256_reads_the_build_metadata(web: FakeWeb) -> None:
+    web.publish_fcos(FCOS, latest=False, meta_sha256="7" * 64)
+    assert upstream_fcos_sha256(FCOS, web.fcos) == "7" * 64
+
+
+def test_upstream_fcos_sha256_refuses_a_bad_digest(web: FakeWeb) -> None:
+    web.publish_fcos(FCOS, latest=False, meta_sha256="not-a-digest")
+    with pytest.raises(ImageError, match="is not 64 lowercase hex digits"):
+        upstream_fcos_sha256(FCOS, web.fcos)
+
+
+def test_latest_k3s_follows_the_stable_channel(web: FakeWeb) -> None:
+    web.publish_k3s(NEW_K3S)
+    assert latest_k3s(web.k3s_channels) == NEW_K3S.version
+    assert latest_k3s(web.k3s_channels, "latest") == "v9.9.9+k3s1"
+    with pytest.raises(ImageError, match=r"no channel 'v1\.99'"):
+        latest_k3s(web.k3s_channels, "v1.99")
+
+
+def test_upstream_k3s_sha256_takes_the_k3s_line(web: FakeWeb) -> None:
+    web.publish_k3s(K3S, stable=False)
+    assert upstream_k3s_sha256(K3S.version, web.k3s_releases) == K3S.sha256
+    path = f"/k3s/releases/download/{K3S.version}/sha256sum-amd64.txt"
+    web.files[path] = f"{'1' * 64}  k3s-airgap-images-amd64.tar\n".encode()
+    with pytest.raises(ImageError, match="no line for the k3s binary"):
+        upstream_k3s_sha256(K3S.version, web.k3s_releases)
+
+
+def test_check_pins_shows_both_values_of_every_mismatch(project: Path, web: FakeWeb) -> None:
+    web.publish_fcos(FCOS, meta_sha256="5" * 64)
+    web.publish_k3s(K3S, listed_sha256="6" * 64)
+    with pytest.raises(ImageError) as caught:
+        check_pins(project, PINS, endpoints(web))
+    message = str(caught.value)
+    for value in (FCOS.sha256, "5" * 64, K3S.sha256, "6" * 64, "fcos.pin", "k3s.pin"):
+        assert value in message
+
+
+def test_endpoints_may_end_with_a_slash(web: FakeWeb) -> None:
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    slashed = Endpoints(
+        fcos_builds=web.fcos + "/",
+        k3s_channels=web.k3s_channels + "/",
+        k3s_releases=web.k3s_releases + "/",
+    )
+    assert latest_pins("stable", slashed) == Pins(NEW_FCOS, NEW_K3S)
+
+
+def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None:
+    """docs/image.md: pins are rewritten atomically. The new bytes go to a temporary file that
+    is renamed over the pin (a new inode); when the rename fails the pin keeps its bytes and
+    no temporary file stays behind."""
+    pin = project / "image" / "k3s.pin"
+    before = pin.read_bytes(), pin.stat().st_ino
+    (change,) = [c for c in pin_changes(project, PINS, Pins(FCOS, NEW_K3S)) if c.changed]
+
+    def refuse(source: object, target: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", refuse)
+        with pytest.raises(ImageError, match=r"k3s\.pin: cannot write the pin: Permission denied"):
+            write_pins([change])
+    assert (pin.read_bytes(), pin.stat().st_ino) == before
+    assert sorted(path.name for path in pin.parent.iterdir()) == [
+        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s.pin"]
+
+    write_pins([change])
+    assert pin.read_text() == dump_pin(NEW_K3S)
+    assert pin.stat().st_ino != before[1]
+NEW_CHARTS = ChartPins(
+    cert_manager=ChartPin(version="v1.19.1", digest="8" * 64),
+    external_dns=ChartPin(version="1.20.0", digest="9" * 64),
+)
+
+
+def test_update_records_new_chart_releases_and_their_digests(project: Path, web: FakeWeb) -> None:
+    web.publish(PINS, NEW_CHARTS)
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 0, result.stderr
+    assert "image/charts.pin: outdated, cert-manager v1.18.2" in result.stdout
+    assert f"newest cert-manager v1.19.1 (sha256 {'8' * 64}), external-dns 1.20.0" in result.stdout
+    assert snapshot(project) == before
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert load_chart_pins(project) == NEW_CHARTS
+    assert (project / "image" / "charts.pin").read_text() == dump_chart_pins(NEW_CHARTS)
+    after = snapshot(project)
+    assert after["fcos.pin"] == before["fcos.pin"] and after["k3s.pin"] == before["k3s.pin"]
+    assert {"/charts/jetstack/index.yaml", "/charts/external-dns/index.yaml"} <= set(web.paths())
+
+
+def test_a_digest_not_yet_recorded_is_recorded(project: Path, web: FakeWeb) -> None:
+    unrecorded = ChartPins(
+        cert_manager=ChartPin(CHARTS.cert_manager.version, None), external_dns=CHARTS.external_dns
+    )
+    (project / "image" / "charts.pin").write_text(dump_chart_pins(unrecorded))
+    web.publish(PINS)
+    result = pins(project, web)
+    assert "cert-manager v1.18.2 (sha256 not recorded)" in result.stdout
+    assert pins(project, web, "--update").returncode == 0
+    assert load_chart_pins(project) == CHARTS
+
+
+def test_the_newest_release_skips_pre_releases_and_other_charts(
+    project: Path, web: FakeWeb
+) -> None:
+    web.publish_charts(CHARTS)
+    releases = chart_releases("cert-manager", web.cert_manager_charts)
+    assert releases == {"v1.18.2": CHARTS.cert_manager.digest, "v0.9.0": "4" * 64}
+    assert newest_chart(releases) == CHARTS.cert_manager
+    assert chart_updates(project, CHARTS, endpoints(web)) == (CHARTS, ())
+    with pytest.raises(ImageError, match="no chart 'external-dns' under entries"):
+        chart_releases("external-dns", web.cert_manager_charts)
+
+
+def test_a_repository_without_digests_gives_none(web: FakeWeb) -> None:
+    web.publish_index("/charts/plain", "external-dns", ChartPin("1.20.0", None))
+    releases = chart_releases("external-dns", f"{web.url}/charts/plain")
+    assert newest_chart(releases) == ChartPin("1.20.0", None)
+
+
+def test_a_republished_chart_is_an_error_until_updated(project: Path, web: FakeWeb) -> None:
+    republished = dataclasses.replace(CHARTS.external_dns, digest="7" * 64)
+    web.publish(PINS, dataclasses.replace(CHARTS, external_dns=republished))
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 1
+    assert (
+        f"warning: {project}/image/charts.pin: external-dns 1.14.3 is pinned with sha256 "
+        f"{'2' * 64} but {web.external_dns_charts}index.yaml publishes {'7' * 64}"
+    ) in result.stderr.replace("\n", "")
+    assert "image/charts.pin: outdated" in result.stdout
+    assert snapshot(project) == before
+    # --update records what the repository now publishes, with the warning.
+    result = pins(project, web, "--update")
+    assert result.returncode == 0 and "warning: " in result.stderr
+    assert load_chart_pins(project).external_dns == republished
+
+
+def test_a_pinned_version_gone_from_the_repository_is_an_error(
+    project: Path, web: FakeWeb
+) -> None:
+    web.publish(PINS, NEW_CHARTS)
+    index = yaml.safe_load(web.files["/charts/jetstack/index.yaml"])
+    index["entries"]["cert-manager"] = [
+        e for e in index["entries"]["cert-manager"] if e["version"] != "v1.18.2"
+    ]
+    web.files["/charts/jetstack/index.yaml"] = yaml.safe_dump(index).encode()
+    updates, problems = chart_updates(project, CHARTS, endpoints(web))
+    assert updates == NEW_CHARTS
+    assert problems == (
+        f"{project}/image/charts.pin: cert-manager v1.18.2 is pinned but not listed in "
+        f"{web.cert_manager_charts}/index.yaml",
+    )
+    assert pins(project, web).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"entries: [", "not a Helm repository index"),
+        (b"apiVersion: v1\n", "no chart 'cert-manager' under entries"),
+        (b"entries:\n  cert-manager:\n  - version: 1.0.0-rc.1\n", "has no released version"),
+        (
+            b"entries:\n  cert-manager:\n  - {version: v1.0.0, digest: abc}\n",
+            "cert-manager v1.0.0: sha256 'abc' is not 64 lowercase hex digits",
+        ),
+    ],
+)
+def test_a_bad_index_is_explained(web: FakeWeb, body: bytes, message: str) -> None:
+    web.files["/charts/bad/index.yaml"] = body
+    with pytest.raises(ImageError, match=message) as caught:
+        chart_releases("cert-manager", f"{web.url}/charts/bad")
+    assert f"{web.url}/charts/bad/index.yaml" in str(caught.value)
+
+
+def test_a_chart_repository_failure_changes_nothing(project: Path, web: FakeWeb) -> None:
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    del web.files["/charts/external-dns/index.yaml"]
+    before = snapshot(project)
+    result = pins(project, web, "--update")
+    assert result.returncode == 1
+    assert f"{web.url}/charts/external-dns/index.yaml: HTTP 404" in result.stderr
+    assert snapshot(project) == before

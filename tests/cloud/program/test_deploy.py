@@ -1,0 +1,247 @@
+"""`raya preview | up | destroy` wiring, without the Pulumi CLI: raya drives the real Automation
+API SDK (so its calls bind to the SDK's real signatures) against a stand-in `pulumi` that logs
+each command line and answers from recorded CLI output and engine events (`recorded/`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud import deploy
+from raya.errors import ConfigError, DeployError
+from tests.support import REPO
+
+SECRET = "s3cr3t-never-printed"
+RECORDED_LINES = (Path(__file__).parent / "recorded" / "up-3.stdout.txt").read_text().splitlines()
+OUTPUTS = {"nameServers": [["ns-cloud-a1.googledomains.com."], False], "token": [SECRET, True]}
+
+
+@dataclass
+class Standin:
+    """The stand-in `pulumi` on PATH: the real SDK drives it, it answers from recordings."""
+
+    log: Path
+
+    def calls(self) -> list[list[str]]:
+        """Every command line raya, through the SDK, ran; `version` left out."""
+        runs = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [run for run in runs if run != ["version"]]
+
+    def operations(self) -> list[list[str]]:
+        return [run for run in self.calls() if run[0] in ("preview", "up", "destroy")]
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Standin:
+    folder = tmp_path / "standin"
+    folder.mkdir()
+    script = folder / "pulumi"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} "
+                      '-m tests.cloud.program.standin_pulumi "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "pulumi.log"))
+    monkeypatch.setenv("STANDIN_STACKS", "prod staging failing")
+    monkeypatch.setenv("STANDIN_OUTPUTS", json.dumps(OUTPUTS))
+    (tmp_path / "pulumi.log").touch()
+    return Standin(tmp_path / "pulumi.log")
+
+    # A destroy unprotects the state first (tests/program/test_deploy_guard.py checks how).
+    def export_stack(self) -> auto.Deployment:
+        return auto.Deployment(version=3, deployment={"resources": []})
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        raise AssertionError("nothing was protected: nothing to import")
+
+
+
+def test_up_streams_the_clis_display_and_masks_secret_outputs(
+    project: Path, standin: Standin
+) -> None:
+    lines: list[str] = []
+    result = deploy.run("up", project, "prod", lines.append)
+    # raya hands on, line by line, exactly what the CLI printed (recorded `pulumi up` display).
+    assert lines == [line.rstrip() for line in RECORDED_LINES]
+    ((up,),) = [standin.operations()]
+    assert up[:3] == ["up", "--yes", "--skip-preview"]
+    assert up[up.index("--color") + 1] == "never" and up[up.index("--stack") + 1] == "prod"
+    # The changes are the recorded engine's summary ({"create": 6}), read by the real SDK.
+    assert result.changes == {"create": 6}
+    # The SDK learns which outputs are secret from `stack output --json` ("[secret]").
+    assert result.outputs == {
+        "nameServers": '["ns-cloud-a1.googledomains.com."]',
+        "token": "[secret]",
+    }
+
+
+def test_preview_counts_changes_from_the_engine_events(project: Path, standin: Standin) -> None:
+    result = deploy.run("preview", project, "prod", lambda line: None)
+    # Read by the SDK from the recorded `--event-log` (its summary event), not from any text.
+    assert result.changes == {"create": 6} and result.outputs == {}
+    ((preview,),) = [standin.operations()]
+    assert preview[0] == "preview" and "--event-log" in preview
+
+
+def test_destroy_never_creates_a_stack_nor_needs_valid_files(
+    project: Path, standin: Standin
+) -> None:
+    (project / "deploy" / "fleet" / "agents.json").write_text("{}")
+    result = deploy.run("destroy", project, "prod", lambda line: None)
+    assert result.changes == {"create": 6}  # what the recorded history says: read, not made
+    assert not any(run[:2] == ["stack", "init"] or "--create" in run for run in standin.calls())
+    assert [run[0] for run in standin.operations()] == ["destroy"]
+
+
+def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Standin) -> None:
+    stack_file = project / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text().replace("nbg1", "mars1"))
+    with pytest.raises(ConfigError, match="raya:location is 'mars1'"):
+        deploy.run("up", project, "prod", lambda line: None)
+    with pytest.raises(ConfigError, match=r"Pulumi\.staging\.yaml: stack file not found"):
+        deploy.run("up", project, "staging", lambda line: None)
+    assert standin.calls() == []
+
+
+def test_bad_chart_pins_fail_before_pulumi_starts(project: Path, standin: Standin) -> None:
+    (project / "image" / "charts.pin").write_text("{}")
+    with pytest.raises(ConfigError, match=r"charts\.pin: expected a JSON object with exactly"):
+        deploy.run("preview", project, "prod", lambda line: None)
+    assert standin.calls() == []
+
+
+def test_engine_failure_is_one_deploy_error(project: Path, standin: Standin) -> None:
+    shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.failing.yaml")
+    with pytest.raises(
+        DeployError, match="pulumi up of stack failing failed: error: hcloud: server type cx99"
+    ):
+        deploy.run("up", project, "failing", lambda line: None)
+
+
+def fake_pulumi(folder: Path, version: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "pulumi"
+    script.write_text(f'#!/bin/sh\n[ "$1" = version ] && echo {version}\n')
+    script.chmod(0o755)
+
+
+def test_cli_on_path_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_pulumi(tmp_path / "bin", "v3.200.0")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(auto.PulumiCommand, "install", pytest.fail)
+    command = deploy.pulumi_command()
+    assert str(command.version) == "3.200.0"
+
+
+def test_cli_too_old_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_pulumi(tmp_path / "bin", "v2.9.0")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", raising=False)
+    with pytest.raises(DeployError, match=r"get\.pulumi\.com \| sh"):
+        deploy.pulumi_command()
+
+
+def test_missing_cli_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    installed = tmp_path / "versions" / "3.200.0"
+
+    def install() -> auto.PulumiCommand:
+        fake_pulumi(installed / "bin", "v3.200.0")
+        return auto.PulumiCommand(root=str(installed))
+
+    monkeypatch.setattr(auto.PulumiCommand, "install", install)
+    assert deploy.pulumi_command().command == str(installed / "bin" / "pulumi")
+
+
+def test_missing_cli_that_cannot_be_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+
+    def install() -> auto.PulumiCommand:
+        raise urllib.error.URLError("no route to get.pulumi.com")
+
+    monkeypatch.setattr(auto.PulumiCommand, "install", install)
+    with pytest.raises(DeployError) as error:
+        deploy.pulumi_command()
+    message = str(error.value)
+    assert "no route to get.pulumi.com" in message
+    assert "curl -fsSL https://get.pulumi.com | sh" in message
+
+
+def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: Standin) -> None:
+    result = CliRunner().invoke(app, ["up", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    assert " +  aws:eks:Cluster eks-cluster created" in result.output  # the CLI's own line
+    assert "up of stack prod: create 6" in result.output
+    assert "token: [secret]" in result.output
+    assert SECRET not in result.output
+
+
+def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
+    shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.staging.yaml")
+    result = CliRunner().invoke(app, ["preview", "--stack", "staging", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    ((preview,),) = [standin.operations()]
+    assert preview[preview.index("--stack") + 1] == "staging"
+    assert "preview of stack staging: create 6" in result.output
+
+
+def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
+    refused = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="n\n")
+    assert refused.exit_code == 1 and standin.calls() == []
+    agreed = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="y\n")
+    assert agreed.exit_code == 0, agreed.output
+    yes = CliRunner().invoke(app, ["destroy", "--yes", "--root", str(project)])
+    assert yes.exit_code == 0
+    assert [run[0] for run in standin.operations()] == ["destroy", "destroy"]
+    # Each destroy lifted the control plane's protection first (the confirmation is it).
+    imported: list[Any] = [run[1] for run in standin.calls() if run[0] == "imported"]
+    assert len(imported) == 2
+    assert all(
+        not resource.get("protect") for state in imported
+        for resource in state["deployment"]["resources"]
+    )
+
+
+def test_open_stack_drives_the_cli_in_the_project(project: Path, standin: Standin) -> None:
+    stack = deploy.open_stack(project, "prod", True)
+    assert stack.name == "prod"
+    assert stack.workspace.work_dir == str(project)
+    assert ["stack", "select", "--stack", "prod"] in [run[:4] for run in standin.calls()]
+    with pytest.raises(DeployError, match="stack other does not exist in the Pulumi backend"):
+        deploy.open_stack(project, "other", False)
+
+
+def test_without_pulumi_packages_raya_works_and_deploying_says_what_to_install(
+    project: Path,
+) -> None:
+    """The base install has no Pulumi packages: the CLI still starts, `raya up` explains."""
+    blocked = (
+        "import sys; sys.modules['pulumi'] = None; sys.argv = ['raya', *sys.argv[1:]]; "
+        "from raya.cli import main; main()"
+    )
+
+    def raya(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", blocked, *args], capture_output=True, text=True, cwd=project
+        )
+
+    assert raya("--help").returncode == 0
+    result = raya("up")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: raya up needs the Pulumi packages (pulumi is missing): install raya's [deploy] "
+        "extra, e.g. `scripts/bootstrap deploy`"
+    ]

@@ -1,0 +1,281 @@
+"""`raya.cloud.deploy.run` beyond the plain wiring: drift picked from the engine's events, the
+protected-resources guard on recorded preview events, `replace=` (URNs, the program's
+environment, unprotecting first) and a destroy that unprotects everything it deletes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud import deploy
+from raya.cloud.program import REPLACE_ENV
+from raya.errors import DeployError
+
+EVENTS = Path(__file__).parent / "events"
+CP_URN = "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane"
+AGENT_URN = "urn:pulumi:prod::raya::hcloud:index/server:Server::agent-1"
+VOLUME_URN = "urn:pulumi:prod::raya::hcloud:index/volume:Volume::control-plane-state"
+
+
+def recorded(name: str) -> list[auto.EngineEvent]:
+    lines = (EVENTS / name).read_text().splitlines()
+    return [auto.EngineEvent.from_json(json.loads(line)) for line in lines]
+
+
+class Workspace:
+    def __init__(self) -> None:
+        self.env_vars: dict[str, str] = {}
+
+
+class RecordedStack:
+    """Answers like `auto.Stack`: its previews play `events` (a recorded event log)."""
+
+    def __init__(self, events: list[auto.EngineEvent]) -> None:
+        self.events = events
+        self.workspace = Workspace()
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.state = auto.Deployment(
+            version=3,
+            deployment={
+                "resources": [
+                    {"urn": CP_URN, "protect": True},
+                    {"urn": VOLUME_URN, "protect": True},
+                    {"urn": AGENT_URN},
+                ]
+            },
+        )
+        self.imported: list[list[dict[str, Any]]] = []
+
+    def _play(self, action: str, kwargs: dict[str, Any]) -> None:
+        self.calls.append((action, {**kwargs, "env": dict(self.workspace.env_vars)}))
+        for event in self.events:
+            if kwargs.get("on_event"):
+                kwargs["on_event"](event)
+
+    def preview(self, **kwargs: Any) -> auto.PreviewResult:
+        self._play("preview", kwargs)
+        return auto.PreviewResult("", "", {auto.OpType.SAME: 26})
+
+    def up(self, **kwargs: Any) -> auto.UpResult:
+        self._play("up", kwargs)
+        return auto.UpResult("", "", _summary("update", {auto.OpType.SAME: 26}), {})
+
+    def destroy(self, **kwargs: Any) -> auto.DestroyResult:
+        self.calls.append(("destroy", kwargs))
+        return auto.DestroyResult("", "", _summary("destroy", {auto.OpType.DELETE: 26}))
+
+    def export_stack(self) -> auto.Deployment:
+        self.calls.append(("export_stack", {}))
+        return auto.Deployment(
+            version=self.state.version, deployment=json.loads(json.dumps(self.state.deployment))
+        )
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        self.calls.append(("import_stack", {}))
+        assert state.deployment is not None
+        self.imported.append(list(state.deployment["resources"]))
+        self.state = state
+
+
+
+def stack_playing(monkeypatch: pytest.MonkeyPatch, name: str) -> RecordedStack:
+    stack = RecordedStack(recorded(name))
+    monkeypatch.setattr(deploy, "open_stack", lambda root, stack_name, create: stack)
+    return stack
+
+
+def test_drift_reported_by_the_program_is_collected_per_node(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack_playing(monkeypatch, "drift-users.jsonl")
+    for action in ("preview", "up"):
+        result = deploy.run(action, project, "prod", lambda line: None)
+        assert result.drift == {
+            node: ("users",) for node in ("agent-0", "agent-1", "agent-2", "control-plane")
+        }
+
+
+def test_raya_up_prints_the_drift_per_node(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack_playing(monkeypatch, "drift-users.jsonl")
+    result = CliRunner().invoke(app, ["up", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("drift: ")]
+    assert lines[0] == (
+        "drift: agent-0 runs other users than the inputs render; left as it is "
+        "(docs/deploy.md, Day two)"
+    )
+    assert len(lines) == 4
+
+
+def test_the_guard_refuses_before_anything_changes(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
+    with pytest.raises(DeployError) as error:
+        deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
+    assert [action for action, _ in stack.calls] == ["preview"]  # no up, state untouched
+    message = str(error.value)
+    assert message.startswith("up of stack prod refused, nothing changed: its preview would ")
+    assert "the control plane (control-plane, hcloud:index/server:Server): replace" in message
+    assert "the DNS zone (primary, gcp:dns/managedZone:ManagedZone): replace" in message
+    volume = "the control plane's volume (control-plane-state, hcloud:index/volume:Volume)"
+    assert f"{volume}: delete" in message
+    # An agent's replacement and the network's in-place update are no reason to refuse.
+    assert "agent-1" not in message and "the network" not in message
+
+
+def test_the_guard_names_each_protected_resource_once() -> None:
+    problems = deploy.protected_changes(recorded("replaces-protected.jsonl"))
+    assert len(problems) == 3
+
+
+def test_the_guard_lets_a_clean_preview_through(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
+    assert [action for action, _ in stack.calls] == ["preview", "up"]
+
+
+def test_without_the_flag_there_is_no_preview_first(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
+    deploy.run("up", project, "prod", lambda line: None)
+    assert [action for action, _ in stack.calls] == ["up"]
+
+
+def test_the_cli_flag_reaches_the_guard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack_playing(monkeypatch, "replaces-protected.jsonl")
+    result = CliRunner().invoke(app, ["up", "--no-destroy-protected", "--root", str(project)])
+    # raya.cli.main turns it into one line on stderr and exit 1, as for every RayaError.
+    assert isinstance(result.exception, DeployError)
+    assert "refused, nothing changed" in str(result.exception)
+
+
+def test_replace_exempts_only_the_servers_it_names_from_the_guard(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
+    with pytest.raises(DeployError) as error:
+        deploy.run(
+            "up",
+            project,
+            "prod",
+            lambda line: None,
+            replace=("control-plane",),
+            no_destroy_protected=True,
+        )
+    assert "the control plane (" not in str(error.value)
+    assert "the DNS zone" in str(error.value) and "volume" in str(error.value)
+    assert [action for action, _ in stack.calls] == ["preview"]  # nor was anything unprotected
+
+
+def test_replace_of_the_named_nodes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    deploy.run(
+        "up", project, "prod", lambda line: None, replace=("control-plane", "agent-1")
+    )
+    assert [action for action, _ in stack.calls] == ["export_stack", "import_stack", "up"]
+    _, options = stack.calls[-1]
+    assert options["replace"] == [CP_URN, AGENT_URN]
+    assert options["env"] == {REPLACE_ENV: "control-plane,agent-1"}
+    (resources,) = stack.imported
+    assert {r["urn"]: r.get("protect") for r in resources} == {
+        CP_URN: False,  # unprotected for its replacement
+        VOLUME_URN: True,  # never: the replacement VM boots onto it
+        AGENT_URN: None,
+    }
+
+
+def test_preview_of_a_replacement_changes_no_state(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    deploy.run("preview", project, "prod", lambda line: None, replace=("agent-1",))
+    assert [action for action, _ in stack.calls] == ["preview"]
+    assert stack.calls[0][1]["replace"] == [AGENT_URN]
+
+
+@pytest.mark.parametrize(
+    ("action", "replace", "message"),
+    [
+        ("up", ("agent-7",), "replace: agent-7 is not a node of cluster raya; accepted: "),
+        ("destroy", ("agent-1",), "replace: a destroy replaces nothing"),
+    ],
+)
+def test_replace_refuses_what_it_cannot_do(
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    action: deploy.Action,
+    replace: tuple[str, ...],
+    message: str,
+) -> None:
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    with pytest.raises(DeployError, match=message):
+        deploy.run(action, project, "prod", lambda line: None, replace=replace)
+    assert stack.calls == []
+
+
+def test_the_guard_allows_the_servers_replace_names(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = [
+        event
+        for event in recorded("replaces-protected.jsonl")
+        if event.resource_pre_event is None
+        or event.resource_pre_event.metadata.type == "hcloud:index/server:Server"
+    ]
+    assert deploy.protected_changes(events) != []
+    assert deploy.protected_changes(events, {"control-plane"}) == []
+
+
+def test_destroy_unprotects_everything_first(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    deploy.run("destroy", project, "prod", lambda line: None)
+    assert [action for action, _ in stack.calls] == ["export_stack", "import_stack", "destroy"]
+    (resources,) = stack.imported
+    assert not any(resource.get("protect") for resource in resources)
+
+
+def test_the_subnet_counts_as_the_network() -> None:
+    event = auto.EngineEvent.from_json(
+        {
+            "sequence": 1,
+            "timestamp": 1764500001,
+            "resourcePreEvent": {
+                "metadata": {
+                    "op": "delete",
+                    "urn": "urn:pulumi:prod::raya::hcloud:index/networkSubnet:NetworkSubnet::nodes",
+                    "type": "hcloud:index/networkSubnet:NetworkSubnet",
+                    "provider": "",
+                }
+            },
+        }
+    )
+    assert deploy.protected_changes([event]) == [
+        "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
+    ]
+
+
+def _summary(kind: str, changes: dict[auto.OpType, int]) -> auto.UpdateSummary:
+    return auto.UpdateSummary(
+        kind=kind,
+        start_time=None,  # type: ignore[arg-type]
+        message="",
+        environment={},
+        config={},
+        result="succeeded",
+        end_time=None,
+        version=2,
+        deployment=None,
+        resource_changes=changes,
+    )

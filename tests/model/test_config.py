@@ -1,0 +1,368 @@
+"""The stack config: defaults, every validation rule, and the messages that name the fault."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raya.errors import ConfigError
+from raya.model.config import (
+    DEFAULTS,
+    KEYS,
+    LOCATIONS,
+    load_stack_config,
+    parse_stack_config,
+    server_type_problem,
+    stack_file,
+)
+from raya.model.fleet import build_cluster, server_name
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK
+from tests.support import REPO
+
+SOURCE = "Pulumi.test.yaml"
+MINIMAL: dict[str, Any] = {
+    "authorizedUsers": ["octo-alice"],
+    "managedSubdomain": "raya",
+    "parentZone": "example.com",
+    "acmeEmail": "ops@example.org",
+}
+
+
+def parse(**changes: Any) -> Any:
+    values = {**MINIMAL, **changes}
+    return parse_stack_config({k: v for k, v in values.items() if v is not None}, SOURCE)
+
+
+def error_of(**changes: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse(**changes)
+    return str(caught.value)
+
+
+def test_defaults_are_the_specs() -> None:
+    config = parse()
+    assert config.cluster_name == "raya"
+    assert config.location == "nbg1"
+    assert config.network_zone == "eu-central"
+    assert config.control_plane_server_type == "cx33"
+    assert config.authorized_users == ("octo-alice",)
+    assert config.network_range == ipaddress.IPv4Network("10.0.0.0/16")
+    assert config.nodes_subnet == ipaddress.IPv4Network("10.0.1.0/24")
+    assert config.control_plane_ip == ipaddress.IPv4Address("10.0.1.10")
+    assert config.gateway == ipaddress.IPv4Address("10.0.0.1")
+    assert config.parent_zone == "example.com."
+    assert config.zone_dns_name == "raya.example.com."
+    assert config.control_plane_schedulable is False
+    anywhere = (ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
+    assert config.ssh_sources == config.api_sources == anywhere
+    assert config.acme_email == "ops@example.org"
+
+
+def test_every_setting_can_be_given() -> None:
+    config = parse(
+        clusterName="lab-2",
+        location="hel1",
+        networkZone="eu-central",
+        controlPlaneServerType="cpx31",
+        authorizedUsers=["Octo-Alice", "bob-1", "c"],
+        managedSubdomain="k8s",
+        parentZone="corp.example.org.",
+        networkRange="10.8.0.0/16",
+        nodesSubnet="10.8.4.0/22",
+        controlPlaneIp="10.8.4.5",
+        controlPlaneSchedulable=True,
+        sshSources=["203.0.113.0/24", "2001:db8::/32"],
+        apiSources=[],
+        acmeEmail="Certs+lab@Corp.Example.org",
+    )
+    assert config.cluster_name == "lab-2"
+    assert config.location == "hel1"
+    assert config.control_plane_server_type == "cpx31"
+    assert config.authorized_users == ("Octo-Alice", "bob-1", "c")
+    assert config.zone_dns_name == "k8s.corp.example.org."
+    assert config.gateway == ipaddress.IPv4Address("10.8.0.1")
+    assert config.nodes_subnet == ipaddress.IPv4Network("10.8.4.0/22")
+    assert config.control_plane_ip == ipaddress.IPv4Address("10.8.4.5")
+    assert config.control_plane_schedulable is True
+    assert config.ssh_sources == (
+        ipaddress.IPv4Network("203.0.113.0/24"),
+        ipaddress.IPv6Network("2001:db8::/32"),
+    )
+    assert config.api_sources == ()
+    assert config.acme_email == "Certs+lab@Corp.Example.org"
+    assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
+
+
+@pytest.mark.parametrize(("location", "zone"), sorted(LOCATIONS.items()))
+def test_network_zone_follows_the_location(location: str, zone: str) -> None:
+    assert parse(location=location).network_zone == zone
+    assert parse(location=location, networkZone=zone).network_zone == zone
+
+
+def test_unknown_setting() -> None:
+    assert error_of(clusterNmae="x") == (
+        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {', '.join(sorted(KEYS))}"
+    )
+
+
+@pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail"])
+def test_required_settings(key: str) -> None:
+    assert error_of(**{key: None}) == f"{SOURCE}: raya:{key} is required"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"clusterName": "Raya"},
+            "raya:clusterName is 'Raya'; accepted: 2-32 lowercase letters, digits or '-'",
+        ),
+        ({"clusterName": "r"}, "raya:clusterName is 'r'; accepted: 2-32"),
+        ({"clusterName": "raya-"}, "raya:clusterName is 'raya-'; accepted: 2-32"),
+        ({"clusterName": "1raya"}, "raya:clusterName is '1raya'; accepted: 2-32"),
+        ({"clusterName": "r" * 33}, "raya:clusterName is 'rrr"),
+        ({"clusterName": 7}, "raya:clusterName is 7; accepted: 2-32"),
+        (
+            {"location": "fra1"},
+            "raya:location is 'fra1'; accepted: fsn1, nbg1, hel1, ash, hil, sin",
+        ),
+        ({"location": ["nbg1"]}, "raya:location is ['nbg1']; accepted: fsn1"),
+        (
+            {"location": "ash", "networkZone": "eu-central"},
+            "raya:networkZone is 'eu-central' but location ash is in 'us-east'",
+        ),
+        (
+            {"controlPlaneServerType": ""},
+            "raya:controlPlaneServerType is ''; accepted: a Hetzner server type such as cx23",
+        ),
+        (
+            {"controlPlaneServerType": "CX33"},
+            "raya:controlPlaneServerType is 'CX33'; accepted: a Hetzner server type",
+        ),
+        (
+            {"controlPlaneServerType": "cx 33"},
+            "raya:controlPlaneServerType is 'cx 33'; accepted: a Hetzner server type",
+        ),
+        (
+            {"controlPlaneServerType": "cax21"},
+            "raya:controlPlaneServerType is 'cax21', an ARM type; accepted: an x86 type, "
+            "the image is x86 only",
+        ),
+        (
+            {"authorizedUsers": []},
+            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+        ),
+        (
+            {"authorizedUsers": "octo-alice"},
+            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+        ),
+        (
+            {"authorizedUsers": ["-alice"]},
+            "raya:authorizedUsers has '-alice', not a GitHub login "
+            "(1-39 letters, digits or single inner '-')",
+        ),
+        ({"authorizedUsers": ["alice-"]}, "raya:authorizedUsers has 'alice-', not a GitHub"),
+        ({"authorizedUsers": ["al--ice"]}, "raya:authorizedUsers has 'al--ice', not a GitHub"),
+        ({"authorizedUsers": ["al_ice"]}, "raya:authorizedUsers has 'al_ice', not a GitHub"),
+        ({"authorizedUsers": ["a" * 40]}, "raya:authorizedUsers has 'aaaa"),
+        ({"authorizedUsers": [""]}, "raya:authorizedUsers has '', not a GitHub login"),
+        ({"authorizedUsers": [42]}, "raya:authorizedUsers has 42, not a GitHub login"),
+        (
+            {"authorizedUsers": ["octo", "bob", "Octo"]},
+            "raya:authorizedUsers lists 'Octo' twice (also as 'octo')",
+        ),
+        (
+            {"managedSubdomain": "raya.lab"},
+            "raya:managedSubdomain is 'raya.lab'; accepted: one lowercase DNS label such as 'raya'",
+        ),
+        ({"managedSubdomain": "-raya"}, "raya:managedSubdomain is '-raya'; accepted: one"),
+        (
+            {"parentZone": "com"},
+            "raya:parentZone is 'com'; accepted: a lowercase DNS name such as example.com",
+        ),
+        ({"parentZone": "Example.com"}, "raya:parentZone is 'Example.com'; accepted: a lowercase"),
+        ({"parentZone": "example..com"}, "raya:parentZone is 'example..com'; accepted:"),
+        ({"parentZone": "example.com.."}, "raya:parentZone is 'example.com..'; accepted:"),
+        ({"parentZone": 5}, "raya:parentZone is 5; accepted: a lowercase DNS name"),
+        (
+            {"networkRange": "10.0.0.0/33"},
+            "raya:networkRange is '10.0.0.0/33'; accepted: an IPv4 CIDR such as 10.0.1.0/24",
+        ),
+        ({"networkRange": "10.0.0.1/16"}, "raya:networkRange is '10.0.0.1/16'; accepted: an IPv4"),
+        ({"networkRange": "10.0.0.0"}, "raya:networkRange is '10.0.0.0'; accepted: an IPv4 CIDR"),
+        ({"networkRange": 167772160}, "raya:networkRange is 167772160; accepted: an IPv4 CIDR"),
+        ({"networkRange": "fd00::/8"}, "raya:networkRange is 'fd00::/8'; accepted: an IPv4 CIDR"),
+        (
+            {"networkRange": "192.168.0.0/16", "nodesSubnet": "192.168.1.0/24"},
+            "raya:networkRange is 192.168.0.0/16; it must lie inside 10.0.0.0/8",
+        ),
+        ({"nodesSubnet": "nope"}, "raya:nodesSubnet is 'nope'; accepted: an IPv4 CIDR"),
+        (
+            {"nodesSubnet": "10.1.1.0/24"},
+            "raya:nodesSubnet is 10.1.1.0/24, outside networkRange 10.0.0.0/16",
+        ),
+        (
+            {"nodesSubnet": "10.0.0.0/15"},
+            "raya:nodesSubnet is 10.0.0.0/15, outside networkRange 10.0.0.0/16",
+        ),
+        (
+            {"controlPlaneIp": "10.0.1.300"},
+            "raya:controlPlaneIp is '10.0.1.300'; accepted: an IPv4 address",
+        ),
+        ({"controlPlaneIp": 167772426}, "raya:controlPlaneIp is 167772426; accepted: an IPv4"),
+        (
+            {"controlPlaneIp": "10.0.2.10"},
+            "raya:controlPlaneIp is 10.0.2.10; accepted: a host address of nodesSubnet "
+            "10.0.1.0/24 other than the gateway 10.0.0.1",
+        ),
+        ({"controlPlaneIp": "10.0.1.0"}, "raya:controlPlaneIp is 10.0.1.0; accepted: a host"),
+        ({"controlPlaneIp": "10.0.1.255"}, "raya:controlPlaneIp is 10.0.1.255; accepted: a host"),
+        *(
+            (
+                {"acmeEmail": value},
+                f"raya:acmeEmail is {value!r}; accepted: an e-mail address such as ops@example.org",
+            )
+            for value in (
+                "ops",
+                "ops@localhost",
+                "ops@@example.org",
+                "o ps@example.org",
+                '"ops"@example.org',
+                "ops@example.org\n",
+                "ops@-example.org",
+                "ops@example.o",
+                "",
+                ["ops@example.org"],
+            )
+        ),
+        (
+            {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.1"},
+            "raya:controlPlaneIp is 10.0.0.1; accepted: a host address of nodesSubnet "
+            "10.0.0.0/24 other than the gateway 10.0.0.1",
+        ),
+        (
+            {"controlPlaneSchedulable": "no"},
+            "raya:controlPlaneSchedulable is 'no'; accepted: true or false",
+        ),
+        (
+            {"sshSources": "0.0.0.0/0"},
+            "raya:sshSources is '0.0.0.0/0'; accepted: a list of IPv4 or IPv6 CIDRs",
+        ),
+        ({"sshSources": ["203.0.113.7"]}, "raya:sshSources has '203.0.113.7'; accepted: a list"),
+        ({"apiSources": ["10.0.0.1/8"]}, "raya:apiSources has '10.0.0.1/8'; accepted: a list"),
+        ({"apiSources": ["2001:db8::/129"]}, "raya:apiSources has '2001:db8::/129'; accepted"),
+        ({"apiSources": ["example.com/24"]}, "raya:apiSources has 'example.com/24'; accepted"),
+        ({"apiSources": [24]}, "raya:apiSources has 24; accepted"),
+        (
+            {"sshSources": ["2001:db8::/32", "2001:0db8::/32"]},
+            "raya:sshSources lists 2001:db8::/32 twice",
+        ),
+    ],
+)
+def test_bad_setting(changes: dict[str, Any], message: str) -> None:
+    assert error_of(**changes).startswith(f"{SOURCE}: {message}")
+
+
+@pytest.mark.parametrize("value", ["cx23", "cpx11", "ccx63", "cx22", "ccx13", "cpx21"])
+def test_good_server_types(value: str) -> None:
+    assert server_type_problem(value) is None
+
+
+@pytest.mark.parametrize("value", ["cx11", "cx21", "cx51", "ccx11", "ccx51"])
+def test_types_naming_the_private_nic_ens10_are_refused(value: str) -> None:
+    """The node configs activate enp7s0; on these older types it would never appear."""
+    assert server_type_problem(value) == (
+        f"is {value!r}, an older type whose private NIC is ens10; accepted: a current "
+        "type (private NIC enp7s0) such as cx23"
+    )
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = stack_file(tmp_path, "test")
+    path.write_text(text)
+    return path
+
+
+def test_load_reads_only_the_raya_namespace(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "config:\n"
+        "  hcloud:token:\n    secure: AAABAxyz\n"
+        "  gcp:project: my-project\n"
+        "  raya:authorizedUsers: [octo-alice, octo-bob]\n"
+        "  raya:managedSubdomain: lab\n"
+        "  raya:parentZone: example.net\n"
+        "  raya:acmeEmail: ops@example.net\n"
+        "  raya:location: fsn1\n",
+    )
+    config = load_stack_config(path)
+    assert path.name == "Pulumi.test.yaml"
+    assert config.authorized_users == ("octo-alice", "octo-bob")
+    assert config.zone_dns_name == "lab.example.net."
+    assert config.location == "fsn1"
+
+
+def test_load_names_the_file_in_setting_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "config:\n  raya:managedSubdomain: raya\n  raya:parentZone: x.io\n")
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(path)
+    assert str(caught.value) == f"{path}: raya:authorizedUsers is required"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "{path}: stack file not found"),
+        ("config: [", "{path}: not a YAML stack file: "),
+        ("", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("- config", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("config: 3", "{path}: expected a top-level 'config:' mapping with raya: values"),
+        ("config: {}", "{path}: raya:authorizedUsers is required"),
+    ],
+)
+def test_bad_stack_file(tmp_path: Path, text: str | None, message: str) -> None:
+    path = stack_file(tmp_path, "test")
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(path)
+    assert str(caught.value).startswith(message.format(path=path))
+
+
+@pytest.mark.parametrize(
+    ("root", "stack"), [(EXAMPLE_ROOT, EXAMPLE_STACK), (REPO, "prod")], ids=["example", "prod"]
+)
+def test_shipped_stacks_are_valid(root: Path, stack: str) -> None:
+    config = load_stack_config(stack_file(root, stack))
+    assert config.authorized_users
+    assert config.zone_dns_name.endswith(".")
+
+
+@pytest.mark.parametrize(("value", "size"), [(None, 10), (10, 10), (250, 250), ("40", 40)])
+def test_control_plane_volume_size(value: Any, size: int) -> None:
+    assert parse(controlPlaneVolumeSize=value).control_plane_volume_size == size
+
+
+@pytest.mark.parametrize("value", [9, 10241, "ten", True, 12.5, "-1"])
+def test_control_plane_volume_size_out_of_hetzners_range(value: Any) -> None:
+    assert error_of(controlPlaneVolumeSize=value) == (
+        f"{SOURCE}: raya:controlPlaneVolumeSize is {value!r}; accepted: a whole number of GB "
+        "from 10 to 10240"
+    )
+
+
+def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
+    """The server names are `<clusterName>-<node>`: hostnames, RFC 1123 labels of at most 63
+    characters, whatever the accepted clusterName and however many agents fit a subnet."""
+    label = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+    for name in ("ab", "a-b", "k8s-prod-2026", "a" + "b-" * 15 + "c"):
+        config = parse(clusterName=name, networkRange="10.0.0.0/9", nodesSubnet="10.0.0.0/9")
+        cluster = build_cluster(config, ("cx23",) * 3, "agents.json")
+        longest = f"{name}-agent-{(1 << 23) - 1}"  # the last agent a /9 addresses
+        for server in (*(server_name(name, node) for node in cluster.nodes), longest):
+            assert label.fullmatch(server), server
+    assert server_name("raya", cluster.control_plane) == "raya-control-plane"

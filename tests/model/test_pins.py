@@ -1,0 +1,244 @@
+"""The image pins, their validation, and the snapshot labels derived from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raya.errors import ConfigError
+from raya.model.pins import (
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    K3sPin,
+    Pins,
+    chart_pins_path,
+    dump_chart_pins,
+    dump_pin,
+    fcos_pin_path,
+    k3s_pin_path,
+    label_selector,
+    label_value,
+    load_chart_pins,
+    load_pins,
+    parse_fcos_pin,
+    parse_k3s_pin,
+    snapshot_labels,
+)
+from tests.support import REPO
+
+FCOS_SHA = "0ce6d44b5027b4e333fbb2b056b015830bc61d4205399190cd9371f98cada19f"
+K3S_SHA = "d73847bcd3c5fccef0115b372e2f9a91f3032dc84bbf71518a4617565294d313"
+FCOS = {"stream": "stable", "version": "44.20260720.3.1", "sha256": FCOS_SHA}
+K3S = {"version": "v1.36.5+k3s1", "sha256": K3S_SHA}
+
+
+def write(tmp_path: Path, fcos: object = FCOS, k3s: object = K3S) -> Path:
+    (tmp_path / "image").mkdir(exist_ok=True)
+    for path, data in ((fcos_pin_path(tmp_path), fcos), (k3s_pin_path(tmp_path), k3s)):
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return tmp_path
+
+
+def test_the_repository_pins_are_the_issues_starting_point() -> None:
+    assert load_pins(REPO) == Pins(
+        fcos=FcosPin("stable", "44.20260720.3.1", FCOS_SHA),
+        k3s=K3sPin("v1.36.5+k3s1", K3S_SHA),
+    )
+
+
+def test_repository_pin_files_are_in_dump_form() -> None:
+    pins = load_pins(REPO)
+    assert fcos_pin_path(REPO).read_text() == dump_pin(pins.fcos)
+    assert k3s_pin_path(REPO).read_text() == dump_pin(pins.k3s)
+
+
+@pytest.mark.parametrize("stream", ["stable", "testing", "next"])
+def test_every_stream_is_accepted(tmp_path: Path, stream: str) -> None:
+    assert load_pins(write(tmp_path, fcos={**FCOS, "stream": stream})).fcos.stream == stream
+
+
+def test_dump_round_trips(tmp_path: Path) -> None:
+    pins = Pins(FcosPin("next", "45.20261001.1.0", "a" * 64), K3sPin("v1.37.0+k3s2", "0" * 64))
+    root = write(tmp_path, fcos=dump_pin(pins.fcos), k3s=dump_pin(pins.k3s))
+    assert load_pins(root) == pins
+    assert dump_pin(pins.fcos) == (
+        '{\n  "stream": "next",\n  "version": "45.20261001.1.0",\n  "sha256": "'
+        + "a" * 64
+        + '"\n}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("fcos", "message"),
+    [
+        (
+            {**FCOS, "stream": "rawhide"},
+            "field 'stream' is 'rawhide'; accepted: stable, testing, next",
+        ),
+        ({**FCOS, "stream": 1}, "field 'stream' is required and must be a string"),
+        ({"version": FCOS["version"], "sha256": FCOS_SHA}, "field 'stream' is required"),
+        (
+            {**FCOS, "version": "44"},
+            "field 'version' is '44'; accepted: an FCOS version such as 44.20260720.3.1",
+        ),
+        ({**FCOS, "version": "44.2026072.3.1"}, "field 'version' is '44.2026072.3.1'; accepted"),
+        ({**FCOS, "sha256": FCOS_SHA.upper()}, "field 'sha256' is '0CE6"),
+        (
+            {**FCOS, "sha256": FCOS_SHA[:-1]},
+            f"field 'sha256' is '{FCOS_SHA[:-1]}'; accepted: 64 lowercase hex digits",
+        ),
+        (
+            {**FCOS, "sha256": FCOS_SHA[:-1] + "g"},
+            f"field 'sha256' is '{FCOS_SHA[:-1]}g'; accepted: 64 lowercase hex digits",
+        ),
+        ({**FCOS, "arch": "x86_64"}, "unknown field(s) arch; accepted: stream, version, sha256"),
+        ([], "expected a JSON object with stream, version, sha256"),
+        ("{", "not JSON: "),
+    ],
+)
+def test_bad_fcos_pin(tmp_path: Path, fcos: object, message: str) -> None:
+    root = write(tmp_path, fcos=fcos)
+    with pytest.raises(ConfigError) as caught:
+        load_pins(root)
+    assert str(caught.value).startswith(f"{fcos_pin_path(root)}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("k3s", "message"),
+    [
+        ({**K3S, "version": "1.36.5"}, "field 'version' is '1.36.5'; accepted: a k3s release"),
+        ({**K3S, "version": "v1.36.5-k3s1"}, "field 'version' is 'v1.36.5-k3s1'; accepted: a k3s"),
+        ({**K3S, "version": "v1.36.5+k3s1 "}, "field 'version' is 'v1.36.5+k3s1 '; accepted"),
+        ({**K3S, "sha256": ""}, "field 'sha256' is ''; accepted: 64 lowercase hex digits"),
+        ({"version": "v1.36.5+k3s1"}, "field 'sha256' is required and must be a string"),
+        ({**K3S, "stream": "stable"}, "unknown field(s) stream; accepted: version, sha256"),
+    ],
+)
+def test_bad_k3s_pin(tmp_path: Path, k3s: object, message: str) -> None:
+    root = write(tmp_path, k3s=k3s)
+    with pytest.raises(ConfigError) as caught:
+        load_pins(root)
+    assert str(caught.value).startswith(f"{k3s_pin_path(root)}: {message}")
+
+
+def test_missing_pin_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_k3s_pin(tmp_path / "k3s.pin")
+    assert str(caught.value) == f"{tmp_path / 'k3s.pin'}: pin file not found"
+    with pytest.raises(ConfigError, match=r"fcos\.pin: pin file not found$"):
+        parse_fcos_pin(tmp_path / "fcos.pin")
+
+
+def test_snapshot_labels() -> None:
+    labels = snapshot_labels(load_pins(REPO), "raya")
+    assert labels == {
+        "managed_by": "raya",
+        "os": "fcos",
+        "fcos_stream": "stable",
+        "fcos_version": "44.20260720.3.1",
+        "k3s_version": "v1.36.5-k3s1",
+    }
+    assert label_selector(labels) == (
+        "fcos_stream=stable,fcos_version=44.20260720.3.1,k3s_version=v1.36.5-k3s1,"
+        "managed_by=raya,os=fcos"
+    )
+
+
+def test_labels_change_with_every_pin_field_that_names_the_image() -> None:
+    pins = load_pins(REPO)
+    base = snapshot_labels(pins, "raya")
+    variants = [
+        Pins(FcosPin("testing", pins.fcos.version, pins.fcos.sha256), pins.k3s),
+        Pins(FcosPin("stable", "44.20260720.3.2", pins.fcos.sha256), pins.k3s),
+        Pins(pins.fcos, K3sPin("v1.36.5+k3s2", pins.k3s.sha256)),
+    ]
+    for variant in variants:
+        assert snapshot_labels(variant, "raya") != base
+    assert snapshot_labels(pins, "lab") != base
+
+
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [("v1.36.5+k3s1", "v1.36.5-k3s1"), ("", ""), ("a_b.c-d", "a_b.c-d"), ("x" * 63, "x" * 63)],
+)
+def test_label_value(value: str, label: str) -> None:
+    assert label_value(value) == label
+
+
+@pytest.mark.parametrize("value", ["-a", "a-", "a b", "é", "x" * 64, "a/b"])
+def test_bad_label_value(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        label_value(value)
+    assert str(caught.value) == (
+        f"{value!r} cannot be a Hetzner label value (alphanumerics and -_. only)"
+    )
+
+
+CHARTS: dict[str, dict[str, str | None]] = {
+    "cert-manager": {"version": "v1.18.2", "digest": "1" * 64},
+    "external-dns": {"version": "1.14.3", "digest": None},
+}
+
+
+def write_charts(tmp_path: Path, data: object) -> Path:
+    (tmp_path / "image").mkdir(exist_ok=True)
+    chart_pins_path(tmp_path).write_text(data if isinstance(data, str) else json.dumps(data))
+    return tmp_path
+
+
+def test_chart_pins_round_trip(tmp_path: Path) -> None:
+    pins = load_chart_pins(write_charts(tmp_path, CHARTS))
+    assert pins == ChartPins(
+        cert_manager=ChartPin("v1.18.2", "1" * 64), external_dns=ChartPin("1.14.3", None)
+    )
+    assert dump_chart_pins(pins) == json.dumps(CHARTS, indent=2) + "\n"
+
+
+def test_the_repository_chart_pins_are_valid_and_the_examples() -> None:
+    pins = load_chart_pins(REPO)
+    # `raya render --example` shows what a deployment of this repository installs.
+    assert load_chart_pins(REPO / "src" / "raya" / "model" / "example") == pins
+    assert chart_pins_path(REPO).read_text() == dump_chart_pins(pins)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "expected a JSON object with exactly the charts cert-manager, external-dns; found"),
+        (
+            {"cert-manager": CHARTS["cert-manager"]},
+            "expected a JSON object with exactly the charts cert-manager, external-dns; "
+            "found cert-manager",
+        ),
+        (
+            {**CHARTS, "traefik": CHARTS["cert-manager"]},
+            "expected a JSON object with exactly the charts",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.14.3"}},
+            "external-dns: field 'digest' is required and must be a string",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.14.3", "digest": "x"}},
+            "field 'external-dns.digest' is 'x'; accepted: 64 lowercase hex digits",
+        ),
+        (
+            {**CHARTS, "external-dns": {"version": "1.15.0-rc.1", "digest": None}},
+            "field 'external-dns.version' is '1.15.0-rc.1'; accepted: a released chart version",
+        ),
+        (
+            {**CHARTS, "cert-manager": {**CHARTS["cert-manager"], "repo": "x"}},
+            "cert-manager: unknown field(s) repo; accepted: version, digest",
+        ),
+        ({**CHARTS, "cert-manager": "v1.18.2"}, "cert-manager: expected a JSON object"),
+        ("{", "not JSON: "),
+    ],
+)
+def test_bad_chart_pins(tmp_path: Path, data: object, message: str) -> None:
+    root = write_charts(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        load_chart_pins(root)
+    assert str(caught.value).startswith(f"{chart_pins_path(root)}: {message}")

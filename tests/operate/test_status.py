@@ -1,0 +1,381 @@
+"""`raya status`: each source against a local stand-in (Hetzner's API, authoritative DNS
+servers, a Kubernetes API over real TLS requiring the cluster's client CA), the judgement of
+each part, and the command's table, JSON and exit status."""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud import deploy
+from raya.model.pins import snapshot_labels
+from raya.nodes import addons
+from raya.nodes.identity import CertificateAuthority
+from raya.operate import status as st
+from tests.cloud.program import fakes
+from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.support import Respond, http_server, routes
+
+VERSION = PINS.k3s.version
+LABELS = snapshot_labels(PINS, "raya")
+NAMES = ("control-plane", "agent-0", "agent-1", "agent-2")
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Run:
+    return run(provider_mocks())
+
+
+def _authority(result: Run, name: str) -> CertificateAuthority:
+    return CertificateAuthority(
+        cert_pem=result.resources[name].outputs["certPem"],
+        key_pem=result.resources[f"{name}-key"].outputs["privateKeyPem"],
+    )
+
+
+def _healthy_facts(outputs: dict[str, Any]) -> dict[str, Any]:
+    servers = outputs["servers"]
+    return {
+        "servers": {n: st.ServerFacts("running", "cx23", LABELS) for n in servers},
+        "records": {n: [servers[n]["ipv4"]] for n in servers},
+        "delegation": list(outputs["nameServers"]),
+        "nodes": {
+            n: st.NodeFacts(True, VERSION, "Fedora CoreOS", {"InternalIP": "10.0.1.10"})
+            for n in servers
+        },
+        "drift": {},
+    }
+
+
+def test_a_healthy_cluster(deployed: Run) -> None:
+    report = st.assess(deployed.outputs, PINS, "raya", **_healthy_facts(deployed.outputs))
+    assert [row.node for row in report.rows] == list(NAMES)
+    assert report.healthy
+    assert all(list(row.checks) == list(st.COLUMNS) for row in report.rows)
+
+
+@pytest.mark.parametrize(
+    ("change", "node", "column", "state", "text"),
+    [
+        (
+            {"servers": {"agent-1": st.ServerFacts("off", "cx23", LABELS)}},
+            "agent-1",
+            "server",
+            st.UNHEALTHY,
+            "off cx23",
+        ),
+        ({"servers": {"agent-1": None}}, "agent-1", "server", st.UNHEALTHY, "no such server"),
+        (
+            {"servers": {"agent-1": "Hetzner API unreachable: x"}},
+            "agent-1",
+            "image",
+            st.UNKNOWN,
+            "server unknown",
+        ),
+        (
+            {
+                "servers": {
+                    "agent-1": st.ServerFacts(
+                        "running", "cx23", {**LABELS, "k3s_version": "v1-0-0-k3s1"}
+                    )
+                }
+            },
+            "agent-1",
+            "image",
+            st.UNHEALTHY,
+            f"(pins: {LABELS['k3s_version']})",
+        ),
+        (
+            {"servers": {"agent-1": st.ServerFacts("running", "cx23", None)}},
+            "agent-1",
+            "image",
+            st.UNHEALTHY,
+            "snapshot deleted",
+        ),
+        (
+            {"drift": {"agent-2": ("users", "config")}},
+            "agent-2",
+            "drift",
+            st.UNHEALTHY,
+            "users, config differ",
+        ),
+        (
+            {"drift": "preview failed: no credentials"},
+            "agent-0",
+            "drift",
+            st.UNKNOWN,
+            "preview failed",
+        ),
+        (
+            {"records": {"agent-0": ["192.0.2.1"]}},
+            "agent-0",
+            "dns",
+            st.UNHEALTHY,
+            "-> 192.0.2.1, expected",
+        ),
+        (
+            {"records": {"agent-0": "ns-cloud-a1 (1.2.3.4): timeout"}},
+            "agent-0",
+            "dns",
+            st.UNKNOWN,
+            "timeout",
+        ),
+        (
+            {"nodes": "API https://cp:6443 unreachable"},
+            "control-plane",
+            "kubernetes",
+            st.UNKNOWN,
+            "unreachable",
+        ),
+        ({"nodes": {}}, "agent-0", "kubernetes", st.UNHEALTHY, "not registered"),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(False, VERSION, "FCOS", {})}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "NotReady",
+        ),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(True, "v1.0.0+k3s1", "FCOS", {})}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            f"(pin {VERSION})",
+        ),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(True, VERSION, "FCOS", {}, unschedulable=True)}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "(cordoned)",
+        ),
+    ],
+)
+def test_each_problem_is_shown_where_it_is_and_makes_the_cluster_unhealthy(
+    deployed: Run, change: dict[str, Any], node: str, column: str, state: str, text: str
+) -> None:
+    facts = _healthy_facts(deployed.outputs)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(facts[key], dict) and value:
+            facts[key] = {**facts[key], **value}
+        else:
+            facts[key] = value
+    report = st.assess(deployed.outputs, PINS, "raya", **facts)
+    (row,) = [row for row in report.rows if row.node == node]
+    assert row.checks[column].state == state
+    assert text in row.checks[column].text
+    assert not report.healthy
+
+
+def test_a_wrong_delegation_is_unhealthy(deployed: Run) -> None:
+    facts = {**_healthy_facts(deployed.outputs), "delegation": ["ns1.elsewhere.example."]}
+    report = st.assess(deployed.outputs, PINS, "raya", **facts)
+    assert report.cluster["delegation"].state == st.UNHEALTHY
+    assert "parent delegates to ns1.elsewhere.example." in report.cluster["delegation"].text
+
+
+def test_hetzner_servers_against_a_local_api(deployed: Run) -> None:
+    servers: dict[str, bytes | Respond] = {
+        "/v1/servers/1": json.dumps(
+            {"server": fakes.hetzner_server(1, "raya-agent-0", "running", LABELS)}
+        ).encode(),
+        "/v1/servers/2": json.dumps(
+            {"server": fakes.hetzner_server(2, "raya-agent-1", "off", None)}
+        ).encode(),
+        "/v1/servers/3": lambda _: (
+            404,
+            json.dumps({"error": {"code": "not_found", "message": "server not found"}}).encode(),
+            "application/json",
+        ),
+    }
+    ids = {"agent-0": "1", "agent-1": "2", "agent-2": "3"}
+    with http_server(routes(servers)) as url:
+        found = st.hetzner_servers("token", f"{url}/v1", ids)
+    assert found == {
+        "agent-0": st.ServerFacts("running", "cx23", LABELS),
+        "agent-1": st.ServerFacts("off", "cx23", None),
+        "agent-2": None,
+    }
+    assert st.hetzner_servers("", "http://127.0.0.1:9/v1", ids)["agent-0"] == (
+        "HCLOUD_TOKEN not set"
+    )
+    unreachable = st.hetzner_servers("token", "http://127.0.0.1:9/v1", {"agent-0": "1"})
+    assert str(unreachable["agent-0"]).startswith("Hetzner API unreachable")
+
+
+@pytest.fixture
+def dns(deployed: Run) -> Iterator[tuple[st.Dns, fakes._Zones]]:
+    servers = deployed.outputs["servers"]
+    records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
+    delegations = {"raya.example.com.": list(deployed.outputs["nameServers"])}
+    with fakes.dns_server(records, delegations) as (port, zones):
+        yield st.Dns(address_of=lambda name: ["127.0.0.1"], port=port), zones
+
+
+def test_records_are_asked_of_the_zones_servers_without_recursion(
+    deployed: Run, dns: tuple[st.Dns, fakes._Zones]
+) -> None:
+    resolver, zones = dns
+    entry = deployed.outputs["servers"]["agent-1"]
+    assert resolver.a_records(["ns-cloud-a1.googledomains.com."], entry["dnsName"]) == [
+        entry["ipv4"]
+    ]
+    assert zones.asked == [(entry["dnsName"], "A", False)]
+    assert resolver.a_records(["ns."], "nothing.raya.example.com.") == []
+    referral = resolver.delegation(["ns.example.com."], "raya.example.com.")
+    assert referral == sorted(deployed.outputs["nameServers"])
+
+
+def test_dns_that_cannot_be_reached_is_a_reason_not_an_error() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    resolver = st.Dns(address_of=lambda name: ["127.0.0.1"], port=port)
+    answer = resolver.a_records(["ns-cloud-a1.googledomains.com."], "cp.raya.example.com.")
+    assert isinstance(answer, str) and "ns-cloud-a1.googledomains.com. (127.0.0.1)" in answer
+
+    def unknown_host(name: str) -> list[str]:
+        raise socket.gaierror("Name or service not known")
+
+    assert "Name or service not known" in str(
+        st.Dns(address_of=unknown_host, port=port).a_records(["ns."], "x.")
+    )
+
+
+def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
+    state = fakes.Cluster(nodes={"agent-0": fakes.node("agent-0", VERSION, unschedulable=True)})
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    server_ca = _authority(deployed, "server-ca")
+    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        found = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server=url)
+    assert found == {
+        "agent-0": st.NodeFacts(
+            True, VERSION, "Fedora CoreOS 43.20261101.3.0", {"InternalIP": "10.0.1.20"}, True
+        )
+    }
+    refused = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server="https://127.0.0.1:9")
+    assert isinstance(refused, str) and refused.startswith("API https://127.0.0.1:9 unreachable")
+
+
+def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
+    """The add-ons as k3s leaves them once installed: each HelmChart's job complete (or
+    `failing`'s failed), each ClusterIssuer Ready."""
+    for chart in addons.CHARTS:
+        base = f"/apis/helm.cattle.io/v1/namespaces/{addons.NAMESPACE}/helmcharts/{chart.name}"
+        job = f"helm-install-{chart.name}"
+        state.objects[base] = {"kind": "HelmChart", "status": {"jobName": job}}
+        outcome = (
+            {"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}
+            if chart.name == failing
+            else {"type": "Complete", "status": "True"}
+        )
+        state.objects[f"/apis/batch/v1/namespaces/{addons.NAMESPACE}/jobs/{job}"] = {
+            "kind": "Job",
+            "status": {"conditions": [outcome]},
+        }
+    for name in addons.ISSUERS:
+        state.objects[f"/apis/cert-manager.io/v1/clusterissuers/{name}"] = {
+            "kind": "ClusterIssuer",
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "ACME"}]},
+        }
+
+
+def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
+    state = fakes.Cluster()
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    server_ca = _authority(deployed, "server-ca")
+    kubeconfig = deployed.outputs["kubeconfig"]
+    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        nothing_yet = st.kubernetes_addons(kubeconfig, server=url)
+        addons_installed(state, failing="external-dns")
+        installed = st.kubernetes_addons(kubeconfig, server=url)
+    assert {check.state for check in nothing_yet.values()} == {st.UNHEALTHY}
+    assert len(nothing_yet) == len(addons.CHARTS) + len(addons.ISSUERS)
+    assert installed["HelmChart cert-manager"] == st.ok("job helm-install-cert-manager complete")
+    assert installed["HelmChart external-dns"] == st.bad(
+        "job helm-install-external-dns failed: BackoffLimitExceeded"
+    )
+    assert {installed[f"ClusterIssuer {name}"].state for name in addons.ISSUERS} == {
+        st.HEALTHY
+    }
+    gone = st.kubernetes_addons(kubeconfig, server="https://127.0.0.1:9")
+    assert list(gone) == ["add-ons"] and gone["add-ons"].state == st.UNKNOWN
+
+
+
+def test_the_command_end_to_end(
+    deployed: Run, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = deployed.outputs
+    servers = outputs["servers"]
+    hetzner = {
+        f"/v1/servers/{entry['serverId']}": json.dumps(
+            {"server": fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)}
+        ).encode()
+        for name, entry in servers.items()
+    }
+    state = fakes.Cluster(nodes={name: fakes.node(name, VERSION) for name in servers})
+    addons_installed(state)
+    records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
+    delegations = {"raya.example.com.": list(outputs["nameServers"])}
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
+    previews: list[tuple[str, Path, str]] = []
+
+    def preview(action: str, root: Path, stack: str, on_output: Any, **_: Any) -> Any:
+        previews.append((action, root, stack))
+        return SimpleNamespace(drift={"agent-2": ("users",)})
+
+    monkeypatch.setattr(deploy, "run", preview)
+    monkeypatch.setattr(st, "system_address_of", lambda name: ["127.0.0.1"])
+    monkeypatch.setattr(st, "parent_name_servers", lambda zone: ["ns1.example.com."])
+    monkeypatch.setenv("HCLOUD_TOKEN", "token")
+    with (
+        http_server(routes(hetzner)) as hcloud_url,
+        fakes.dns_server(records, delegations) as (port, _),
+        fakes.kubernetes_api(
+            state,
+            _authority(deployed, "server-ca"),
+            deployed.resources["client-ca"].outputs["certPem"],
+            tmp_path,
+            "cp.raya.example.com",
+        ) as api_url,
+    ):
+        monkeypatch.setattr(st, "DNS_PORT", port)
+        for source in ("kubernetes_nodes", "kubernetes_addons"):
+            patched = functools.partial(getattr(st, source), server=api_url)
+            monkeypatch.setattr(st, source, patched)
+        arguments = ["status", "--root", str(project), "--hcloud-endpoint", f"{hcloud_url}/v1"]
+        table = CliRunner().invoke(app, arguments, env={"COLUMNS": "250"})
+        as_json = CliRunner().invoke(app, [*arguments, "--json"])
+        without_drift = CliRunner().invoke(app, [*arguments, "--json", "--no-drift"])
+    assert previews == [("preview", project, "prod")] * 2
+    # agent-2 drifted: everything else is healthy, and the exit status says it is not.
+    assert table.exit_code == 1, table.output
+    assert "users differ" in table.output and "not healthy" in table.output
+    report = json.loads(as_json.stdout)
+    assert as_json.exit_code == 1 and report["healthy"] is False
+    unhealthy = {
+        (node, column)
+        for node, checks in report["nodes"].items()
+        for column, check in checks.items()
+        if check["state"] != st.HEALTHY
+    }
+    assert unhealthy == {("agent-2", "drift")}
+    assert report["cluster"]["delegation"]["state"] == st.HEALTHY
+    assert report["cluster"]["ClusterIssuer letsencrypt-production"]["state"] == st.HEALTHY
+    assert "HelmChart external-dns" in table.output
+    assert report["nodes"]["agent-0"]["kubernetes"]["text"].startswith(f"Ready {VERSION}")
+    # Without the preview, drift is not judged, and the rest is healthy.
+    skipped = json.loads(without_drift.stdout)
+    assert {c["drift"]["state"] for c in skipped["nodes"].values()} == {st.SKIPPED}
+    assert without_drift.exit_code == 0 and skipped["healthy"] is True
