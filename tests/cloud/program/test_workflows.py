@@ -75,7 +75,7 @@ def references(node: Any) -> set[str]:
 def test_production_is_deployed_from_main_only_with_its_own_environment() -> None:
     workflow = load("main.yml")
     # `on:` reads as True in YAML 1.1; a dispatch may name any branch, so the job must check.
-    assert "workflow_dispatch" in workflow[True]
+    assert "workflow_dispatch" in workflow[True]  # type: ignore[index]
     deploy = workflow["jobs"]["deploy"]
     assert deploy["if"] == "github.ref == 'refs/heads/main'"
     assert deploy["environment"] == "production"
