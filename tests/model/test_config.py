@@ -11,7 +11,6 @@ import pytest
 
 from raya.errors import ConfigError
 from raya.model.config import (
-    DEFAULTS,
     KEYS,
     LOCATIONS,
     load_stack_config,
@@ -63,7 +62,7 @@ def test_defaults_are_the_specs() -> None:
 
 
 def test_every_setting_can_be_given() -> None:
-    config = parse(
+    given: dict[str, Any] = dict(
         clusterName="lab-2",
         location="hel1",
         networkZone="eu-central",
@@ -77,8 +76,32 @@ def test_every_setting_can_be_given() -> None:
         controlPlaneSchedulable=True,
         sshSources=["203.0.113.0/24", "2001:db8::/32"],
         apiSources=[],
+        controlPlaneVolumeSize=20,
         acmeEmail="Certs+lab@Corp.Example.org",
     )
+    # The settings docs/config.md lists: the call above gives each of them.
+    assert (
+        sorted(KEYS)
+        == sorted(given)
+        == [
+            "acmeEmail",
+            "apiSources",
+            "authorizedUsers",
+            "clusterName",
+            "controlPlaneIp",
+            "controlPlaneSchedulable",
+            "controlPlaneServerType",
+            "controlPlaneVolumeSize",
+            "location",
+            "managedSubdomain",
+            "networkRange",
+            "networkZone",
+            "nodesSubnet",
+            "parentZone",
+            "sshSources",
+        ]
+    )
+    config = parse(**given)
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
     assert config.control_plane_server_type == "cpx31"
@@ -94,10 +117,25 @@ def test_every_setting_can_be_given() -> None:
     )
     assert config.api_sources == ()
     assert config.acme_email == "Certs+lab@Corp.Example.org"
-    assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
+    assert config.control_plane_volume_size == 20
 
 
-@pytest.mark.parametrize(("location", "zone"), sorted(LOCATIONS.items()))
+# Hetzner's locations and their network zones (Hetzner Cloud API, GET /locations).
+HETZNER_ZONES = [
+    ("ash", "us-east"),
+    ("fsn1", "eu-central"),
+    ("hel1", "eu-central"),
+    ("hil", "us-west"),
+    ("nbg1", "eu-central"),
+    ("sin", "ap-southeast"),
+]
+
+
+def test_every_hetzner_location_is_known() -> None:
+    assert sorted(LOCATIONS) == [location for location, _ in HETZNER_ZONES]
+
+
+@pytest.mark.parametrize(("location", "zone"), HETZNER_ZONES)
 def test_network_zone_follows_the_location(location: str, zone: str) -> None:
     assert parse(location=location).network_zone == zone
     assert parse(location=location, networkZone=zone).network_zone == zone

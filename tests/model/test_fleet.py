@@ -182,7 +182,6 @@ def test_node_password_is_an_hmac_of_secret_and_node_name() -> None:
     expected = hmac.new(b"s3cret", b"raya node password agent-3", hashlib.sha256).hexdigest()
     assert password == expected
     assert len(password) == 64
-    assert node_password("s3cret", "agent-3") == password
     names = ["control-plane", *(f"agent-{i}" for i in range(50))]
     assert len({node_password("s3cret", name) for name in names}) == 51
     assert node_password("other", "agent-3") != password
