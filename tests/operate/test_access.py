@@ -4,18 +4,23 @@ read by the real ssh-keygen, ssh asked to trust nothing else."""
 
 from __future__ import annotations
 
+import base64
+import datetime
 import os
 import subprocess
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from pulumi import automation as auto
 from typer.testing import CliRunner
 
 from raya.cli import app
 from raya.cloud import deploy
+from raya.commands import access
 from raya.errors import DeployError, RayaError
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
@@ -98,6 +103,34 @@ def test_kubeconfig_stdout_only_when_asked(
     assert not (tmp_path / "home/.kube").exists()
     refused = _invoke("kubeconfig", "--stdout", "--out", str(tmp_path / "k.yaml"))
     assert refused.exit_code == 2 and "--stdout" in refused.output
+
+
+@pytest.mark.parametrize(("days_left", "warned"), [(29, True), (31, False)])
+def test_kubeconfig_warns_in_the_certificates_last_30_days(
+    outputs: list[tuple[Path, str]],
+    deployed: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    days_left: int,
+    warned: bool,
+) -> None:
+    """`raya up` renews the admin certificate in its last 30 days (docs/using.md): from
+    then on, writing the kubeconfig says so."""
+    (user,) = yaml.safe_load(deployed.outputs["kubeconfig"])["users"]
+    pem = base64.b64decode(user["user"]["client-certificate-data"])
+    expires = x509.load_pem_x509_certificate(pem).not_valid_after_utc
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
+            moment = expires - datetime.timedelta(days=days_left)
+            return cls.fromtimestamp(moment.timestamp(), tz)
+
+    fake = types.SimpleNamespace(datetime=Clock, timedelta=datetime.timedelta, UTC=datetime.UTC)
+    monkeypatch.setattr(access, "datetime", fake)
+    result = _invoke("kubeconfig")
+    assert result.exit_code == 0, result.output
+    warning = f"the client certificate expires on {expires:%Y-%m-%d}: run `raya up` to renew it"
+    assert (warning in result.output) is warned
 
 
 def test_kubeconfig_refuses_a_kubeconfig_it_cannot_read(
