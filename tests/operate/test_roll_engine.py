@@ -50,7 +50,9 @@ def cluster(cloud: Cloud, created: list[tuple[str, bool, list[str]]]) -> fakes.C
         name = server_name.removeprefix("raya-")
         with state.lock:
             node = state.nodes[name]
-            pods = sorted(p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name)
+            pods = sorted(
+                p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
+            )
             created.append((name, bool(node["spec"]["unschedulable"]), pods))
             node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
             node["status"]["nodeInfo"]["kubeletVersion"] = PINS.k3s.version
@@ -67,7 +69,8 @@ def api(cloud: Cloud, cluster: fakes.Cluster, tmp_path: Path) -> Iterator[str]:
         resources["server-ca-key"].outputs["privateKeyPem"],
     )
     client_ca = resources["client-ca"].outputs["certPem"]
-    with fakes.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    name = "cp.raya.example.com"
+    with fakes.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
         yield url
 
 
@@ -84,7 +87,8 @@ def test_roll_of_an_agent_and_the_control_plane_deletes_each_old_server_first(
     monkeypatch.setattr(rl, "POLL", 0.01)
     (volume,) = cloud.hetzner.volumes.values()
     mark = len(cloud.hetzner.log)
-    result = CliRunner().invoke(app, ["roll", "control-plane", "agent-0", "--root", str(cloud.root)])
+    roll = ["roll", "control-plane", "agent-0", "--root", str(cloud.root)]
+    result = CliRunner().invoke(app, roll)
     assert result.exit_code == 0, result.output
     # The agent first, then the control plane; each old server stopped and deleted before
     # the new one is created, the volume detached by the deletion and attached to the new one.

@@ -56,17 +56,16 @@ from raya.cloud import deploy
 from raya.cloud.program import main
 from tests.cloud.program.hetzner import Hetzner, HetznerError
 from tests.cloud.program.mocks import (
+    SERVER_FORCE_NEW,
+    SERVER_TYPE,
     Options,
     ProtectedError,
     ProviderMocks,
-    Registered,
     RecordingMonitor,
+    Registered,
     Run,
-    SERVER_FORCE_NEW,
-    SERVER_TYPE,
     Snapshot,
     Zone,
-    is_secret,
     keep_ignored,
     reveal,
     run_program,
@@ -137,7 +136,7 @@ class GoalMonitor(RecordingMonitor):
         """As the engine makes it (pulumi/pulumi `sdk/go/common/resource/urn.go`, `NewURN`):
         a child of the root stack carries no parent type, unlike the mock monitor's."""
         root = parent.split("::")[2] == "pulumi:pulumi:Stack" if parent else False
-        return str(super().make_urn("" if root else parent, type_, name))  # type: ignore[no-untyped-call]
+        return str(super().make_urn("" if root else parent, type_, name))
 
     def RegisterResource(self, request: Any) -> Any:
         urn = self.make_urn(request.parent, request.type, request.name)
@@ -400,7 +399,8 @@ def provider_diff(old: Resource, inputs: Mapping[str, Any]) -> Diff:
         return Diff(changes=False)
     force_new = FORCE_NEW.get(old.typ)
     replaces = bool(changed & set(force_new)) if force_new is not None else True
-    return Diff(changes=True, replace=replaces, delete_before_replace=replaces and "name" in old.inputs)
+    named = "name" in old.inputs
+    return Diff(changes=True, replace=replaces, delete_before_replace=replaces and named)
 
 
 
@@ -452,7 +452,7 @@ class EngineStack:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        self.engine.exported = {name: (value, secret) for name, (value, secret) in run.outputs.items()}
+        self.engine.exported = {name: (pair[0], pair[1]) for name, pair in run.outputs.items()}
         for op, name in self.engine.steps:
             if on_output is not None:
                 on_output(f"{op} {name}")
@@ -466,8 +466,9 @@ class EngineStack:
         exported = {}
         for name, value in stack.outputs.items():
             output = pulumi.Output.from_input(value)
+            secret: Any = output.is_secret()  # an awaitable, which from_input takes
             exported[name] = pulumi.Output.all(
-                pulumi.Output.unsecret(output), pulumi.Output.from_input(output.is_secret())
+                pulumi.Output.unsecret(output), pulumi.Output.from_input(secret)
             )
         return exported
 

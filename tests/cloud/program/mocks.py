@@ -487,7 +487,11 @@ def run_program(
     mocks.calls = []
     _quiet_abandoned_futures()
     pulumi.runtime.set_mocks(
-        mocks, project="raya", stack=stack, preview=False, monitor=monitor or RecordingMonitor(mocks)
+        mocks,
+        project="raya",
+        stack=stack,
+        preview=False,
+        monitor=monitor or RecordingMonitor(mocks),
     )
     outputs: dict[str, Any] = {}
 

@@ -12,9 +12,10 @@ runs raya's program and plans its replacements as the engine does.
 Run as `python -m tests.cloud.program.standin_pulumi ARGS` by a wrapper script named `pulumi`.
 Each invocation appends its arguments (JSON, one line) to $STANDIN_LOG: that is the record of
 what raya, through the real SDK, asked of the CLI; a stack operation also logs
-`["env", {RAYA_REPLACE: ...}]`, the program's environment as the CLI received it. Stack operations print the recorded display
-(`recorded/up-3.stdout.txt`) and write the recorded engine events to `--event-log`; stack
-`failing` fails the way the CLI does (exit 255, `error:` lines). Outputs come from
+`["env", {RAYA_REPLACE: ...}]`, the program's environment as the CLI received it. Stack
+operations print the recorded display (`recorded/up-3.stdout.txt`) and write the recorded
+engine events to `--event-log`; stack `failing` fails the way the CLI does (exit 255,
+`error:` lines). Outputs come from
 $STANDIN_OUTPUTS (`{"name": [value, secret]}`), masked the way `stack output --json` masks.
 `stack export` answers a state with a protected control plane; what `stack import` is given
 is logged as `["imported", state]`.

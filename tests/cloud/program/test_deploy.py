@@ -268,5 +268,6 @@ def test_replace_reaches_the_cli_as_targets_and_the_program_as_its_environment(
     # The control plane was unprotected in the state (export, import) before the update.
     kinds = [run[:2] for run in standin.calls()]
     assert kinds.index(["stack", "import"]) < kinds.index(["up", "--yes"])
-    (state,) = [run[1] for run in standin.calls() if run[0] == "imported"]
+    (state,) = [run[1] for run in standin.calls() if run[0] == "imported"]  # a JSON state
+    assert isinstance(state, dict)
     assert [r.get("protect") for r in state["deployment"]["resources"]] == [False, None]

@@ -9,14 +9,13 @@ import runpy
 import shutil
 import sys
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pulumi
 import pytest
 import yaml
 
-from raya.cloud.program import GITHUB_URL_ENV, REPLACE_ENV, main
+from raya.cloud.program import REPLACE_ENV, main
 from raya.errors import ConfigError, DeployError, KeysError
 from raya.model.pins import (
     ChartPin,

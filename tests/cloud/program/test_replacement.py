@@ -16,7 +16,6 @@ from pulumi import automation as auto
 from typer.testing import CliRunner
 
 from raya.cli import app
-from raya.cloud import deploy
 from raya.errors import DeployError
 from tests.cloud.program.engine import Cloud, Engine, EngineError, deployed_cloud
 from tests.cloud.program.hetzner import Hetzner, HetznerError
@@ -183,7 +182,7 @@ def test_a_targeted_replace_is_create_first_and_hetzner_refuses_the_name() -> No
 
 
 def test_a_second_server_cannot_take_a_held_private_ip() -> None:
-    engine, hetzner = deployed(web())
+    engine, _ = deployed(web())
     with pytest.raises(EngineError, match=r"IP 10.0.1.5 is not available \(held by web\)"):
         engine.update(web(name="www"), replace=[WEB])
 
