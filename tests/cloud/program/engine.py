@@ -502,8 +502,13 @@ def _summary(steps: list[tuple[str, str]]) -> auto.UpdateSummary:
     for op, _ in steps:
         if op in _SUMMARY_OPS:
             counts[_SUMMARY_OPS[op]] = counts.get(_SUMMARY_OPS[op], 0) + 1
+    return update_summary("update", counts)
+
+
+def update_summary(kind: str, changes: Mapping[Any, int]) -> auto.UpdateSummary:
+    """A finished update's summary as the SDK gives it, with `changes` per operation."""
     return auto.UpdateSummary(
-        kind="update",
+        kind=kind,
         start_time=None,  # type: ignore[arg-type]
         message="",
         environment={},
@@ -512,7 +517,7 @@ def _summary(steps: list[tuple[str, str]]) -> auto.UpdateSummary:
         end_time=None,
         version=1,
         deployment=None,
-        resource_changes=counts,  # type: ignore[arg-type]
+        resource_changes=dict(changes),
     )
 
 
