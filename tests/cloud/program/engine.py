@@ -240,7 +240,13 @@ class Engine(ProviderMocks):
             diff = provider_diff(old, inputs)
         if not diff.changes:
             return self._keep(
-                replace(old, protect=new.protect, retain_on_delete=new.retain_on_delete)
+                replace(
+                    old,
+                    protect=new.protect,
+                    retain_on_delete=new.retain_on_delete,
+                    dependencies=new.dependencies,
+                    property_dependencies=new.property_dependencies,
+                )
             )
         if not diff.replace:
             self.steps.append(("update", new.name))

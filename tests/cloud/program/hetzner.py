@@ -16,8 +16,9 @@ Written from the API and the provider, not from what raya expects:
 - `shutdown_before_deletion` (terraform-provider-hcloud `internal/server/resource.go`,
   `resourceServerDelete`): the provider first sends an ACPI shutdown and waits for the server
   to be `off`, then deletes it.
-- `hcloud_volume_attachment` (`internal/volume/attachment_resource.go`): create attaches the
-  volume to the server, delete detaches it.
+- `hcloud_volume_attachment` (terraform-provider-hcloud, `resourceVolumeAttachmentCreate` and
+  `resourceVolumeAttachmentDelete`): create attaches the volume to the server (its id is the
+  volume's); delete detaches it if it is attached, and does nothing if it is not.
 
 `log` keeps every call that changed something, in order, for the tests to read the sequence.
 `on_create` is told each server created (a new VM that boots): what a Kubernetes stand-in
