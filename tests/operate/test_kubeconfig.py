@@ -20,9 +20,9 @@ from kubernetes import config as k8s_config
 
 from raya.cloud.program.secrets import ADMIN_RENEWAL_HOURS, ADMIN_VALIDITY_HOURS
 from raya.nodes.identity import CertificateAuthority, generate_example_secrets
-from tests.cloud.program import fakes
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run
+from tests.operate import kube_api as ka
 from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, run, user_data
 
 NAME = "cp.raya.example.com"
@@ -116,7 +116,7 @@ def test_kubeconfig_works_against_an_api_requiring_the_client_ca(
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
     server_ca = _authority(deployed, "server-ca")
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    with fakes.kubernetes_api(fakes.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
+    with ka.kubernetes_api(ka.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
         assert _list_nodes(document, url).kind == "NodeList"
 
 
@@ -129,7 +129,7 @@ def test_kubeconfig_is_refused_with_another_server_ca_or_client_certificate(
     # An endpoint whose certificate another CA signed: the kubeconfig's CA refuses it.
     refused = pytest.raises(urllib3.exceptions.MaxRetryError, match="CERTIFICATE_VERIFY_FAILED")
     with (
-        fakes.kubernetes_api(fakes.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url,
+        ka.kubernetes_api(ka.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url,
         refused,
     ):
         _list_nodes(document, url)
@@ -137,7 +137,7 @@ def test_kubeconfig_is_refused_with_another_server_ca_or_client_certificate(
     server_ca = _authority(deployed, "server-ca")
     other_ca = other.client_ca.cert_pem
     with (
-        fakes.kubernetes_api(fakes.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,
-        pytest.raises(urllib3.exceptions.MaxRetryError),
+        ka.kubernetes_api(ka.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,
+        pytest.raises(urllib3.exceptions.MaxRetryError, match="TLSV1_ALERT_UNKNOWN_CA"),
     ):
         _list_nodes(document, url)

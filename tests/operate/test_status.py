@@ -23,6 +23,7 @@ from raya.nodes.identity import CertificateAuthority
 from raya.operate import status as st
 from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
+from tests.operate import kube_api as ka
 from tests.cloud.program.test_program import PINS, provider_mocks, run
 from tests.support import Respond, http_server, routes
 
@@ -253,10 +254,10 @@ def test_dns_that_cannot_be_reached_is_a_reason_not_an_error() -> None:
 
 
 def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
-    state = fakes.Cluster(nodes={"agent-0": fakes.node("agent-0", VERSION, unschedulable=True)})
+    state = ka.Cluster(nodes={"agent-0": ka.node_object("agent-0", VERSION, unschedulable=True)})
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     server_ca = _authority(deployed, "server-ca")
-    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
         found = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server=url)
     assert found == {
         "agent-0": st.NodeFacts(
@@ -267,7 +268,7 @@ def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) 
     assert isinstance(refused, str) and refused.startswith("API https://127.0.0.1:9 unreachable")
 
 
-def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
+def addons_installed(state: ka.Cluster, failing: str | None = None) -> None:
     """The add-ons as k3s leaves them once installed: each HelmChart's job complete (or
     `failing`'s failed), each ClusterIssuer Ready."""
     for chart in addons.CHARTS:
@@ -291,11 +292,11 @@ def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
 
 
 def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
-    state = fakes.Cluster()
+    state = ka.Cluster()
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     server_ca = _authority(deployed, "server-ca")
     kubeconfig = deployed.outputs["kubeconfig"]
-    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
         nothing_yet = st.kubernetes_addons(kubeconfig, server=url)
         addons_installed(state, failing="external-dns")
         installed = st.kubernetes_addons(kubeconfig, server=url)
@@ -324,7 +325,7 @@ def test_the_command_end_to_end(
         ).encode()
         for name, entry in servers.items()
     }
-    state = fakes.Cluster(nodes={name: fakes.node(name, VERSION) for name in servers})
+    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
     delegations = {"raya.example.com.": list(outputs["nameServers"])}
@@ -342,7 +343,7 @@ def test_the_command_end_to_end(
     with (
         http_server(routes(hetzner)) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
-        fakes.kubernetes_api(
+        ka.kubernetes_api(
             state,
             _authority(deployed, "server-ca"),
             deployed.resources["client-ca"].outputs["certPem"],
