@@ -87,7 +87,10 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         kubeconfig = outputs.get("kubeconfig")
         if isinstance(kubeconfig, str):
             nodes: dict[str, st.NodeFacts] | str = st.kubernetes_nodes(kubeconfig)
-            addons = st.kubernetes_addons(kubeconfig)
+            addons = {
+                "API certificate": st.api_certificate(kubeconfig),
+                **st.kubernetes_addons(kubeconfig),
+            }
         else:
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
