@@ -4,6 +4,8 @@ read by the real ssh-keygen, ssh asked to trust nothing else."""
 
 from __future__ import annotations
 
+import base64
+import datetime
 import os
 import subprocess
 from pathlib import Path
@@ -11,6 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from pulumi import automation as auto
 from typer.testing import CliRunner
 
@@ -111,6 +117,48 @@ def test_kubeconfig_refuses_a_kubeconfig_it_cannot_read(
     assert isinstance(result.exception, RayaError)
     assert str(result.exception) == f"{config}: 'clusters' is not a list of named entries"
     assert yaml.safe_load(config.read_text()) == {"clusters": "nope"}  # untouched
+
+
+def _kubeconfig_expiring_in(deployed: Run, left: datetime.timedelta) -> str:
+    """The stack's kubeconfig with a client certificate that expires `left` from now."""
+    document = yaml.safe_load(deployed.outputs["kubeconfig"])
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "raya-admin")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=60))
+        .not_valid_after(now + left)
+        .sign(key, hashes.SHA256())
+    )
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    document["users"][0]["user"]["client-certificate-data"] = base64.b64encode(pem).decode()
+    return yaml.safe_dump(document)
+
+
+@pytest.mark.parametrize(("days", "warned"), [(29, True), (31, False)])
+def test_kubeconfig_warns_in_the_client_certificates_last_30_days(
+    outputs: list[tuple[Path, str]],
+    deployed: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    days: int,
+    warned: bool,
+) -> None:
+    left = datetime.timedelta(days=days)
+    text = _kubeconfig_expiring_in(deployed, left)
+    monkeypatch.setattr(
+        deploy, "stack_outputs", lambda root, stack: {**deployed.outputs, "kubeconfig": text}
+    )
+    result = _invoke("kubeconfig")
+    assert result.exit_code == 0, result.output
+    expires = datetime.datetime.now(datetime.UTC) + left
+    warning = f"the client certificate expires on {expires:%Y-%m-%d}: run `raya up` to renew it"
+    assert (warning in result.output) is warned
+    assert ("expires" in result.output) is warned
 
 
 def _fake_ssh(folder: Path, code: int) -> Path:

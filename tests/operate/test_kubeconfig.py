@@ -18,12 +18,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from raya.cloud.program.secrets import ADMIN_RENEWAL_HOURS, ADMIN_VALIDITY_HOURS
 from raya.nodes.identity import CertificateAuthority, generate_example_secrets
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run
-from tests.operate import kube_api as ka
 from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, run, user_data
+from tests.operate import kube_api as ka
 
 NAME = "cp.raya.example.com"
 
@@ -102,10 +101,11 @@ def test_admin_certificate_is_bounded_and_in_system_masters(deployed: Run) -> No
     assert subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
     usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    # 90 days (docs/using.md, `raya kubeconfig --help`), re-issued by `raya up` in its last 30.
     lifetime = certificate.not_valid_after_utc - certificate.not_valid_before_utc
-    assert lifetime == datetime.timedelta(hours=ADMIN_VALIDITY_HOURS)
+    assert lifetime == datetime.timedelta(days=90)
     inputs = deployed.resources["admin-cert"].inputs
-    assert inputs["earlyRenewalHours"] == ADMIN_RENEWAL_HOURS < ADMIN_VALIDITY_HOURS
+    assert inputs["earlyRenewalHours"] == 30 * 24
     assert "admin-key" in deployed.resources
     assert "privateKeyPem" in deployed.resources["admin-key"].secret_outputs
 
