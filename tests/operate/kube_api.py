@@ -165,9 +165,9 @@ class Cluster:
                 machine.running, machine.since = True, machine.since + self.boot
                 self._register(name, machine)
         for name, node in self.nodes.items():
-            machine = self.machines.get(name)
-            gone = machine is not None and not machine.running
-            if gone and self.api_up() and now >= machine.since + NODE_MONITOR_GRACE:
+            under = self.machines.get(name)
+            gone = under is not None and not under.running
+            if gone and under and self.api_up() and now >= under.since + NODE_MONITOR_GRACE:
                 node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
         for found in list(self.pods):
             self._kubelet(found, now)

@@ -53,11 +53,11 @@ def served(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def core(deployed: Run, served: str) -> k8s.CoreV1Api:
+def core(deployed: Run, served: str) -> Any:
     return k8s.CoreV1Api(api_client(deployed.outputs["kubeconfig"], server=served))
 
 
-def evict(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> int:
+def evict(core: Any, name: str, namespace: str = "default") -> int:
     body = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace))
     try:
         core.create_namespaced_pod_eviction(name, namespace, body)
@@ -66,12 +66,12 @@ def evict(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> int:
     return 201
 
 
-def listed(core: k8s.CoreV1Api) -> dict[str, Any]:
+def listed(core: Any) -> dict[str, Any]:
     return {p.metadata.name: p for p in core.list_pod_for_all_namespaces().items}
 
 
 def test_an_evicted_pod_stays_terminating_for_its_grace_period(
-    cluster: ka.Cluster, core: k8s.CoreV1Api, time: Time
+    cluster: ka.Cluster, core: Any, time: Time
 ) -> None:
     cluster.pods = [ka.pod("web-0", "default", "agent-0", owner="StatefulSet")]
     assert evict(core, "web-0") == 201
@@ -88,7 +88,7 @@ def test_an_evicted_pod_stays_terminating_for_its_grace_period(
 
 
 def test_delete_honours_the_grace_period_and_only_shortens_it(
-    cluster: ka.Cluster, core: k8s.CoreV1Api, time: Time
+    cluster: ka.Cluster, core: Any, time: Time
 ) -> None:
     cluster.pods = [
         ka.pod("a-0", "default", "agent-0", owner=None, grace=600),
@@ -106,7 +106,7 @@ def test_delete_honours_the_grace_period_and_only_shortens_it(
 
 
 def test_a_budget_decides_from_healthy_pods(
-    cluster: ka.Cluster, core: k8s.CoreV1Api, time: Time
+    cluster: ka.Cluster, core: Any, time: Time
 ) -> None:
     cluster.pods = [ka.pod(f"web-{i}", "default", "agent-0") for i in range(3)]
     cluster.budgets = [ka.budget("web", "default", "web", minAvailable="50%")]  # 2 of 3
@@ -121,7 +121,7 @@ def test_a_budget_decides_from_healthy_pods(
 
 
 def test_a_replaced_server_registers_again_only_from_a_new_boot(
-    cluster: ka.Cluster, core: k8s.CoreV1Api, time: Time
+    cluster: ka.Cluster, core: Any, time: Time
 ) -> None:
     with pytest.raises(ValueError, match="agent-0: a server with this name exists"):
         cluster.server_created("agent-0", "v2")
@@ -144,7 +144,7 @@ def test_a_replaced_server_registers_again_only_from_a_new_boot(
 
 
 def test_nothing_answers_while_the_control_plane_boots(
-    cluster: ka.Cluster, core: k8s.CoreV1Api, time: Time
+    cluster: ka.Cluster, core: Any, time: Time
 ) -> None:
     cluster.server_deleted("control-plane")
     cluster.server_created("control-plane", "v2")
