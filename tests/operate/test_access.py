@@ -13,18 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from pulumi import automation as auto
 from typer.testing import CliRunner
 
 from raya.cli import app
 from raya.cloud import deploy
 from raya.errors import DeployError, RayaError
+from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
+from tests.nodes.k3s_join import serving_certificate
 from tests.support import require_tool
 
 OTHER = {
@@ -119,23 +117,16 @@ def test_kubeconfig_refuses_a_kubeconfig_it_cannot_read(
     assert yaml.safe_load(config.read_text()) == {"clusters": "nope"}  # untouched
 
 
-def _kubeconfig_expiring_in(deployed: Run, left: datetime.timedelta) -> str:
-    """The stack's kubeconfig with a client certificate that expires `left` from now."""
+def _kubeconfig_expiring_in(deployed: Run, left: datetime.timedelta, folder: Path) -> str:
+    """The stack's kubeconfig with a certificate from the client CA that expires `left` from
+    now (its usage does not matter here: only its expiry is read)."""
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "raya-admin")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=60))
-        .not_valid_after(now + left)
-        .sign(key, hashes.SHA256())
+    client_ca = CertificateAuthority(
+        deployed.resources["client-ca"].outputs["certPem"],
+        deployed.resources["client-ca-key"].outputs["privateKeyPem"],
     )
-    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    certificate, _ = serving_certificate(client_ca, folder, valid=left)
+    pem = certificate.read_bytes()
     document["users"][0]["user"]["client-certificate-data"] = base64.b64encode(pem).decode()
     return yaml.safe_dump(document)
 
@@ -145,11 +136,12 @@ def test_kubeconfig_warns_in_the_client_certificates_last_30_days(
     outputs: list[tuple[Path, str]],
     deployed: Run,
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     days: int,
     warned: bool,
 ) -> None:
     left = datetime.timedelta(days=days)
-    text = _kubeconfig_expiring_in(deployed, left)
+    text = _kubeconfig_expiring_in(deployed, left, tmp_path)
     monkeypatch.setattr(
         deploy, "stack_outputs", lambda root, stack: {**deployed.outputs, "kubeconfig": text}
     )
