@@ -266,6 +266,7 @@ def test_a_control_plane_that_never_comes_back_stops_the_roll_before_the_agents(
     message = str(caught.value)
     assert message.startswith(
         f"control-plane: not back from a new boot Ready on {PIN} after 120 s (last seen: API: "
+        "Remote end closed connection without response); "
     )
     assert message.endswith(
         "its server was replaced and the control plane is not back (no agent was touched): see "
