@@ -21,8 +21,9 @@ Written from the API and the provider, not from what raya expects:
   volume's); delete detaches it if it is attached, and does nothing if it is not.
 
 `log` keeps every call that changed something, in order, for the tests to read the sequence.
-`on_create` is told each server created (a new VM that boots): what a Kubernetes stand-in
-needs to have that node register again with a new boot.
+`on_create` is told each server created (a new VM that boots) and `on_delete` each server
+deleted: what a Kubernetes stand-in needs to have that node go away and register again with
+a new boot.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Volume:
 @dataclass
 class Hetzner:
     on_create: Callable[[str], None] = lambda name: None
+    on_delete: Callable[[str], None] = lambda name: None
     servers: dict[int, Server] = field(default_factory=dict)
     volumes: dict[int, Volume] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
@@ -98,6 +100,7 @@ class Hetzner:
                 self.log.append(f"detach volume {volume.name} (server deleted)")
         del self.servers[server_id]
         self.log.append(f"delete server {server.name} ({server.status})")
+        self.on_delete(server.name)
 
     def create_volume(self, name: str) -> Volume:
         if any(v.name == name for v in self.volumes.values()):
