@@ -151,6 +151,8 @@ def test_control_plane_config(
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
     assert yaml.safe_load(files[K3S_CONFIG]) == {
+        # Embedded etcd at every size (docs/control-plane.md): one control plane starts it.
+        "cluster-init": True,
         "token": secrets.join_secret,
         "agent-token": secrets.agent_secret,
         "node-name": "control-plane",
