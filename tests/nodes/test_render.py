@@ -159,7 +159,8 @@ def test_control_plane_config(
         "node-ip": "10.0.1.10",
         "advertise-address": "10.0.1.10",
         "flannel-iface": "enp7s0",
-        "tls-san": ["cp.raya.example.com"],
+        # The API name, and where the registration balancer of several would be.
+        "tls-san": ["cp.raya.example.com", "10.0.1.15"],
         # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
         "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
     }

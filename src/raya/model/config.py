@@ -103,12 +103,16 @@ class StackConfig:
         return tuple(self.control_plane_ip + k for k in range(self.control_planes))
 
     @property
+    def balancer_ip(self) -> ipaddress.IPv4Address:
+        """The private load balancer's address once there are several control planes; every
+        server's certificate names it from the start, so growing changes no existing one."""
+        return self.control_plane_ip + CONTROL_PLANE_BLOCK - 1
+
+    @property
     def registration_ip(self) -> ipaddress.IPv4Address:
         """Where agents and joining servers register: the one control plane, or the private
         load balancer in front of several (k3s' "fixed registration address")."""
-        if self.control_planes == 1:
-            return self.control_plane_ip
-        return self.control_plane_ip + CONTROL_PLANE_BLOCK - 1
+        return self.control_plane_ip if self.control_planes == 1 else self.balancer_ip
 
     @property
     def reserved_ips(self) -> tuple[ipaddress.IPv4Address, ...]:

@@ -228,13 +228,14 @@ def _context(
             if first
             else server_token(secrets.server_ca.cert_pem, secrets.join_secret),
             # The API name (all control planes answer it), this server's own name, and the
-            # registration address that any of them may be behind.
+            # registration balancer's address, which any of them may be behind (named from
+            # the start: growing from one control plane changes nothing of the first's).
             "tls_san": list(
                 dict.fromkeys(
                     [
                         cluster.dns_name(cluster.control_plane).rstrip("."),
                         cluster.dns_name(node).rstrip("."),
-                        *([str(config.registration_ip)] if len(cluster.control_planes) > 1 else []),
+                        str(config.balancer_ip),
                     ]
                 )
             ),
