@@ -39,19 +39,23 @@ class Step:
         return f"{self.node}: replace (its volume keeps the datastore), wait for the API"
 
 
+def is_control_plane(name: str) -> bool:
+    """`control-plane` and `control-plane-<k>` (raya.model.fleet)."""
+    return name == CONTROL_PLANE or name.startswith(f"{CONTROL_PLANE}-")
+
+
 def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -> list[Step]:
     """The steps: `wanted` nodes, or else the `drifting` ones; agents first in fleet order
-    (`nodes`' order), the control plane last. Unknown names are an error."""
+    (`nodes`' order), then the control planes, one at a time in their order. Unknown names are
+    an error."""
     unknown = [name for name in wanted if name not in nodes]
     if unknown:
         raise RollError(
             f"no node {', '.join(unknown)} in the cluster; accepted: {', '.join(nodes)}"
         )
-    chosen = set(wanted or drifting)
-    ordered = [n for n in nodes if n in chosen and n != CONTROL_PLANE]
-    if CONTROL_PLANE in chosen:
-        ordered.append(CONTROL_PLANE)
-    return [Step(node, drain=node != CONTROL_PLANE) for node in ordered]
+    chosen = [n for n in nodes if n in set(wanted or drifting)]
+    ordered = sorted(chosen, key=is_control_plane)  # stable: each part keeps nodes' order
+    return [Step(node, drain=not is_control_plane(node)) for node in ordered]
 
 
 @dataclass
