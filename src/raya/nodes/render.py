@@ -215,7 +215,6 @@ def _context(
                 # The datastore is on the volume: k3s must never start on the bare root disk.
                 "mounts": [_mount_unit(K3S_SERVER_DIR)],
             },
-            "join_secret": secrets.join_secret,
             "agent_secret": secrets.agent_secret,
             "schedulable": config.control_plane_schedulable,
             # Every server runs embedded etcd: the first starts it (and converts a SQLite
