@@ -222,3 +222,33 @@ def test_load_cluster_names_the_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_cluster(tmp_path, "dev")
     assert str(caught.value).startswith(f"{fleet}: 12 agents, but nodesSubnet 10.0.1.0/27")
+
+
+@pytest.mark.parametrize("count", [1, 3, 5])
+def test_control_planes_grow_after_the_first(count: int) -> None:
+    cluster = build_cluster(config(controlPlanes=count), ("cx23",), "agents.json")
+    # The first keeps its name, address and record at every size: growing renames nothing.
+    expected = [("control-plane", "10.0.1.10", "cp")] + [
+        (f"control-plane-{k}", f"10.0.1.{10 + k}", f"cp{k}") for k in range(1, count)
+    ]
+    assert [
+        (node.name, str(node.private_ip), node.dns_label) for node in cluster.control_planes
+    ] == expected
+    assert {(node.role, node.index) for node in cluster.control_planes} == {("control-plane", None)}
+    assert cluster.control_plane.name == "control-plane"
+    assert [node.name for node in cluster.nodes][count:] == ["agent-0"]
+    assert str(cluster.agents[0].private_ip) == "10.0.1.20"
+
+
+def test_agents_may_not_take_the_control_planes_block() -> None:
+    below = config(controlPlanes=3, controlPlaneIp="10.0.1.16")  # block .16-.21
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(below, ("cx23",), "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: agents take 10.0.1.20-10.0.1.20, which overlaps "
+        "10.0.1.16-10.0.1.21, held by raya:controlPlanes 3 (the control planes and their "
+        "private load balancer)"
+    )
+    # .14-.19 ends just below the first agent's address.
+    highest = config(controlPlanes=5, controlPlaneIp="10.0.1.14")
+    assert len(build_cluster(highest, ("cx23",), "f").agents) == 1
