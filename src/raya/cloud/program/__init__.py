@@ -14,7 +14,13 @@ from typing import Any
 
 import pulumi
 
-from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
+from raya.cloud.program.cluster import (
+    Renderer,
+    define_placement_groups,
+    define_server,
+    define_volume,
+    find_snapshot,
+)
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
 from raya.cloud.program.network import define_network
@@ -71,18 +77,22 @@ def define(
         )
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
-    image = find_snapshot(pins, config.cluster_name)
+    images = {
+        architecture: find_snapshot(pins, config.cluster_name, architecture)
+        for architecture in sorted({node.architecture for node in cluster.nodes})
+    }
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(config, [node.name for node in cluster.nodes])
     volume = define_volume(cluster)
+    placement_groups = define_placement_groups(cluster)
     defined = {
         node.name: define_server(
             cluster,
             node,
-            image,
+            images[node.architecture],
             network,
             firewall,
             identity.control_plane_secrets(node.name)
@@ -90,6 +100,7 @@ def define(
             else identity.agent_secrets(node.name),
             render,
             volume=volume if node.role == "control-plane" else None,
+            placement_group=placement_groups.get(node.name),
             replace=node.name in replace,
         )
         for node in cluster.nodes

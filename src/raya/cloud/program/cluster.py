@@ -18,6 +18,8 @@ from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import RenderedNode, part_digests
 
 ARCHITECTURE = "x86"
+# Hetzner's limit of servers in one spread placement group (its placement groups docs).
+SPREAD_LIMIT = 10
 # Every resource of the cluster carries it; the firewall finds the servers by it.
 CLUSTER_LABEL = "managed_by"
 # What the engine keeps from the state instead of applying: a change to any of these would
@@ -38,18 +40,19 @@ class Server:
     drift: pulumi.Output[tuple[str, ...]]  # the parts it runs that differ from the inputs
 
 
-def find_snapshot(pins: Pins, cluster_name: str) -> str:
-    """The id of the newest available x86 snapshot the image build stamped for these pins."""
+def find_snapshot(pins: Pins, cluster_name: str, architecture: str = ARCHITECTURE) -> str:
+    """The id of the newest available snapshot of `architecture` (`x86`, `arm`) the image
+    build stamped for these pins."""
     selector = label_selector(snapshot_labels(pins, cluster_name))
     images = hcloud.get_images(
         with_selector=selector,
-        with_architectures=[ARCHITECTURE],
+        with_architectures=[architecture],
         with_statuses=["available"],  # not one still being written by a build
         most_recent=True,
     ).images
     if not images:
         raise DeployError(
-            f"image/fcos.pin, image/k3s.pin: no available {ARCHITECTURE} snapshot labelled "
+            f"image/fcos.pin, image/k3s.pin: no available {architecture} snapshot labelled "
             f"{selector} in the Hetzner project; run `raya image build` first"
         )
     # The provider's sort order is not documented: choose by creation time explicitly.
@@ -59,6 +62,25 @@ def find_snapshot(pins: Pins, cluster_name: str) -> str:
 
 def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
     return {CLUSTER_LABEL: cluster_name, "role": node.role}
+
+
+def define_placement_groups(cluster: Cluster) -> dict[str, hcloud.PlacementGroup]:
+    """A spread placement group per pool, for its first `SPREAD_LIMIT` nodes (Hetzner takes no
+    more): one host failure takes at most one of them. By node name."""
+    groups: dict[str, hcloud.PlacementGroup] = {}
+    for pool in sorted({node.pool for node in cluster.agents if node.pool is not None}):
+        group = hcloud.PlacementGroup(
+            f"pool-{pool}",
+            name=f"{cluster.config.cluster_name}-{pool}",
+            type="spread",
+            labels={CLUSTER_LABEL: cluster.config.cluster_name, "pool": pool},
+        )
+        groups.update(
+            (node.name, group)
+            for node in cluster.agents
+            if node.pool == pool and node.index is not None and node.index < SPREAD_LIMIT
+        )
+    return groups
 
 
 def define_volume(cluster: Cluster) -> hcloud.Volume:
@@ -84,6 +106,7 @@ def define_server(
     render: Renderer,
     *,
     volume: hcloud.Volume | None = None,
+    placement_group: hcloud.PlacementGroup | None = None,
     replace: bool = False,
 ) -> Server:
     """Node `node`'s server. It ignores changes to what it was created with (`IGNORED`) and
@@ -118,7 +141,8 @@ def define_server(
         name=server_name(cluster.config.cluster_name, node),
         image=image,
         server_type=node.server_type,
-        location=cluster.config.location,
+        location=node.location or cluster.config.location,
+        placement_group_id=placement_group.id.apply(int) if placement_group else None,
         labels=labels,
         networks=[
             hcloud.ServerNetworkArgs(

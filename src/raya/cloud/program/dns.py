@@ -67,10 +67,12 @@ def define_zone(cluster: Cluster, parent: str) -> gcp.dns.ManagedZone:
 def define_records(
     cluster: Cluster, zone: gcp.dns.ManagedZone, servers: Mapping[str, hcloud.Server]
 ) -> None:
-    """An A record per node (`cp`, `a<i>`) to its server's public IPv4 address."""
+    """An A record per node (`cp`, `a<i>`, `<pool>-<i>`) to its server's public IPv4 address.
+    Each record's resource is named by its label, but a pool node's label is its node name,
+    which its server's resource has already: its record's is `<label>-record`."""
     for node in cluster.nodes:
         gcp.dns.RecordSet(
-            node.dns_label,
+            node.dns_label if node.pool is None else f"{node.dns_label}-record",
             managed_zone=zone.name,
             name=cluster.dns_name(node),
             type="A",
