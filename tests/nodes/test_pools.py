@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -15,15 +16,13 @@ from raya.model.fleet import Cluster, Fleet, Pool, build_cluster
 from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey
 from raya.nodes.render import render_cluster, render_node
 from tests.nodes.conftest import CHARTS, VOLUME_ID
-from tests.nodes.tools import ignition_files
+from tests.nodes.tools import ignition_files, ignition_validate
 
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 DATA = Path(__file__).parent.parent / "data" / "list-form"
 
 
 def mixed(cluster: Cluster) -> Cluster:
-    import ipaddress
-
     return build_cluster(
         cluster.config,
         Fleet(
@@ -51,15 +50,20 @@ def mixed(cluster: Cluster) -> Cluster:
 
 
 def test_pool_nodes_register_with_their_labels_and_taints(
-    cluster: Cluster, secrets: ClusterSecrets
+    cluster: Cluster, secrets: ClusterSecrets, tmp_path: Path
 ) -> None:
     fleet = mixed(cluster)
     names = [node.name for node in fleet.nodes]
     keys = {name: secrets.host_keys["agent-0"] for name in names}
     pooled = dataclasses.replace(secrets, host_keys={**secrets.host_keys, **keys})
+    nodes = render_cluster(fleet, pooled, charts=CHARTS, volume_id=VOLUME_ID)
+    for node in nodes:  # the real Ignition validator takes each
+        path = tmp_path / f"{node.node.name}.ign"
+        path.write_bytes(node.ignition)
+        assert ignition_validate(path).returncode == 0, node.node.name
     rendered = {
         node.node.name: yaml.safe_load(ignition_files(node.ignition)[K3S_CONFIG])
-        for node in render_cluster(fleet, pooled, charts=CHARTS, volume_id=VOLUME_ID)
+        for node in nodes
     }
     assert rendered["web-1"]["node-name"] == "web-1"
     assert rendered["web-1"]["node-ip"] == "10.0.1.65"
