@@ -189,9 +189,9 @@ def test_required_settings(key: str) -> None:
             "raya:controlPlaneServerType is 'cx 33'; accepted: a Hetzner server type",
         ),
         (
-            {"controlPlaneServerType": "cax21"},
-            "raya:controlPlaneServerType is 'cax21', an ARM type; accepted: an x86 type, "
-            "the image is x86 only",
+            {"controlPlaneServerType": "xc33"},
+            "raya:controlPlaneServerType is 'xc33', of no Hetzner server family; accepted: a "
+            "type of cx, cpx, cax, ccx",
         ),
         (
             {"authorizedUsers": []},

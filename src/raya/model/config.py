@@ -71,8 +71,10 @@ CONTROL_PLANE_COUNTS = (1, 3, 5)
 CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
 # Hetzner's volume sizes, in GB.
 VOLUME_SIZES = range(10, 10241)
-_SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
-_ARM_PREFIX = "cax"
+_SERVER_TYPE = re.compile(r"([a-z]+)[0-9]+[a-z]*")
+# Hetzner's server families and the architecture of each (`x86` or `arm`, as Hetzner names
+# them in its images' `architecture`): shared vCPU Intel/AMD, AMD, Ampere, dedicated vCPU.
+FAMILIES = {"cx": "x86", "cpx": "x86", "cax": "arm", "ccx": "x86"}
 # The older generations CX*1 and CCX*1 name the private NIC ens10; the node configs are for
 # enp7s0, the name on every current type (Hetzner's networks documentation).
 _ENS10_TYPE = re.compile(r"c?cx[0-9]1")
@@ -142,16 +144,27 @@ class StackConfig:
 
 def server_type_problem(value: object) -> str | None:
     """What is wrong with `value` as the server type of a node, or None if nothing."""
-    if not isinstance(value, str) or not _SERVER_TYPE.fullmatch(value):
+    match = _SERVER_TYPE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
         return f"is {value!r}; accepted: a Hetzner server type such as cx23"
-    if value.startswith(_ARM_PREFIX):
-        return f"is {value!r}, an ARM type; accepted: an x86 type, the image is x86 only"
-    if _ENS10_TYPE.fullmatch(value):
+    if match[1] not in FAMILIES:
+        return (
+            f"is {value!r}, of no Hetzner server family; accepted: a type of "
+            f"{', '.join(FAMILIES)} such as cx23 or cax21"
+        )
+    if _ENS10_TYPE.fullmatch(match[0]):
         return (
             f"is {value!r}, an older type whose private NIC is ens10; accepted: a current "
             "type (private NIC enp7s0) such as cx23"
         )
     return None
+
+
+def architecture(server_type: str) -> str:
+    """The architecture (`x86`, `arm`) of a server type `server_type_problem` accepts."""
+    match = _SERVER_TYPE.fullmatch(server_type)
+    assert match is not None, server_type
+    return FAMILIES[match[1]]
 
 
 def stack_file(root: Path, stack: str) -> Path:

@@ -280,7 +280,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
             outputs["certRequestPem"] = _cert_request(inputs)
         elif typ == "tls:index/locallySignedCert:LocallySignedCert":
             outputs["certPem"] = _locally_signed(inputs)
-        elif typ == "hcloud:index/network:Network":
+        elif typ in ("hcloud:index/network:Network", "hcloud:index/placementGroup:PlacementGroup"):
             return str(serial), outputs
         elif typ == "hcloud:index/networkSubnet:NetworkSubnet":
             network = ipaddress.IPv4Network(inputs["ipRange"])

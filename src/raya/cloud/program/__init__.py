@@ -72,7 +72,10 @@ def define(
         )
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
-    image = find_snapshot(pins, config.cluster_name)
+    images = {
+        architecture: find_snapshot(pins, config.cluster_name, architecture)
+        for architecture in sorted({node.architecture for node in cluster.nodes})
+    }
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
     firewall = define_firewall(config)
@@ -85,7 +88,7 @@ def define(
         node.name: define_server(
             cluster,
             node,
-            image,
+            images[node.architecture],
             network,
             firewall,
             identity.control_plane_secrets(node.name)

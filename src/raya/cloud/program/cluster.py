@@ -45,18 +45,19 @@ class Server:
     drift: pulumi.Output[tuple[str, ...]]  # the parts it runs that differ from the inputs
 
 
-def find_snapshot(pins: Pins, cluster_name: str) -> str:
-    """The id of the newest available x86 snapshot the image build stamped for these pins."""
+def find_snapshot(pins: Pins, cluster_name: str, architecture: str = ARCHITECTURE) -> str:
+    """The id of the newest available snapshot of `architecture` (`x86`, `arm`) the image
+    build stamped for these pins."""
     selector = label_selector(snapshot_labels(pins, cluster_name))
     images = hcloud.get_images(
         with_selector=selector,
-        with_architectures=[ARCHITECTURE],
+        with_architectures=[architecture],
         with_statuses=["available"],  # not one still being written by a build
         most_recent=True,
     ).images
     if not images:
         raise DeployError(
-            f"image/fcos.pin, image/k3s.pin: no available {ARCHITECTURE} snapshot labelled "
+            f"image/fcos.pin, image/k3s.pin: no available {architecture} snapshot labelled "
             f"{selector} in the Hetzner project; run `raya image build` first"
         )
     # The provider's sort order is not documented: choose by creation time explicitly.
@@ -127,7 +128,8 @@ def define_server(
         name=server_name(cluster.config.cluster_name, node),
         image=image,
         server_type=node.server_type,
-        location=cluster.config.location,
+        location=node.location or cluster.config.location,
+        placement_group_id=placement_group.id.apply(int) if placement_group else None,
         labels=labels,
         networks=[
             hcloud.ServerNetworkArgs(
@@ -143,7 +145,6 @@ def define_server(
         # A deleted server is stopped first (ACPI shutdown, then deleted once off): k3s ends
         # cleanly and the control plane's volume is not pulled from under a running datastore.
         shutdown_before_deletion=True,
-        placement_group_id=placement_group.id.apply(int) if placement_group else None,
         opts=pulumi.ResourceOptions(
             # The firewall first: its label selector then covers the server from its birth.
             depends_on=[network.subnet, firewall],

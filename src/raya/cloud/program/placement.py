@@ -31,16 +31,32 @@ BALANCER_TYPE = "lb11"
 
 
 def define_placement_groups(cluster: Cluster) -> dict[str, hcloud.PlacementGroup]:
-    """Node name -> its spread group: every control plane when there are several, and the
-    first SPREAD_LIMIT agents."""
+    """Node name -> its spread group: every control plane when there are several, the list
+    form's first SPREAD_LIMIT agents when there are several, and each pool's nodes 0 to
+    SPREAD_LIMIT - 1 (a pool's group exists from its first node, so that its next nodes join
+    the group the first is in)."""
     name = cluster.config.cluster_name
+    listed = [node for node in cluster.agents if node.pool is None][:SPREAD_LIMIT]
+    pools = sorted({node.pool for node in cluster.agents if node.pool is not None})
+    sets = [
+        ("control-planes", "control-planes", list(cluster.control_planes), {}, 2),
+        ("agents", "agents", listed, {}, 2),
+        *(
+            (f"pool-{pool}", pool, [n for n in cluster.agents if n.pool == pool
+                                    and n.index is not None and n.index < SPREAD_LIMIT],
+             {"pool": pool}, 1)
+            for pool in pools
+        ),
+    ]  # fmt: skip
     groups: dict[str, hcloud.PlacementGroup] = {}
-    for role, nodes in (("control-planes", cluster.control_planes), ("agents", cluster.agents)):
-        placed = nodes[:SPREAD_LIMIT] if role == "agents" else nodes
-        if len(placed) < 2:
-            continue  # a group of one spreads nothing
+    for resource, suffix, placed, labels, fewest in sets:
+        if len(placed) < fewest:
+            continue  # a group of one control plane or listed agent spreads nothing
         group = hcloud.PlacementGroup(
-            role, name=f"{name}-{role}", type="spread", labels={CLUSTER_LABEL: name}
+            resource,
+            name=f"{name}-{suffix}",
+            type="spread",
+            labels={CLUSTER_LABEL: name, **labels},
         )
         groups.update(dict.fromkeys((node.name for node in placed), group))
     return groups
