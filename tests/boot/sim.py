@@ -39,7 +39,13 @@ from typing import Any, Literal
 from raya.model.project import EXAMPLE_KEYS
 from raya.nodes.github_keys import GITHUB_URL, load_keys_file
 from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE, volume_device
-from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
+from tests.nodes.tools import (
+    SELINUX_STUB,
+    apply_ignition,
+    device_files,
+    fcos_layout,
+    probe_device,
+)
 from tests.support import REPO, Reply, http_server, require_tool, routes
 
 # What the Debian root holds besides minbase: what FCOS has that the configs rely on, and
@@ -210,26 +216,10 @@ class SimVolume:
         return hashlib.sha256(self.backing.read_bytes()).hexdigest()
 
     def probe(self) -> dict[str, str]:
-        """What blkid finds on the device itself (TYPE, LABEL...), {} when blank."""
-        result = subprocess.run(
-            [require_tool("blkid"), "-p", "-o", "export", self.loop],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+        return probe_device(self.loop)
 
     def files(self) -> dict[str, bytes]:
-        """Every file on the volume by its path there, read through a read-only mount."""
-        point = Path(tempfile.mkdtemp(prefix="raya-boot-volume-"))
-        _run("mount", "-o", "ro", self.loop, str(point))
-        try:
-            return {
-                str(path.relative_to(point)): path.read_bytes()
-                for path in sorted(point.rglob("*"))
-                if path.is_file() and "lost+found" not in path.parts
-            }
-        finally:
-            _run("umount", str(point))
-            point.rmdir()
+        return device_files(self.loop)
 
 
 def make_volume(plan: VolumePlan, stack: contextlib.ExitStack) -> SimVolume:

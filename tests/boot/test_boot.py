@@ -215,6 +215,7 @@ def test_a_volume_holding_a_foreign_filesystem_is_refused_and_untouched(
     volumes: dict[str, BootedNode],
 ) -> None:
     node = volumes["foreign"]
+    assert node.journal()[-1].at >= NEVER_WATCHED - 5  # watched long enough for k3s to start
     refusal = _first(node.logged("raya-k3s-volume"), "left untouched; k3s stays stopped")
     assert f"{DEVICE} holds something else, not an ext4 labelled raya-k3s-server" in (
         refusal.message

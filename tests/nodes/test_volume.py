@@ -27,7 +27,7 @@ from raya.model.fleet import Cluster
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
 from tests.nodes.conftest import CHARTS
-from tests.nodes.tools import ignition_files
+from tests.nodes.tools import device_files, ignition_files, probe_device
 from tests.support import require_root, require_tool
 
 pytestmark = pytest.mark.tools
@@ -51,10 +51,7 @@ class Volume:
         return hashlib.sha256(self.backing.read_bytes()).hexdigest()
 
     def probe(self) -> dict[str, str]:
-        found = subprocess.run(
-            ["blkid", "-p", "-o", "export", self.loop], capture_output=True, text=True, check=False
-        )
-        return dict(line.split("=", 1) for line in found.stdout.splitlines() if "=" in line)
+        return probe_device(self.loop)
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -229,19 +226,8 @@ def test_seeding_puts_the_cas_on_the_volume_and_keeps_what_k3s_wrote(
             run("umount", str(mounted))
         assert not (root / SEED.lstrip("/")).exists()  # the keys leave the root disk
 
-    def on_volume() -> dict[str, bytes]:
-        run("mount", "-o", "ro", volume.loop, str(mounted))
-        try:
-            return {
-                str(p.relative_to(mounted)): p.read_bytes()
-                for p in sorted(mounted.rglob("*"))
-                if p.is_file() and "lost+found" not in p.parts
-            }
-        finally:
-            run("umount", str(mounted))
-
     boot("first")
-    first = on_volume()
+    first = device_files(volume.loop)
     assert first == seeded
     run("mount", volume.loop, str(mounted))
     k3s_wrote = {"db/state.db": os.urandom(64 * 1024), "tls/service.key": b"k3s's own\n"}
@@ -254,4 +240,4 @@ def test_seeding_puts_the_cas_on_the_volume_and_keeps_what_k3s_wrote(
     finally:
         run("umount", str(mounted))
     boot("replacement")
-    assert on_volume() == {**seeded, **k3s_wrote}
+    assert device_files(volume.loop) == {**seeded, **k3s_wrote}
