@@ -323,12 +323,18 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
     config = json.loads(rendered["control-plane"].ignition)
     assert "filesystems" not in config["storage"]
     device = f"/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}"
-    units = {unit["name"]: unit["contents"] for unit in config["systemd"]["units"]}
+    units = {u["name"]: u["contents"] for u in config["systemd"]["units"] if "contents" in u}
     mount = units["var-lib-rancher-k3s-server.mount"].splitlines()
     assert {"Where=/var/lib/rancher/k3s/server", f"What={device}", "Type=ext4"} <= set(mount)
     # Not ordered before local-fs.target: a missing volume must not hold the boot.
     assert "DefaultDependencies=no" in mount
     assert "Requires=raya-k3s-volume.service" in mount
+    # The mount binds to the device: its start job waits for a late attach without the
+    # default 90 s deadline.
+    (device_unit,) = [u for u in config["systemd"]["units"] if u["name"].endswith(".device")]
+    assert device_unit["name"] == f"dev-disk-by\\x2did-scsi\\x2d0HC_Volume_{VOLUME_ID}.device"
+    (dropin,) = device_unit["dropins"]
+    assert "JobRunningTimeoutSec=infinity" in dropin["contents"].splitlines()
     volume = units["raya-k3s-volume.service"].splitlines()
     assert "TimeoutStartSec=infinity" in volume
     assert f"ExecStart=/usr/local/bin/raya-k3s-volume {device} raya-k3s-server" in volume
@@ -356,7 +362,8 @@ def test_certificate_checks_are_staggered_by_node(rendered: dict[str, RenderedNo
     k3s' 90-day renewal window against what each node serves."""
     slots = {}
     for name, node in rendered.items():
-        units = {u["name"]: u["contents"] for u in json.loads(node.ignition)["systemd"]["units"]}
+        config = json.loads(node.ignition)
+        units = {u["name"]: u.get("contents", "") for u in config["systemd"]["units"]}
         timer = units["raya-k3s-certs.timer"].splitlines()
         assert {"RandomizedDelaySec=15min", "FixedRandomDelay=true"} <= set(timer)
         (calendar,) = [line for line in timer if line.startswith("OnCalendar=")]

@@ -18,6 +18,7 @@ import yaml
 from raya.model.fleet import Cluster
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import RenderedNode
+from tests.nodes.conftest import VOLUME_ID
 from tests.nodes.tools import (
     apply_ignition,
     ignition_files,
@@ -55,11 +56,14 @@ NODE_UNITS = (
     "raya-k3s-certs.service",
     "raya-k3s-certs.timer",
 )
-# The control plane's volume: waited for and checked, mounted, then seeded.
+# The control plane's volume: waited for and checked, mounted, then seeded; its device's
+# start job (a drop-in) waits without a deadline.
+DEVICE_UNIT = f"dev-disk-by\\x2did-scsi\\x2d0HC_Volume_{VOLUME_ID}.device"
 VOLUME_UNITS = (
     "raya-k3s-volume.service",
     "var-lib-rancher-k3s-server.mount",
     "raya-k3s-seed.service",
+    DEVICE_UNIT,
 )
 
 
@@ -129,6 +133,11 @@ def _check_applied_files(node: RenderedNode, root: Path) -> None:
     preset = _preset(root)
     for unit in json.loads(node.ignition)["systemd"]["units"]:
         on_disk = root / "etc/systemd/system" / unit["name"]
+        for dropin in unit.get("dropins", ()):  # the volume's device: a drop-in only
+            dropin_path = on_disk.with_name(on_disk.name + ".d") / dropin["name"]
+            assert dropin_path.read_text() == dropin["contents"]
+        if "contents" not in unit:
+            continue
         assert on_disk.read_text() == unit["contents"]
         assert f"{'enable' if unit['enabled'] else 'disable'} {unit['name']}" in preset
 
@@ -292,7 +301,7 @@ def test_units_need_the_private_network_and_the_public_address(
         # none, and the certificate check runs after k3s, itself after the network.
         local = {WAIT_UNIT, GUARD, *VOLUME_UNITS, "raya-k3s-certs.service"}
         for name in set(_unit_names(node)) - local:
-            if name.endswith(".timer"):
+            if name.endswith((".timer", ".device")):
                 continue
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
@@ -315,8 +324,10 @@ def test_k3s_starts_only_after_the_metadata_guard_loaded(
         root = tmp_path / name
         shutil.copytree(applied[name], root, symlinks=True)
         prepare_for_systemd(root, IMAGE_EXECUTABLES)
+        # The volume's device unit is a drop-in only: nothing to preset.
+        units = [unit for unit in _unit_names(rendered[name]) if unit != DEVICE_UNIT]
         result = subprocess.run(
-            [systemctl, f"--root={root}", "preset", *_unit_names(rendered[name])],
+            [systemctl, f"--root={root}", "preset", *units],
             capture_output=True,
             text=True,
             timeout=60,

@@ -104,7 +104,7 @@ def script(config: bytes, tmp_path: Path) -> Path:
 
 
 def exec_start(config: bytes, unit: str) -> list[list[str]]:
-    units = {u["name"]: u["contents"] for u in json.loads(config)["systemd"]["units"]}
+    units = {u["name"]: u.get("contents", "") for u in json.loads(config)["systemd"]["units"]}
     return [
         shlex.split(line.removeprefix("ExecStart="))
         for line in units[unit].splitlines()

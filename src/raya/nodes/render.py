@@ -230,7 +230,8 @@ def _context(
                 "path": K3S_SERVER_DIR,
                 "script": "/usr/local/bin/raya-k3s-volume",
                 "unit": "raya-k3s-volume.service",
-                "mount_unit": _mount_unit(K3S_SERVER_DIR),
+                "mount_unit": _path_unit(K3S_SERVER_DIR, "mount"),
+                "device_unit": _path_unit(volume_device(volume_id), "device"),
                 "seed": K3S_SERVER_SEED,
                 "seed_unit": "raya-k3s-seed.service",
             },
@@ -272,9 +273,9 @@ def _certs_slot(node: Node) -> str:
     return f"*-*-* {minutes // 60:02d}:{minutes % 60:02d}:00 UTC"
 
 
-def _mount_unit(path: str) -> str:
-    """The name systemd must give the mount unit of `path` (systemd-escape --path)."""
-    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
+def _path_unit(path: str, kind: str) -> str:
+    """The name systemd gives the `kind` unit of `path` (systemd-escape --path)."""
+    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + "." + kind
 
 
 def _render(
