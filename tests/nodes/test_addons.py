@@ -40,7 +40,8 @@ from tests.nodes.conftest import CHARTS
 from tests.nodes.tools import ignition_files
 from tests.support import REPO, http_server
 
-MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+# Seeded on the root disk, copied onto the control plane's volume at boot.
+MANIFESTS = "/var/lib/raya/k3s-server-seed/manifests"
 DATA = REPO / "tests" / "data"
 # The Kubernetes API the pinned k3s serves: kubernetes-validate's schemas of that minor.
 K8S_VERSION = ".".join(load_pins(REPO).k3s.version.lstrip("v").split(".")[:2]) + ".0"

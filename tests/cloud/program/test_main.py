@@ -168,7 +168,7 @@ def test_main_installs_the_projects_chart_pins_with_the_stacks_settings(
     result = run_program(mocks(project), lambda: main(project))
     user_data = reveal(result.resources["control-plane"].inputs["userData"])
     files = ignition_files(user_data)
-    manifests = "/var/lib/rancher/k3s/server/manifests"
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"  # copied onto the volume at boot
     charts = {
         doc["metadata"]["name"]: doc["spec"]
         for doc in yaml.safe_load_all(files[f"{manifests}/raya-helm-charts.yaml"])

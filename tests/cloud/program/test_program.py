@@ -43,7 +43,7 @@ LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
 SERVER = "hcloud:index/server:Server"
 RECORD = "gcp:dns/recordSet:RecordSet"
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
-SERVER_CA = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
+SERVER_CA = "/var/lib/raya/k3s-server-seed/tls/server-ca.crt"  # copied onto the volume
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 
 
@@ -295,7 +295,7 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
 def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> None:
     result = run(provider_mocks())
     control_plane = ignition_files(user_data(result)["control-plane"])
-    manifests = "/var/lib/rancher/k3s/server/manifests"
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"  # copied onto the volume at boot
     zone = EXAMPLE.config.zone_dns_name.rstrip(".")
     charts = list(yaml.safe_load_all(control_plane[f"{manifests}/raya-helm-charts.yaml"]))
     values = yaml.safe_load(charts[1]["spec"]["valuesContent"])
