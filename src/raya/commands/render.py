@@ -20,7 +20,8 @@ from raya.nodes.render import IGNITION_LIMIT, RenderedNode, render_cluster
 EXAMPLE_VOLUME_ID = "100000001"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    f"keys, SSH host keys), and a made-up volume id ({EXAMPLE_VOLUME_ID}); these configs show "
+    f"keys, SSH host keys, object storage keys), and a made-up volume id ({EXAMPLE_VOLUME_ID}); "
+    "these configs show "
     "what the nodes get but cannot join a real cluster. `raya up` renders with the stack's own."
 )
 

@@ -58,6 +58,10 @@ SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
 # The control plane's k3s state lives on its own volume, which outlives the VM.
 K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
 VOLUME_LABEL = "raya-k3s-server"
+# The Secret k3s reads its snapshots' S3 settings from (`etcd-s3-config-secret`), and its file
+# among the auto-deploy manifests.
+SNAPSHOT_SECRET = "raya-etcd-s3"
+SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,13 @@ def _context(
                 for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca))
             ],
             "manifests_dir": f"{K3S_SERVER_DIR}/manifests",
+            "snapshots": {
+                "schedule": config.backup_schedule,
+                "retention": config.backup_retention,
+                "store": secrets.snapshot_store,
+                "file": SNAPSHOT_SECRET_FILE,
+                "secret": SNAPSHOT_SECRET,
+            },
             "gcp_secrets": [
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
