@@ -14,6 +14,7 @@ from raya.model.config import (
     DEFAULTS,
     KEYS,
     LOCATIONS,
+    SECRET_KEYS,
     load_stack_config,
     parse_stack_config,
     server_type_problem,
@@ -94,7 +95,7 @@ def test_every_setting_can_be_given() -> None:
     )
     assert config.api_sources == ()
     assert config.acme_email == "Certs+lab@Corp.Example.org"
-    assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
+    assert set(KEYS) == {*DEFAULTS, "networkZone", "backupS3", *MINIMAL}
 
 
 @pytest.mark.parametrize(("location", "zone"), sorted(LOCATIONS.items()))
@@ -105,7 +106,8 @@ def test_network_zone_follows_the_location(location: str, zone: str) -> None:
 
 def test_unknown_setting() -> None:
     assert error_of(clusterNmae="x") == (
-        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {', '.join(sorted(KEYS))}"
+        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: "
+        f"{', '.join(sorted((*KEYS, *SECRET_KEYS)))}"
     )
 
 

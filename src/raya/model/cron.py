@@ -11,6 +11,7 @@ newest snapshot's age.
 from __future__ import annotations
 
 import datetime
+import itertools
 import re
 
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
@@ -65,14 +66,14 @@ class Schedule:
         """The longest time between two consecutive snapshots, over a whole cycle."""
         start = datetime.date(2024, 1, 1)  # a leap year: 29 February is seen
         minutes = sorted(h * 60 + m for h in self.hours for m in self.minutes)
-        within = max((b - a for a, b in zip(minutes, minutes[1:], strict=False)), default=0)
+        within = max((b - a for a, b in itertools.pairwise(minutes)), default=0)
         days = [offset for offset in range(_HORIZON_DAYS)
                 if self._fires_on(start + datetime.timedelta(days=offset))]  # fmt: skip
         if len(days) < 2 and len(minutes) * len(days) < 2:
             raise CronError(f"{self.spec!r} fires at most once in two years")
         # From a day's last snapshot to the next firing day's first.
         across = max(
-            (b - a) * 1440 + minutes[0] - minutes[-1] for a, b in zip(days, days[1:], strict=False)
+            (b - a) * 1440 + minutes[0] - minutes[-1] for a, b in itertools.pairwise(days)
         )
         return datetime.timedelta(minutes=max(within, across))
 
@@ -82,7 +83,9 @@ def _field(text: str, name: str, low: int, high: int) -> frozenset[int]:
     for part in text.split(","):
         match = _PART.fullmatch(part)
         if not match:
-            raise CronError(f"{name} field {text!r}: {part!r} is not *, N, N-M or one of them with a /step")
+            raise CronError(
+                f"{name} field {text!r}: {part!r} is not *, N, N-M or one of them with a /step"
+            )
         first, last, step = match.groups()
         start = low if first is None else int(first)
         end = (high if first is None or step else start) if last is None else int(last)

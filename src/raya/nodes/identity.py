@@ -80,6 +80,13 @@ def agent_token(server_ca_cert_pem: str, agent_secret: str) -> str:
     return f"K10{digest}::node:{agent_secret}"
 
 
+def token_hash(join_secret: str) -> str:
+    """What k3s records of the server token on each etcd snapshot it uploads (user metadata
+    `k3s-token-hash`): the first 12 hex digits of the sha256 of the token's secret
+    (k3s-io/k3s pkg/util/token.go, GetTokenHash and ShortHash)."""
+    return hashlib.sha256(join_secret.encode()).hexdigest()[:12]
+
+
 def check_server_secrets(value: ClusterSecrets) -> None:
     """The control plane's two join secrets: each usable, and not the same one (the agent
     token would then be the server token)."""

@@ -7,10 +7,9 @@ What k3s writes, read in its source (k3s-io/k3s):
 - `pkg/etcd/s3/s3.go` (`Upload`): the object's key is `<folder>/<name>`, its metadata file's
   `<folder>/.metadata/<name>`; the object carries user metadata `k3s-cluster-id`,
   `k3s-node-name` and `k3s-token-hash`.
-- `pkg/util/token.go` (`GetTokenHash`): the token hash is the first 12 hex digits of the
-  sha256 of the server token's secret. A snapshot restored with another token is unusable
-  (k3s' backup and restore docs), so it is how raya tells its own snapshots from another
-  cluster's.
+- the token hash (`raya.nodes.identity.token_hash`): a snapshot restored with another token
+  is unusable (k3s' backup and restore docs), so it is how raya tells its own snapshots from
+  another cluster's.
 """
 
 from __future__ import annotations
@@ -24,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from raya.errors import RayaError
+from raya.operate.status import Check, bad, ok, unknown
 
 METADATA_DIR = ".metadata"
 _NAME = re.compile(r"(?P<prefix>etcd-snapshot|on-demand)-(?P<node>.+)-(?P<unix>\d{9,11})(?:\.zip)?")
-_TOKEN_HASH_LENGTH = 12
 
 
 class BackupError(RayaError):
@@ -47,12 +46,13 @@ class Target:
     region: str
     access_key: str
     secret_key: str
+    token_hash: str  # what k3s records of the cluster's server token on each snapshot
     insecure: bool = False
 
     @classmethod
     def from_outputs(cls, backups: Mapping[str, Any] | None, stack: str) -> Target:
         """The target the stack's `backups` output names (its keys in clear: never print)."""
-        fields = ("endpoint", "bucket", "folder", "region", "accessKey", "secretKey")
+        fields = ("endpoint", "bucket", "folder", "region", "accessKey", "secretKey", "tokenHash")
         if not backups or any(not isinstance(backups.get(f), str) for f in fields):
             raise BackupError(f"stack {stack} has no backup bucket in its outputs; run `raya up`")
         return cls(
@@ -62,6 +62,7 @@ class Target:
             region=backups["region"],
             access_key=backups["accessKey"],
             secret_key=backups["secretKey"],
+            token_hash=backups["tokenHash"],
             insecure=bool(backups.get("insecure", False)),
         )
 
@@ -79,11 +80,6 @@ class Snapshot:
 
     def age(self, now: datetime.datetime) -> datetime.timedelta:
         return now - self.taken
-
-
-def token_hash(server_secret: str) -> str:
-    """What k3s records as `k3s-token-hash` for a cluster whose server token is `server_secret`."""
-    return hashlib.sha256(server_secret.encode()).hexdigest()[:_TOKEN_HASH_LENGTH]
 
 
 def parse_name(name: str) -> tuple[str, datetime.datetime] | None:
@@ -156,7 +152,7 @@ def list_snapshots(target: Target) -> list[Snapshot]:
     return sorted(found, key=lambda s: (s.taken, s.name), reverse=True)
 
 
-def check_snapshot(target: Target, name: str, server_secret: str) -> Snapshot:
+def check_snapshot(target: Target, name: str) -> Snapshot:
     """Snapshot `name` of this cluster, or a BackupError saying why it cannot be restored:
     not in the bucket, not a k3s snapshot, or taken by a cluster with another token."""
     parsed = parse_name(name)
@@ -169,10 +165,10 @@ def check_snapshot(target: Target, name: str, server_secret: str) -> Snapshot:
     with _Failing(target, f"cannot read snapshot {name}", missing):
         head = _client(target).head_object(Bucket=target.bucket, Key=f"{target.folder}/{name}")
     recorded = head.get("Metadata", {}).get("k3s-token-hash", "")
-    if recorded != token_hash(server_secret):
+    if recorded != target.token_hash:
         raise BackupError(
             f"{target.where}/{name} was taken by a cluster with another server token "
-            f"(token hash {recorded or 'missing'}, this cluster's {token_hash(server_secret)}): "
+            f"(token hash {recorded or 'missing'}, this cluster's {target.token_hash}): "
             "k3s cannot restore it here"
         )
     return Snapshot(name, parsed[0], parsed[1], int(head["ContentLength"]))
@@ -261,3 +257,21 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
             )
         ),
     ]  # fmt: skip
+
+
+def health(
+    backups: Mapping[str, Any] | None, stack: str, longest_gap: datetime.timedelta,
+    now: datetime.datetime,
+) -> Check:  # fmt: skip
+    """`raya status`'s backups line: the newest snapshot and its age, judged against the
+    schedule; unknown when the bucket cannot be read."""
+    try:
+        snapshots = list_snapshots(Target.from_outputs(backups, stack))
+    except BackupError as error:
+        return unknown(str(error))
+    newest = snapshots[0] if snapshots else None
+    problem = stale(newest, longest_gap, now)
+    if problem:
+        return bad(problem)
+    assert newest is not None
+    return ok(f"newest {newest.name}, {_hours(newest.age(now))} old, {len(snapshots)} in all")

@@ -5,12 +5,16 @@ control plane's k3s through a Secret and nobody else; or an existing S3 bucket."
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
+from typing import Any
 
 import pulumi
 import pytest
 import yaml
+from pulumi import automation as auto
 
+from raya.cloud import deploy
 from raya.errors import DeployError
 from raya.model.config import BackupS3
 from tests.cloud.program.ignition import ignition_files
@@ -92,6 +96,7 @@ def test_the_control_plane_alone_gets_the_keys_through_a_secret() -> None:
 def test_the_output_is_a_secret_with_what_raya_backups_reads() -> None:
     result = run(provider_mocks())
     (key,) = result.of_type("gcp:storage/hmacKey:HmacKey").values()
+    join_secret = result.resources["join-secret"].outputs["result"]
     backups = result.outputs["backups"]
     assert backups == {
         "endpoint": "storage.googleapis.com",
@@ -100,7 +105,10 @@ def test_the_output_is_a_secret_with_what_raya_backups_reads() -> None:
         "region": "auto",
         "accessKey": key.outputs["accessId"],
         "secretKey": key.outputs["secret"],
+        # k3s' token hash: sha256 of the server token's secret, its first 12 hex digits.
+        "tokenHash": hashlib.sha256(join_secret.encode()).hexdigest()[:12],
     }
+    assert join_secret not in str(backups)
 
 
 def test_an_existing_bucket_takes_the_keys_from_secret_settings() -> None:
@@ -143,3 +151,32 @@ def test_user_data_stays_secret_with_the_keys_in_it() -> None:
     result = run(provider_mocks())
     control_plane = result.resources["control-plane"]
     assert is_secret(control_plane.inputs["userData"])
+
+
+class _State:
+    """What `deploy._unprotect` needs of an Automation API stack: export and import."""
+
+    def __init__(self) -> None:
+        self.resources = [
+            {"urn": "urn:pulumi:prod::raya::gcp:storage/bucket:Bucket::backups",
+             "protect": True, "retainOnDelete": True},
+            {"urn": "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane",
+             "protect": True},
+        ]  # fmt: skip
+        self.imported: list[Any] = []
+
+    def export_stack(self) -> Any:
+        return auto.Deployment(version=3, deployment={"resources": self.resources})
+
+    def import_stack(self, state: Any) -> None:
+        self.imported.append(state.deployment["resources"])
+
+
+@pytest.mark.parametrize("delete_backups", [False, True])
+def test_a_destroy_keeps_the_bucket_unless_asked(delete_backups: bool) -> None:
+    stack = _State()
+    deploy._unprotect(stack, None, release_retained=delete_backups)  # type: ignore[arg-type]
+    ((bucket, server),) = stack.imported
+    assert not bucket["protect"] and not server["protect"]
+    # Kept in the state, a destroy leaves the bucket where it is (Pulumi's retainOnDelete).
+    assert bucket["retainOnDelete"] is not delete_backups

@@ -103,7 +103,7 @@ def define(
         "nameServers": zone.name_servers,
         "kubeconfig": identity.kubeconfig,
         # Where the snapshots are, and the keys `raya backups` reads them with: a secret.
-        "backups": backups.outputs(),
+        "backups": backups.outputs(identity.join_secret),
         "servers": {
             node.name: {
                 "serverId": servers[node.name].id,

@@ -21,7 +21,7 @@ import pulumi_gcp as gcp
 from raya.cloud.program.secrets import account_id
 from raya.errors import DeployError
 from raya.model.config import NAMESPACE, StackConfig
-from raya.nodes.identity import SnapshotStore
+from raya.nodes.identity import SnapshotStore, token_hash
 
 GCS_ENDPOINT = "storage.googleapis.com"
 # GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
@@ -66,9 +66,13 @@ class BackupTarget:
             )
         )
 
-    def outputs(self) -> pulumi.Output[dict[str, str]]:
+    def outputs(self, join_secret: pulumi.Output[str]) -> pulumi.Output[dict[str, str]]:
+        """What `raya backups` and `raya restore` read: where, with which keys, and the hash
+        k3s records of the server token on each snapshot, which tells this cluster's
+        snapshots from another's without the token itself."""
+        values = pulumi.Output.all(self.bucket, self.access_key, self.secret_key, join_secret)
         return pulumi.Output.secret(
-            pulumi.Output.all(self.bucket, self.access_key, self.secret_key).apply(
+            values.apply(
                 lambda v: {
                     "endpoint": self.endpoint,
                     "bucket": v[0],
@@ -76,6 +80,7 @@ class BackupTarget:
                     "region": self.region,
                     "accessKey": v[1],
                     "secretKey": v[2],
+                    "tokenHash": token_hash(v[3]),
                 }
             )
         )
@@ -140,21 +145,25 @@ def define_backups(config: StackConfig) -> BackupTarget:
 
 
 def _existing(config: StackConfig) -> BackupTarget:
-    assert config.backup_s3
+    store = config.backup_s3
+    assert store is not None
     settings = pulumi.Config(NAMESPACE)
-    keys = {name: settings.get_secret(name) for name in ("backupS3AccessKey", "backupS3SecretKey")}
-    for name, value in keys.items():
+
+    def key(name: str) -> pulumi.Output[str]:
+        value = settings.get_secret(name)
         if value is None:
             raise DeployError(
-                f"{NAMESPACE}:backupS3 names bucket {config.backup_s3.bucket} but "
+                f"{NAMESPACE}:backupS3 names bucket {store.bucket} but "
                 f"{NAMESPACE}:{name} is not set; set it with "
                 f"`pulumi config set --secret {NAMESPACE}:{name}`"
             )
+        return pulumi.Output.secret(value)
+
     return BackupTarget(
-        endpoint=config.backup_s3.endpoint,
-        bucket=pulumi.Output.from_input(config.backup_s3.bucket),
-        folder=config.backup_s3.folder,
-        region=config.backup_s3.region,
-        access_key=pulumi.Output.secret(keys["backupS3AccessKey"]),
-        secret_key=pulumi.Output.secret(keys["backupS3SecretKey"]),
+        endpoint=store.endpoint,
+        bucket=pulumi.Output.from_input(store.bucket),
+        folder=store.folder,
+        region=store.region,
+        access_key=key("backupS3AccessKey"),
+        secret_key=key("backupS3SecretKey"),
     )
