@@ -743,12 +743,26 @@ def booted(
 
 
 @contextlib.contextmanager
+# Every booted node's systemd (its .path units, journald, udev's stand-ins) holds inotify
+# instances from root's one quota, fs.inotify.max_user_instances (128 by default): about a
+# dozen nodes at once exhaust it, and the last to start fail their .path units.
+INOTIFY_INSTANCES = 1024
+
+
+def _inotify_room(instances: int) -> None:
+    """Raise root's inotify instance quota to `instances` (never lower it)."""
+    limit = Path("/proc/sys/fs/inotify/max_user_instances")
+    if int(limit.read_text()) < instances:
+        limit.write_text(f"{instances}\n")
+
+
 def booted_at_once(
     managers: list[contextlib.AbstractContextManager[dict[str, BootedNode]]],
 ) -> Iterator[list[dict[str, BootedNode]]]:
     """Several `booted` fleets, each on a separate simulated network, booting at the same time
     (the boot test's wall time is that of its slowest fleet, not their sum)."""
     _nspawn_run_dir()
+    _inotify_room(INOTIFY_INSTANCES)
     entered: list[dict[str, BootedNode] | None] = [None] * len(managers)
     errors: list[BaseException] = []
 

@@ -119,7 +119,10 @@ def test_each_manifest_validates_against_the_schema_of_its_kind(
 ) -> None:
     found = documents(ignition_files(rendered["control-plane"].ignition))
     kinds = sorted(doc["kind"] for docs in found.values() for doc in docs)
-    assert kinds == ["ClusterIssuer", "ClusterIssuer", "HelmChart", "HelmChart", "Secret", "Secret"]
+    # The Secrets: two service account keys, the snapshots' S3 settings.
+    assert kinds == [
+        "ClusterIssuer", "ClusterIssuer", "HelmChart", "HelmChart", "Secret", "Secret", "Secret"
+    ]
     for name, docs in found.items():
         for doc in docs:
             if doc["kind"] == "HelmChart":

@@ -165,6 +165,12 @@ def test_control_plane_config(
         "tls-san": ["cp.raya.example.com", "10.0.1.15"],
         # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
         "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
+        # Snapshots every 6 hours, 28 kept (docs/backups.md), uploaded with the settings of a
+        # Secret: no S3 key here.
+        "etcd-snapshot-schedule-cron": "0 */6 * * *",
+        "etcd-snapshot-retention": 28,
+        "etcd-s3": True,
+        "etcd-s3-config-secret": "raya-etcd-s3",
     }
     assert files["/etc/hostname"] == b"control-plane\n"
     for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca)):
@@ -350,8 +356,9 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
         for entry in config["storage"]["files"]
         if entry["path"].startswith("/var/lib/raya/k3s-server-seed/")
     ]
-    # The four CA files and the four manifests (two Secrets, the HelmCharts, the issuers).
-    assert len(seeded) == 8
+    # The four CA files and the five manifests (the two service account Secrets, the
+    # snapshots' S3 Secret, the HelmCharts, the issuers).
+    assert len(seeded) == 9
     on_volume = "/var/lib/rancher/k3s/server"
     assert not [e for e in config["storage"]["files"] if e["path"].startswith(on_volume)]
     files = ignition_files(rendered["control-plane"].ignition)
@@ -408,7 +415,7 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > 6000
     assert "over Hetzner's user_data limit of 6000" in message
-    assert "/var/lib/raya/k3s-server-seed/manifests/* (4 entries, " in message
+    assert "/var/lib/raya/k3s-server-seed/manifests/* (5 entries, " in message
 
 
 @pytest.mark.parametrize(

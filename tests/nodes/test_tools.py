@@ -170,8 +170,10 @@ def test_ignition_applies_the_control_plane(
     assert tls.stat().st_mode & 0o777 == 0o700
     manifests = seed / "manifests"
     assert manifests.stat().st_mode & 0o777 == 0o700
-    # The credentials Secrets and the add-ons (HelmCharts, ClusterIssuers), each 0600.
+    # The credentials Secrets (the snapshots' S3 keys too) and the add-ons (HelmCharts,
+    # ClusterIssuers), each 0600.
     assert {p.name: p.stat().st_mode & 0o777 for p in manifests.iterdir()} == {
+        "raya-etcd-s3.yaml": 0o600,
         "raya-cert-manager-credentials.yaml": 0o600,
         "raya-external-dns-credentials.yaml": 0o600,
         "raya-helm-charts.yaml": 0o600,

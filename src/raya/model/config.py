@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from raya.errors import ConfigError
+from raya.model.cron import CronError, Schedule
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
@@ -52,9 +53,21 @@ DEFAULTS: dict[str, Any] = {
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
     "controlPlanes": 1,
+    # k3s' etcd snapshots: every 6 hours, a week of them kept (per control plane).
+    "backupSchedule": "0 */6 * * *",
+    "backupRetention": 28,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
-KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
+KEYS = (*DEFAULTS, "networkZone", "backupS3", *REQUIRED)
+# Secret settings (`pulumi config set --secret`): the program alone reads them, decrypted;
+# they are accepted here so that a stack file holding them is valid.
+SECRET_KEYS = ("backupS3AccessKey", "backupS3SecretKey")
+BACKUP_RETENTION = range(1, 1001)
+_BACKUP_S3_FIELDS = {"endpoint": True, "bucket": True, "region": False, "folder": False}
+_S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+# S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -88,6 +101,16 @@ _EMAIL = re.compile(
 
 
 @dataclass(frozen=True)
+class BackupS3:
+    """An existing S3-compatible bucket for the snapshots (`raya:backupS3`)."""
+
+    endpoint: str  # host[:port], as k3s' etcd-s3-endpoint
+    bucket: str
+    region: str
+    folder: str  # the cluster's folder in the bucket
+
+
+@dataclass(frozen=True)
 class StackConfig:
     cluster_name: str
     location: str
@@ -104,6 +127,9 @@ class StackConfig:
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
+    backup_schedule: str  # cron, as k3s' etcd-snapshot-schedule-cron
+    backup_retention: int  # snapshots kept per control plane
+    backup_s3: BackupS3 | None  # an existing bucket; None: the deployment makes one in GCS
     control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
 
     @property
@@ -197,9 +223,10 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
-    unknown = sorted(set(values) - set(KEYS))
+    accepted = (*KEYS, *SECRET_KEYS)
+    unknown = sorted(set(values) - set(accepted))
     if unknown:
-        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(KEYS))}")
+        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(accepted))}")
     missing = [key for key in REQUIRED if key not in values]
     if missing:
         raise fail(missing[0], "is required")
@@ -345,6 +372,20 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"private load balancer), but {outside[0]} is not a host address of nodesSubnet "
             f"{subnet}; accepted: a lower raya:controlPlaneIp or fewer control planes",
         )
+    schedule = merged["backupSchedule"]
+    try:
+        Schedule(schedule if isinstance(schedule, str) else "").longest_gap()
+    except CronError as error:
+        raise fail("backupSchedule", f"{error} (k3s' etcd-snapshot-schedule-cron)") from None
+    retention = merged["backupRetention"]
+    if isinstance(retention, str) and retention.isdigit():
+        retention = int(retention)
+    if isinstance(retention, bool) or retention not in BACKUP_RETENTION:
+        raise fail(
+            "backupRetention",
+            f"is {retention!r}; accepted: a whole number of snapshots from "
+            f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
+        )
 
     return StackConfig(
         cluster_name=cluster_name,
@@ -363,4 +404,38 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_plane_volume_size=size,
         acme_email=acme_email,
         control_planes=count,
+        backup_schedule=schedule,
+        backup_retention=retention,
+        backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+    )
+
+
+def _backup_s3(
+    value: object, cluster_name: str, fail: Callable[[str, str], ConfigError]
+) -> BackupS3 | None:
+    if value is None:
+        return None
+    shape = "a mapping with endpoint and bucket (region, folder optional)"
+    if not isinstance(value, dict):
+        raise fail("backupS3", f"is {value!r}; accepted: {shape}")
+    unknown = sorted(set(value) - set(_BACKUP_S3_FIELDS))
+    missing = [key for key, required in _BACKUP_S3_FIELDS.items() if required and key not in value]
+    if unknown or missing:
+        problem = f"has unknown key {unknown[0]!r}" if unknown else f"lacks {missing[0]!r}"
+        raise fail("backupS3", f"{problem}; accepted: {shape}")
+    checks = {
+        "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
+        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),
+        "region": (re.compile(r"[a-z0-9-]{1,32}"), "a region such as fsn1 or us-east-1"),
+        "folder": (_FOLDER, "one path segment of letters, digits, . _ -"),
+    }
+    for key, (pattern, accepted) in checks.items():
+        if key in value and not (isinstance(value[key], str) and pattern.fullmatch(value[key])):
+            raise fail("backupS3", f"{key} is {value[key]!r}; accepted: {accepted}")
+    return BackupS3(
+        endpoint=value["endpoint"],
+        bucket=value["bucket"],
+        # k3s' own default region (pkg/etcd/s3: defaultEtcdS3).
+        region=value.get("region", "us-east-1"),
+        folder=value.get("folder", cluster_name),
     )

@@ -70,6 +70,10 @@ CERTIFICATE_RENEW_DAYS = 90
 CERTS_FIRST_SLOT_MINUTES = 3 * 60
 CERTS_SLOT_MINUTES = 30
 CERTS_RANDOM_DELAY = "15min"
+# The Secret k3s reads its snapshots' S3 settings from (`etcd-s3-config-secret`), and its file
+# among the auto-deploy manifests.
+SNAPSHOT_SECRET = "raya-etcd-s3"
+SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,13 @@ def _context(
                 for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca))
             ],
             "manifests_dir": f"{K3S_SERVER_SEED}/manifests",
+            "snapshots": {
+                "schedule": config.backup_schedule,
+                "retention": config.backup_retention,
+                "store": secrets.snapshot_store,
+                "file": SNAPSHOT_SECRET_FILE,
+                "secret": SNAPSHOT_SECRET,
+            },
             "gcp_secrets": [
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()

@@ -115,6 +115,10 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("gcp:serviceaccount/key:Key", "cert-manager-key"),
             ("gcp:projects/iAMMember:IAMMember", "external-dns-dns-admin"),
             ("gcp:projects/iAMMember:IAMMember", "cert-manager-dns-admin"),
+            ("gcp:storage/bucket:Bucket", "backups"),
+            ("gcp:serviceaccount/account:Account", "backups-writer"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "backups-writer-objects"),
+            ("gcp:storage/hmacKey:HmacKey", "backups-writer-hmac"),
         ]
     )
     inputs = {name: reveal(r.inputs) for name, r in result.resources.items()}

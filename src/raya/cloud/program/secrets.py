@@ -19,7 +19,7 @@ import pulumi_tls as tls
 
 from raya.cloud import kubeconfig
 from raya.model.config import StackConfig
-from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey
+from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey, SnapshotStore
 
 CA_VALIDITY_HOURS = 10 * 365 * 24
 CA_USES = ["cert_signing", "digital_signature", "crl_signing"]
@@ -55,7 +55,9 @@ class Identity:
             lambda v: HostKey(private_openssh=v[0], public_openssh=v[1])
         )
 
-    def control_plane_secrets(self, node: str) -> pulumi.Output[ClusterSecrets]:
+    def control_plane_secrets(
+        self, node: str, snapshot_store: pulumi.Output[SnapshotStore]
+    ) -> pulumi.Output[ClusterSecrets]:
         """Everything the control plane's config carries."""
         values = pulumi.Output.all(
             self.join_secret,
@@ -67,6 +69,7 @@ class Identity:
             self.external_dns_key,
             self.cert_manager_key,
             self.host_key(node),
+            snapshot_store,
         )
         return pulumi.Output.secret(
             values.apply(
@@ -78,6 +81,7 @@ class Identity:
                     external_dns_key=v[6],
                     cert_manager_key=v[7],
                     host_keys={node: v[8]},
+                    snapshot_store=v[9],
                 )
             )
         )
