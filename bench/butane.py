@@ -35,7 +35,9 @@ from raya.nodes.render import render_cluster
 TARGET = 500.0
 REPO = Path(__file__).resolve().parents[1]
 VECTORS = REPO / "tests" / "butane" / "vectors"
-SHARED_BUTANE = REPO.parent / "shared" / "tools" / "butane" / "butane"
+# ../shared beside the main checkout (one level further up from a worktree under wt/).
+SHARED_BUTANE = next((found for up in REPO.parents[:2]
+                      if (found := up / "shared" / "tools" / "butane" / "butane").exists()), None)
 RAYA = str(Path(sys.executable).parent / "raya")  # the console script a user runs
 
 
@@ -103,7 +105,7 @@ def main() -> None:
     parser.add_argument("--sets", type=int, default=10,
                         help="secret sets to render the example with (4 configs each)")
     parser.add_argument("--rounds", type=int, default=9, help="passes; the best one counts")
-    parser.add_argument("--butane", default=str(SHARED_BUTANE) if SHARED_BUTANE.exists()
+    parser.add_argument("--butane", default=str(SHARED_BUTANE) if SHARED_BUTANE
                         else shutil.which("butane"), help="the real butane binary to compare "
                         "with (default: ../shared/tools/butane/butane, else PATH)")
     parser.add_argument("--pairs", type=int, default=21, help="paired rounds as processes")

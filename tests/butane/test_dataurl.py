@@ -11,8 +11,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from raya.butane.dataurl import decode_data_url, make_data_url, percent_length
 from raya.butane import goflate
+from raya.butane.dataurl import decode_data_url, make_data_url, percent_length
 from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter, plan
 from tests.butane.helpers import deep_huffman_data, literal_frequencies, vectors
 

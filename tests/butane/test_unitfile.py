@@ -109,5 +109,5 @@ def test_the_spaces_trimmed_are_exactly_go_is_space_over_all_of_unicode() -> Non
     # Written out in unitfile.py (start-up time); Go's unicode.IsSpace: Latin-1's six
     # spaces plus NEL and NBSP, and Unicode's White_Space (U+1680, U+2000-U+200A, ...).
     derived = "".join(chr(c) for c in range(0x110000) if unitfile.go_is_space(chr(c)))
-    assert unitfile._GO_SPACES == derived
+    assert derived == unitfile._GO_SPACES
     assert len(derived) == 25
