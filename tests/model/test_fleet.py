@@ -82,10 +82,24 @@ def test_addresses_follow_the_configured_subnet() -> None:
     assert cluster.agents[0].private_ip == ipaddress.IPv4Address("10.8.4.20")
 
 
-def test_no_agents_is_a_cluster_of_one() -> None:
-    cluster = build_cluster(config(), (), "agents.json")
+def test_no_agents_is_a_cluster_of_one_if_the_control_plane_takes_workloads() -> None:
+    cluster = build_cluster(config(controlPlaneSchedulable=True), (), "agents.json")
     assert cluster.agents == ()
     assert cluster.nodes == (cluster.control_plane,)
+
+
+def test_no_agents_and_a_tainted_control_plane_is_refused() -> None:
+    """The add-ons' HelmChart install jobs tolerate no taint of the control plane (k3s'
+    helm-controller gives tolerations to `bootstrap` charts only), nor do their pods."""
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(config(), (), "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: no agents, and the control plane is tainted "
+        "(raya:controlPlaneSchedulable is false), so the add-ons would never be scheduled; "
+        "accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+    )
+    # One agent is enough.
+    assert len(build_cluster(config(), ("cx23",), "deploy/fleet/agents.json").agents) == 1
 
 
 def test_a_subnet_holds_agents_up_to_its_last_host() -> None:
@@ -105,7 +119,9 @@ def test_small_subnet_capacity() -> None:
     assert len(build_cluster(small, ("cx23",) * 11, "f").agents) == 11  # .20 to .30
     with pytest.raises(ConfigError, match=r"^f: 12 agents, but nodesSubnet 10\.0\.1\.0/27 "):
         build_cluster(small, ("cx23",) * 12, "f")
-    tiny = config(nodesSubnet="10.0.1.0/28", controlPlaneIp="10.0.1.10")
+    tiny = config(
+        nodesSubnet="10.0.1.0/28", controlPlaneIp="10.0.1.10", controlPlaneSchedulable=True
+    )
     assert build_cluster(tiny, (), "f").agents == ()
     with pytest.raises(ConfigError, match=r"^f: 1 agents, but .* addresses at most 0 from"):
         build_cluster(tiny, ("cx23",), "f")
@@ -166,7 +182,6 @@ def test_node_password_is_an_hmac_of_secret_and_node_name() -> None:
     expected = hmac.new(b"s3cret", b"raya node password agent-3", hashlib.sha256).hexdigest()
     assert password == expected
     assert len(password) == 64
-    assert node_password("s3cret", "agent-3") == password
     names = ["control-plane", *(f"agent-{i}" for i in range(50))]
     assert len({node_password("s3cret", name) for name in names}) == 51
     assert node_password("other", "agent-3") != password
@@ -207,3 +222,33 @@ def test_load_cluster_names_the_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_cluster(tmp_path, "dev")
     assert str(caught.value).startswith(f"{fleet}: 12 agents, but nodesSubnet 10.0.1.0/27")
+
+
+@pytest.mark.parametrize("count", [1, 3, 5])
+def test_control_planes_grow_after_the_first(count: int) -> None:
+    cluster = build_cluster(config(controlPlanes=count), ("cx23",), "agents.json")
+    # The first keeps its name, address and record at every size: growing renames nothing.
+    expected = [("control-plane", "10.0.1.10", "cp")] + [
+        (f"control-plane-{k}", f"10.0.1.{10 + k}", f"cp{k}") for k in range(1, count)
+    ]
+    assert [
+        (node.name, str(node.private_ip), node.dns_label) for node in cluster.control_planes
+    ] == expected
+    assert {(node.role, node.index) for node in cluster.control_planes} == {("control-plane", None)}
+    assert cluster.control_plane.name == "control-plane"
+    assert [node.name for node in cluster.nodes][count:] == ["agent-0"]
+    assert str(cluster.agents[0].private_ip) == "10.0.1.20"
+
+
+def test_agents_may_not_take_the_control_planes_block() -> None:
+    below = config(controlPlanes=3, controlPlaneIp="10.0.1.16")  # block .16-.21
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(below, ("cx23",), "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: agents take 10.0.1.20-10.0.1.20, which overlaps "
+        "10.0.1.16-10.0.1.21, held by raya:controlPlanes 3 (the control planes and their "
+        "private load balancer)"
+    )
+    # .14-.19 ends just below the first agent's address.
+    highest = config(controlPlanes=5, controlPlaneIp="10.0.1.14")
+    assert len(build_cluster(highest, ("cx23",), "f").agents) == 1

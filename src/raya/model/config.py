@@ -22,6 +22,13 @@ from raya.errors import ConfigError
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
 PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# k3s' pod and service ranges. raya's k3s configs set neither `cluster-cidr` nor
+# `service-cidr`, so k3s' defaults hold (k3s-io/k3s, pkg/cli/server/server.go, `run`): a
+# node address inside either is routed into flannel or kube-proxy, not to the node.
+K3S_RANGES = {
+    "cluster CIDR": ipaddress.IPv4Network("10.42.0.0/16"),
+    "service CIDR": ipaddress.IPv4Network("10.43.0.0/16"),
+}
 # Hetzner locations and the network zone each belongs to.
 LOCATIONS = {
     "fsn1": "eu-central",
@@ -44,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "sshSources": ["0.0.0.0/0", "::/0"],
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
+    "controlPlanes": 1,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
@@ -54,6 +62,13 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # `<clusterName>-agent-<i>`, which must be hostnames (RFC 1123 labels, at most 63 characters):
 # 32 characters leave room for 9-digit agent numbers.
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
+# etcd commits a write once a majority of its members has it: n members survive (n - 1) // 2
+# losses, so an even count survives no more than the odd count below it, and more than five
+# members slow every write for no gain (etcd's FAQ, "cluster size"; k3s' HA embedded etcd docs).
+CONTROL_PLANE_COUNTS = (1, 3, 5)
+# With several control planes, a private load balancer takes the address after the last one
+# they may ever hold, so growing from 3 to 5 moves nothing (docs/control-plane.md).
+CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
 # Hetzner's volume sizes, in GB.
 VOLUME_SIZES = range(10, 10241)
 _SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
@@ -87,6 +102,32 @@ class StackConfig:
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
+    control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
+
+    @property
+    def control_plane_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
+        """The control planes' private addresses: controlPlaneIp and the ones after it."""
+        return tuple(self.control_plane_ip + k for k in range(self.control_planes))
+
+    @property
+    def balancer_ip(self) -> ipaddress.IPv4Address:
+        """The private load balancer's address once there are several control planes; every
+        server's certificate names it from the start, so growing changes no existing one."""
+        return self.control_plane_ip + CONTROL_PLANE_BLOCK - 1
+
+    @property
+    def registration_ip(self) -> ipaddress.IPv4Address:
+        """Where agents and joining servers register: the one control plane, or the private
+        load balancer in front of several (k3s' "fixed registration address")."""
+        return self.control_plane_ip if self.control_planes == 1 else self.balancer_ip
+
+    @property
+    def reserved_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
+        """What the control plane side holds in nodesSubnet: its servers' addresses and, with
+        several, the whole block up to the load balancer's."""
+        if self.control_planes == 1:
+            return (self.control_plane_ip,)
+        return tuple(self.control_plane_ip + k for k in range(CONTROL_PLANE_BLOCK))
 
     @property
     def zone_dns_name(self) -> str:
@@ -214,6 +255,16 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
+    # The subnet first: it is inside networkRange, and the narrower name says more.
+    for key, addresses in (("nodesSubnet", subnet), ("networkRange", network_range)):
+        for name, k3s_range in K3S_RANGES.items():
+            if addresses.overlaps(k3s_range):
+                raise fail(
+                    key,
+                    f"is {addresses}, which overlaps k3s' {name} {k3s_range}; accepted: a "
+                    f"range inside {PRIVATE_ROUTE} that overlaps neither "
+                    f"{' nor '.join(map(str, K3S_RANGES.values()))}",
+                )
     value = merged["controlPlaneIp"]
     try:
         cp_ip = ipaddress.IPv4Address(value if isinstance(value, str) else "")
@@ -262,6 +313,26 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"to {VOLUME_SIZES.stop - 1}",
         )
 
+    count = merged["controlPlanes"]
+    if isinstance(count, str) and count.isdigit():  # Pulumi hands a number over as text
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int) or count not in CONTROL_PLANE_COUNTS:
+        raise fail(
+            "controlPlanes",
+            f"is {count!r}; accepted: 1, 3 or 5 (every control plane is an etcd member, and "
+            "etcd needs a majority of them up: 3 survive the loss of 1, 5 of 2, while an even "
+            "count survives no more losses than the odd count below it)",
+        )
+    block = [cp_ip + k for k in range(CONTROL_PLANE_BLOCK if count > 1 else 1)]
+    outside = [ip for ip in block if ip not in subnet or ip == subnet.broadcast_address]
+    if outside:
+        raise fail(
+            "controlPlanes",
+            f"is {count}, which needs {block[0]}-{block[-1]} (the control planes and their "
+            f"private load balancer), but {outside[0]} is not a host address of nodesSubnet "
+            f"{subnet}; accepted: a lower raya:controlPlaneIp or fewer control planes",
+        )
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -278,4 +349,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         api_sources=sources("apiSources"),
         control_plane_volume_size=size,
         acme_email=acme_email,
+        control_planes=count,
     )

@@ -3,6 +3,10 @@
 An agent is fully specified by its position `i` in the list: name `agent-i`, private
 address `<subnet> + 20 + i`, DNS label `a<i>`, and a node password derived from the
 cluster's join secret and its name. Its Hetzner server is `<clusterName>-agent-<i>`.
+
+Control plane `k` (0 to raya:controlPlanes - 1) is `control-plane` at raya:controlPlaneIp for
+k = 0, which growing never renames, and `control-plane-<k>` at controlPlaneIp + k with DNS
+label `cp<k>` after it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ Role = Literal["control-plane", "agent"]
 class Node:
     name: str
     role: Role
-    index: int | None  # position in agents.json; None for the control plane
+    index: int | None  # position in agents.json; None for a control plane
     private_ip: ipaddress.IPv4Address
     dns_label: str
     server_type: str
@@ -44,12 +48,17 @@ def server_name(cluster_name: str, node: Node) -> str:
 @dataclass(frozen=True)
 class Cluster:
     config: StackConfig
-    control_plane: Node
+    control_planes: tuple[Node, ...]  # the first one started the cluster (cluster-init)
     agents: tuple[Node, ...]
 
     @property
+    def control_plane(self) -> Node:
+        """The first control plane: the one that starts the cluster."""
+        return self.control_planes[0]
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
-        return (self.control_plane, *self.agents)
+        return (*self.control_planes, *self.agents)
 
     def dns_name(self, node: Node) -> str:
         return f"{node.dns_label}.{self.config.zone_dns_name}"
@@ -81,6 +90,15 @@ def load_fleet(path: Path) -> tuple[str, ...]:
 
 def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> Cluster:
     """Every node's name, address and DNS label; `source` names the fleet file in errors."""
+    # The add-ons' install jobs carry no toleration of the control plane's taint (only
+    # `spec.bootstrap` charts do: k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`),
+    # nor do the add-ons' own pods: with no agent they would never be scheduled.
+    if not agents and not config.control_plane_schedulable:
+        raise ConfigError(
+            f"{source}: no agents, and the control plane is tainted "
+            "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
+            "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+        )
     subnet = config.nodes_subnet
     first = subnet.network_address + AGENT_HOST_OFFSET
     capacity = max(0, int(subnet.broadcast_address) - int(first))
@@ -100,20 +118,29 @@ def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> 
         )
         for i, server_type in enumerate(agents)
     )
-    if any(node.private_ip == config.control_plane_ip for node in nodes):
-        raise ConfigError(
-            f"{source}: agents take {first}-{first + len(agents) - 1}, which overlaps "
+    reserved = config.reserved_ips
+    if any(node.private_ip in reserved for node in nodes):
+        held = (
             f"raya:controlPlaneIp {config.control_plane_ip}"
+            if len(reserved) == 1
+            else f"{reserved[0]}-{reserved[-1]}, held by raya:controlPlanes "
+            f"{config.control_planes} (the control planes and their private load balancer)"
         )
-    control_plane = Node(
-        name=CONTROL_PLANE_NAME,
-        role="control-plane",
-        index=None,
-        private_ip=config.control_plane_ip,
-        dns_label=CONTROL_PLANE_LABEL,
-        server_type=config.control_plane_server_type,
+        raise ConfigError(
+            f"{source}: agents take {first}-{first + len(agents) - 1}, which overlaps {held}"
+        )
+    control_planes = tuple(
+        Node(
+            name=CONTROL_PLANE_NAME if k == 0 else f"{CONTROL_PLANE_NAME}-{k}",
+            role="control-plane",
+            index=None,
+            private_ip=address,
+            dns_label=CONTROL_PLANE_LABEL if k == 0 else f"{CONTROL_PLANE_LABEL}{k}",
+            server_type=config.control_plane_server_type,
+        )
+        for k, address in enumerate(config.control_plane_ips)
     )
-    return Cluster(config=config, control_plane=control_plane, agents=nodes)
+    return Cluster(config=config, control_planes=control_planes, agents=nodes)
 
 
 def node_password(agent_secret: str, node_name: str) -> str:

@@ -8,6 +8,7 @@ reached is unknown, and unknown is not healthy.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ HEALTHY, UNHEALTHY, UNKNOWN, SKIPPED = "ok", "bad", "unknown", "skipped"
 DNS_PORT = 53
 DNS_TIMEOUT = 5.0
 API_TIMEOUT = 10.0
+# The API server's certificate is unhealthy this close to its expiry: k3s renews it only when
+# it starts, so the control plane must restart (a roll) before it runs out.
+CERTIFICATE_WARNING = datetime.timedelta(days=30)
 
 
 @dataclass(frozen=True)
@@ -128,13 +132,16 @@ def drift_check(drift: Mapping[str, Sequence[str]] | str | None, node: str) -> C
     return bad(f"{', '.join(parts)} differ") if parts else ok("none")
 
 
-def dns_check(answer: Sequence[str] | str, expected: str | None) -> Check:
+def dns_check(answer: Sequence[str] | str, expected: Sequence[str | None]) -> Check:
+    """`expected`: the addresses the record should hold (the first control plane's, `cp`,
+    holds every control plane's); None for one the stack does not know."""
     if isinstance(answer, str):
         return unknown(answer)
-    if expected is None:
+    if None in expected:
         return unknown(f"-> {', '.join(answer) or 'nothing'} (address unknown)")
     text = f"-> {', '.join(answer) or 'nothing'}"
-    return ok(text) if list(answer) == [expected] else bad(f"{text}, expected {expected}")
+    want = sorted(str(address) for address in expected)
+    return ok(text) if sorted(answer) == want else bad(f"{text}, expected {', '.join(want)}")
 
 
 def delegation_check(answer: Sequence[str] | str, name_servers: Sequence[str]) -> Check:
@@ -179,7 +186,9 @@ def assess(
 ) -> Report:
     """The report from the facts; `outputs` are the stack's (what should be)."""
     rows = []
-    for name, entry in sorted(outputs.get("servers", {}).items(), key=_node_order):
+    servers_out = outputs.get("servers", {})
+    control_planes = [entry.get("ipv4") for n, entry in servers_out.items() if _order(n)[0] == 0]
+    for name, entry in sorted(servers_out.items(), key=_node_order):
         server = servers.get(name)
         node = nodes if isinstance(nodes, str) else nodes.get(name)
         rows.append(
@@ -189,7 +198,10 @@ def assess(
                     "server": server_check(server),
                     "image": image_check(server, pins, cluster_name),
                     "drift": drift_check(drift, name),
-                    "dns": dns_check(records.get(name, "not asked"), entry.get("ipv4")),
+                    "dns": dns_check(
+                        records.get(name, "not asked"),
+                        control_planes if name == "control-plane" else [entry.get("ipv4")],
+                    ),
                     "kubernetes": kubernetes_check(node, pins.k3s.version),
                 },
             )
@@ -200,11 +212,15 @@ def assess(
 
 
 def _node_order(item: tuple[str, Any]) -> tuple[int, int, str]:
-    """The control plane first, then the agents in fleet order."""
-    name = item[0]
+    """The control planes first, then the agents in fleet order."""
+    return _order(item[0])
+
+
+def _order(name: str) -> tuple[int, int, str]:
     if name.startswith("agent-") and name[6:].isdigit():
         return (1, int(name[6:]), name)
-    return (0, 0, name)
+    k = name.removeprefix("control-plane-")
+    return (0, int(k) if k.isdigit() else 0, name)
 
 
 # --- Sources ---------------------------------------------------------------------------------
@@ -362,6 +378,51 @@ def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, C
         f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
         for state in states
     }
+
+
+def api_certificate(
+    kubeconfig: str, server: str | None = None, now: datetime.datetime | None = None
+) -> Check:
+    """The API server certificate's expiry, read from a TLS handshake with the API that trusts
+    only the kubeconfig's CA; unhealthy in its last 30 days. `server` overrides the address."""
+    import base64
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    import yaml
+    from cryptography import x509
+
+    try:
+        cluster = yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]
+        address = urlsplit(server or cluster["server"])
+        ca_pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        host, port = str(address.hostname), address.port or 443
+    except (yaml.YAMLError, KeyError, IndexError, TypeError, ValueError) as error:
+        return unknown(f"the stack's kubeconfig is unusable: {error}")
+    try:
+        context = ssl.create_default_context(cadata=ca_pem)
+        with (
+            socket.create_connection((host, port), timeout=API_TIMEOUT) as connection,
+            context.wrap_socket(connection, server_hostname=host) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError) as error:
+        return unknown(f"API {address.netloc} unreachable: {reason(error)}")
+    if der is None:
+        return unknown(f"API {address.netloc} sent no certificate")
+    expires = x509.load_der_x509_certificate(der).not_valid_after_utc
+    left = expires - (now or datetime.datetime.now(datetime.UTC))
+    text = (
+        f"expires {expires:%Y-%m-%d} (in {left.days} days)"
+        if left.total_seconds() > 0
+        else f"expired {expires:%Y-%m-%d}"
+    )
+    if left >= CERTIFICATE_WARNING:
+        return ok(text)
+    return bad(
+        f"{text}: k3s renews it when it starts; `raya roll control-plane` restarts it"
+    )
 
 
 def _node_facts(item: Any) -> NodeFacts:

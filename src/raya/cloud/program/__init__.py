@@ -18,6 +18,7 @@ from raya.cloud.program.cluster import Renderer, define_server, define_volume, f
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
 from raya.cloud.program.network import define_network
+from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import define_identity
 from raya.errors import DeployError
 from raya.model.config import KEYS, NAMESPACE, parse_stack_config
@@ -77,7 +78,9 @@ def define(
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(config, [node.name for node in cluster.nodes])
-    volume = define_volume(cluster)
+    volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
+    groups = define_placement_groups(cluster)
+    define_registration_balancer(cluster, network)
     defined = {
         node.name: define_server(
             cluster,
@@ -89,7 +92,8 @@ def define(
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),
             render,
-            volume=volume if node.role == "control-plane" else None,
+            volume=volumes.get(node.name),
+            placement_group=groups.get(node.name),
             replace=node.name in replace,
         )
         for node in cluster.nodes

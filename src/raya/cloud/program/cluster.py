@@ -23,7 +23,14 @@ CLUSTER_LABEL = "managed_by"
 # What the engine keeps from the state instead of applying: a change to any of these would
 # re-create the VM (the control plane and its datastore with it). `raya.cloud.deploy.run(replace=)`
 # lifts them for the nodes it replaces: a forced replacement reuses ignored inputs otherwise.
-IGNORED = ("userData", "image", *(f'labels["{label}"]' for label in drift.DIGEST_LABELS.values()))
+# A server joins its placement group when it is created: Hetzner adds a running server to
+# none, so an existing one takes its group when it is next replaced.
+IGNORED = (
+    "userData",
+    "image",
+    *(f'labels["{label}"]' for label in drift.DIGEST_LABELS.values()),
+    "placementGroupId",
+)
 
 
 class Renderer(Protocol):
@@ -61,12 +68,13 @@ def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
     return {CLUSTER_LABEL: cluster_name, "role": node.role}
 
 
-def define_volume(cluster: Cluster) -> hcloud.Volume:
-    """The control plane's k3s state: outlives its VM, protected from deletion."""
+def define_volume(cluster: Cluster, node: Node) -> hcloud.Volume:
+    """Control plane `node`'s k3s state (its etcd member's data): outlives its VM, protected
+    from deletion. The first's keeps the name it had before there were several."""
     config = cluster.config
     return hcloud.Volume(
-        "control-plane-state",
-        name=f"{server_name(config.cluster_name, cluster.control_plane)}-state",
+        f"{node.name}-state",
+        name=f"{server_name(config.cluster_name, node)}-state",
         size=config.control_plane_volume_size,
         location=config.location,
         labels={"managed_by": config.cluster_name, "role": "control-plane-state"},
@@ -84,6 +92,7 @@ def define_server(
     render: Renderer,
     *,
     volume: hcloud.Volume | None = None,
+    placement_group: hcloud.PlacementGroup | None = None,
     replace: bool = False,
 ) -> Server:
     """Node `node`'s server. It ignores changes to what it was created with (`IGNORED`) and
@@ -131,12 +140,22 @@ def define_server(
         ],
         public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
         user_data=user_data,
+        # A deleted server is stopped first (ACPI shutdown, then deleted once off): k3s ends
+        # cleanly and the control plane's volume is not pulled from under a running datastore.
+        shutdown_before_deletion=True,
+        placement_group_id=placement_group.id.apply(int) if placement_group else None,
         opts=pulumi.ResourceOptions(
             # The firewall first: its label selector then covers the server from its birth.
             depends_on=[network.subnet, firewall],
             additional_secret_outputs=["user_data"],
             ignore_changes=[] if replace else list(IGNORED),
             protect=node.role == "control-plane" and not replace,
+            # A replacement must delete the old server first: it holds the server's name
+            # (unique per project) and its private IP until deleted. The engine's default is
+            # create-first, and for a targeted replace (`raya roll`, `replace=`) it never asks
+            # the provider, whose own delete-first rule for named resources then does not
+            # apply (docs/deploy.md, "What a replacement does").
+            delete_before_replace=True,
         ),
     )
     if volume is not None:
@@ -146,6 +165,11 @@ def define_server(
             volume_id=volume.id.apply(int),
             # Ignition formats (first boot only) and mounts it: Hetzner must not.
             automount=False,
+            # The server's delete-first replacement deletes this attachment before the server
+            # (it depends on the server's id), which would detach the volume from a running
+            # k3s. Left to Hetzner instead: deleting the server, once shut down, detaches it;
+            # the attachment is then made again to the new server.
+            opts=pulumi.ResourceOptions(retain_on_delete=True),
         )
     differ = pulumi.Output.all(server.labels, server.image, digests).apply(
         lambda v: drift.drift_parts(v[0] or {}, str(v[1]), v[2], image)
