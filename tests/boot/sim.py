@@ -742,7 +742,6 @@ def booted(
         yield nodes
 
 
-@contextlib.contextmanager
 # Every booted node's systemd (its .path units, journald, udev's stand-ins) holds inotify
 # instances from root's one quota, fs.inotify.max_user_instances (128 by default): about a
 # dozen nodes at once exhaust it, and the last to start fail their .path units.
@@ -756,6 +755,7 @@ def _inotify_room(instances: int) -> None:
         limit.write_text(f"{instances}\n")
 
 
+@contextlib.contextmanager
 def booted_at_once(
     managers: list[contextlib.AbstractContextManager[dict[str, BootedNode]]],
 ) -> Iterator[list[dict[str, BootedNode]]]:

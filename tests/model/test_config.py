@@ -11,10 +11,10 @@ import pytest
 
 from raya.errors import ConfigError
 from raya.model.config import (
-    BackupS3,
     KEYS,
     LOCATIONS,
     SECRET_KEYS,
+    BackupS3,
     load_stack_config,
     parse_stack_config,
     server_type_problem,
