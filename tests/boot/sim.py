@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -757,7 +757,7 @@ def _inotify_room(instances: int) -> None:
 
 @contextlib.contextmanager
 def booted_at_once(
-    managers: list[contextlib.AbstractContextManager[dict[str, BootedNode]]],
+    managers: Sequence[contextlib.AbstractContextManager[dict[str, BootedNode]]],
 ) -> Iterator[list[dict[str, BootedNode]]]:
     """Several `booted` fleets, each on a separate simulated network, booting at the same time
     (the boot test's wall time is that of its slowest fleet, not their sum)."""
