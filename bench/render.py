@@ -14,6 +14,7 @@ import string
 import time
 
 from raya.butane import dataurl
+from raya.errors import RenderError
 from raya.model.fleet import Cluster, build_cluster
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -75,11 +76,15 @@ def size_table() -> None:
     )
     header = ("users", "handle", "control plane", "agent")
     rows = [header]
-    for count in (1, 10, 50, 200):
+    for count in (1, 10, 50, 150, 200):
         for long_handles in (False, True):
             users = handles(count, long_handles)
             cluster = with_handles(example, users)
-            nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
+            try:
+                nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
+            except RenderError as error:  # the refusal a user would see: over the limit
+                rows.append((str(count), f"{len(users[0])} chars", str(error).split(";")[0], ""))
+                continue
             cp, agent = len(nodes[0].ignition), len(nodes[1].ignition)
             rows.append(
                 (
