@@ -17,7 +17,11 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
     (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", root / "Pulumi.prod.yaml")
+    # ...with the cluster's Hetzner token, encrypted as `pulumi config set --secret` writes it.
+    (root / "Pulumi.prod.yaml").write_text(
+        (EXAMPLE_ROOT / "Pulumi.example.yaml").read_text()
+        + "  raya:clusterHcloudToken:\n    secure: v1:AAAAAAAAAAAAAAAA\n"
+    )
     shutil.copytree(EXAMPLE_ROOT / "deploy", root / "deploy")
     shutil.copytree(
         REPO / "image", root / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")

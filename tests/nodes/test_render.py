@@ -160,6 +160,11 @@ def test_control_plane_config(
         "tls-san": ["cp.raya.example.com"],
         # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
         "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
+        # Hetzner's cloud controller initialises the nodes, its load balancers replace
+        # ServiceLB (docs/hetzner.md).
+        "kubelet-arg": ["cloud-provider=external"],
+        "disable-cloud-controller": True,
+        "disable": ["servicelb"],
     }
     assert files["/etc/hostname"] == b"control-plane\n"
     for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca)):
@@ -229,6 +234,7 @@ def test_agent_config(
             "node-name": agent.name,
             "node-ip": str(agent.private_ip),
             "flannel-iface": "enp7s0",
+            "kubelet-arg": ["cloud-provider=external"],  # every kubelet, not only the server's
         }
         assert agent.index is not None
         password = files["/etc/rancher/node/password"].decode()
@@ -339,8 +345,8 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
         for entry in config["storage"]["files"]
         if entry["path"].startswith("/var/lib/rancher/k3s/server/")
     ]
-    # The four CA files and the four manifests (two Secrets, the HelmCharts, the issuers).
-    assert len(on_volume) == 8 and all(entry["overwrite"] for entry in on_volume)
+    # The four CA files and the five manifests (three Secrets, the charts, the issuers).
+    assert len(on_volume) == 9 and all(entry["overwrite"] for entry in on_volume)
     files = ignition_files(rendered["control-plane"].ignition)
     password = files["/etc/rancher/node/password"].decode()
     assert password == node_password(secrets.agent_secret, "control-plane") + "\n"
@@ -365,7 +371,7 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > 6000
     assert "over Hetzner's user_data limit of 6000" in message
-    assert "/var/lib/rancher/k3s/server/manifests/* (4 entries, " in message
+    assert "/var/lib/rancher/k3s/server/manifests/* (5 entries, " in message
 
 
 @pytest.mark.parametrize(
@@ -378,6 +384,9 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
         ({"agent_secret": "abcdef.0123456789abcdef"}, "agent_secret .*bootstrap token"),
         ({"external_dns_key": "{}"}, "external_dns_key is not a GCP service account key"),
         ({"cert_manager_key": "nope"}, "cert_manager_key is not JSON"),
+        ({"hcloud_token": ""}, r"hcloud_token \(raya:clusterHcloudToken\) is 0 characters"),
+        ({"hcloud_token": "a" * 63}, "hcloud_token .* is 63 characters; accepted: a Hetzner"),
+        ({"hcloud_token": "a" * 32 + " " + "a" * 31}, "hcloud_token .* is 64 characters"),
     ],
 )
 def test_unusable_secrets_are_refused(

@@ -47,6 +47,11 @@ DEFAULTS: dict[str, Any] = {
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
+# The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
+# the deployment's (`hcloud:token`) so that it can be revoked alone. A secret setting, read by
+# the program as a Pulumi secret, never part of the validated model.
+CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
+SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN,)
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -94,6 +99,11 @@ class StackConfig:
         return f"{self.managed_subdomain}.{self.parent_zone}"
 
     @property
+    def network_name(self) -> str:
+        """The private network's name in Hetzner: the cloud controller finds it by this."""
+        return self.cluster_name
+
+    @property
     def gateway(self) -> ipaddress.IPv4Address:
         """Hetzner's gateway is the first address of the network, not of the subnet."""
         return self.network_range.network_address + 1
@@ -137,15 +147,37 @@ def load_stack_config(path: Path) -> StackConfig:
     return parse_stack_config(values, str(path))
 
 
+def check_secret_settings(path: Path) -> None:
+    """The stack file at `path` holds every secret setting, encrypted (`secure:`), as
+    `pulumi config set --secret` writes it: a deployment without one would give the cluster
+    add-ons that crash-loop."""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
+    config = document.get("config") if isinstance(document, dict) else None
+    for key in SECRET_KEYS:
+        value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
+        how = f"`pulumi config set --secret {NAMESPACE}:{key} <token>`"
+        if value is None:
+            raise ConfigError(
+                f"{path}: {NAMESPACE}:{key} is not set; accepted: a Hetzner Cloud API token "
+                f"(read and write) of the cluster's own, set with {how} (docs/config.md)"
+            )
+        if not (isinstance(value, dict) and isinstance(value.get("secure"), str)):
+            raise ConfigError(
+                f"{path}: {NAMESPACE}:{key} is in clear text; accepted: an encrypted value, "
+                f"set with {how}"
+            )
+
+
 def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     """Validate the `raya:` values (keys without the namespace) of the stack named `source`."""
 
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
-    unknown = sorted(set(values) - set(KEYS))
+    unknown = sorted(set(values) - set(KEYS) - set(SECRET_KEYS))
     if unknown:
-        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(KEYS))}")
+        accepted = ", ".join(sorted((*KEYS, *SECRET_KEYS)))
+        raise fail(unknown[0], f"is not a known setting; accepted: {accepted}")
     missing = [key for key in REQUIRED if key not in values]
     if missing:
         raise fail(missing[0], "is required")
