@@ -146,11 +146,20 @@ def roll(
         float,
         typer.Option("--ready-timeout", help="Seconds to wait for a replaced node to be Ready."),
     ] = roll_model.READY_TIMEOUT,
+    accept_local_data_loss: Annotated[
+        bool,
+        typer.Option(
+            "--accept-local-data-loss",
+            help="Roll nodes whose pods use local-path claims: their data is deleted with "
+            "the server.",
+        ),
+    ] = False,
 ) -> None:
     """Apply drift one node at a time: agents drained and replaced first, then the control plane.
 
     Agents are cordoned, drained, replaced and uncordoned once back Ready; the control plane
-    is replaced alone, last. The first failure stops the roll."""
+    is replaced alone, last. The first failure stops the roll. A node whose pods use claims
+    on its own disk (local-path) is not touched unless --accept-local-data-loss is given."""
     folder = project_root(root)
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)
@@ -183,6 +192,7 @@ def roll(
         clock=roll_model.Clock(),
         drain_timeout=drain_timeout,
         ready_timeout=ready_timeout,
+        accept_local_loss=accept_local_data_loss,
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)
 
