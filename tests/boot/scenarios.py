@@ -117,7 +117,7 @@ def timings(node: BootedNode) -> dict[str, float | None]:
     """Seconds after launch at which the node reached each step (None: never)."""
     steps = {
         "online": node.job_done("network-online.target"),
-        "public-ipv4": node.job_done("raya-public-ipv4.service"),
+        "node-metadata": node.job_done("raya-node-metadata.service"),
         "k3s": node.job_done(k3s_unit(node)),
     }
     return {step: None if event is None else round(event.at, 2) for step, event in steps.items()}
