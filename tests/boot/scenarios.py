@@ -66,7 +66,11 @@ def k3s_unit(node: BootedNode) -> str:
 
 
 def _k3s_ready(node: BootedNode) -> bool:
-    return node.job_done(k3s_unit(node)) is not None
+    """k3s started; on the control plane, the local-path class turned non-default after."""
+    units = [k3s_unit(node)]
+    if node.plan.name == "control-plane":
+        units.append("raya-local-path.service")
+    return all(node.job_done(unit) is not None for unit in units)
 
 
 def _plan(rendered: RenderedNode, scenario: Scenario) -> NodePlan:

@@ -331,6 +331,7 @@ def test_the_cloud_controller_values_are_the_charts_own(
         "name": "hcloud",
         "key": "token",
     }
+    wrong: dict[str, Any]
     for wrong in ({"networking": {"enable": True}}, {"env": {"HCLOUD_NETWORK_ROUTES": {}}}):
         with pytest.raises(AssertionError):
             declared(wrong, defaults)

@@ -252,7 +252,11 @@ def local_path_volume(name: str, node: str) -> dict[str, Any]:
                     "nodeSelectorTerms": [
                         {
                             "matchExpressions": [
-                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
                             ]
                         }
                     ]

@@ -116,7 +116,7 @@ def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Stand
 
 @pytest.mark.parametrize("action", ["preview", "up"])
 def test_a_missing_cluster_token_fails_before_pulumi_starts(
-    project: Path, standin: Standin, action: str
+    project: Path, standin: Standin, action: deploy.Action
 ) -> None:
     stack_file = project / "Pulumi.prod.yaml"
     text = stack_file.read_text()
