@@ -310,9 +310,13 @@ def test_the_cloud_controller_values_are_the_charts_own(
     """Its chart ships no values schema: each value is checked against the chart's defaults."""
     files = ignition_files(rendered["control-plane"].ignition)
     values = hetzner_values(files, "hcloud-cloud-controller-manager")
-    defaults = yaml.safe_load(
-        (DATA / "charts" / f"{HCLOUD_CCM.name}-{PINNED.hcloud_ccm.version}.values.yaml").read_text()
-    )
+    path = DATA / "charts" / f"{HCLOUD_CCM.name}-{PINNED.hcloud_ccm.version}.values.yaml"
+    if not path.is_file():
+        pytest.fail(
+            f"image/charts.pin pins {HCLOUD_CCM.name} {PINNED.hcloud_ccm.version} but {path} "
+            "is missing: vendor that version's values.yaml (see tests/data/charts/README.md)"
+        )
+    defaults = yaml.safe_load(path.read_text())
     declared(values, defaults)
     assert values == {
         "networking": {"enabled": True, "clusterCIDR": "10.42.0.0/16"},

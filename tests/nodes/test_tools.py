@@ -365,6 +365,18 @@ def _exec_start(unit: str) -> list[str]:
     return line.removeprefix("ExecStart=").split()
 
 
+def _with_stubs(argv: list[str], stubs: Path) -> subprocess.CompletedProcess[str]:
+    """`argv` run with the commands in `stubs` first on PATH."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": f"{stubs}:{os.environ['PATH']}"},
+    )
+
+
 def test_node_metadata_script_retries_until_it_has_the_address_and_the_server_id(
     rendered: dict[str, RenderedNode], applied: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -393,14 +405,7 @@ def test_node_metadata_script_retries_until_it_has_the_address_and_the_server_id
         "/hetzner/v1/metadata/instance-id": answer(server, b"108542369"),
     }
     with http_server(routes(metadata)) as url:
-        result = subprocess.run(
-            [str(executable), f"{url}/hetzner/v1/metadata", str(output)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"PATH": f"{stubs}:{os.environ['PATH']}"},
-        )
+        result = _with_stubs([str(executable), f"{url}/hetzner/v1/metadata", str(output)], stubs)
     assert result.returncode == 0, result.stderr
     assert address == [] and server == []
     assert result.stderr.count("no public-ipv4 from") == 2
@@ -440,14 +445,8 @@ def test_local_path_stops_being_the_default_once_k3s_answers(
     (stubs / "sleep").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "sleeps"}\n')
     for stub in stubs.iterdir():
         stub.chmod(0o755)
-    result = subprocess.run(
-        [shell, flag, script.replace("/usr/local/bin/k3s", str(stubs / "k3s"))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": f"{stubs}:{os.environ['PATH']}"},
-    )
+    stubbed = script.replace("/usr/local/bin/k3s", str(stubs / "k3s"))
+    result = _with_stubs([shell, flag, stubbed], stubs)
     assert result.returncode == 0, result.stderr
     annotate = (
         "kubectl annotate --overwrite storageclass local-path "

@@ -76,13 +76,17 @@ class Kubernetes:
         self._k8s = k8s
         self.core = k8s.CoreV1Api(api)
 
-    def node(self, name: str) -> Any | None:
+    def _read(self, read: Callable[..., Any], *names: str) -> Any | None:
+        """`read(*names)`, or None when the object does not exist (404)."""
         try:
-            return self.core.read_node(name, _request_timeout=30)
+            return read(*names, _request_timeout=30)
         except self._k8s.ApiException as error:
             if error.status == 404:
                 return None
             raise
+
+    def node(self, name: str) -> Any | None:
+        return self._read(self.core.read_node, name)
 
     def nodes(self) -> list[Any]:
         return list(self.core.list_node(_request_timeout=30).items)
@@ -97,22 +101,10 @@ class Kubernetes:
         return list(listed.items)
 
     def claim(self, namespace: str, name: str) -> Any | None:
-        try:
-            return self.core.read_namespaced_persistent_volume_claim(
-                name, namespace, _request_timeout=30
-            )
-        except self._k8s.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
 
     def volume(self, name: str) -> Any | None:
-        try:
-            return self.core.read_persistent_volume(name, _request_timeout=30)
-        except self._k8s.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._read(self.core.read_persistent_volume, name)
 
     def evict(self, pod: Any) -> bool:
         """Ask for the pod's eviction; False when a disruption budget refuses it for now."""
