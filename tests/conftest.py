@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from raya.cloud.program import GITHUB_URL_ENV
 from raya.model.project import EXAMPLE_ROOT
-from tests.support import REPO
+from tests.support import EXAMPLE_KEYS, REPO, http_server
 
 
 @pytest.fixture
@@ -27,3 +30,19 @@ def project(tmp_path: Path) -> Path:
         REPO / "image", root / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")
     )
     return root
+
+
+@pytest.fixture
+def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A GitHub serving the example users' keys pages (`EXAMPLE_KEYS`) to the program;
+    yields the paths asked for."""
+    asked: list[str] = []
+
+    def keys_page(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+        asked.append(request.path)
+        body = EXAMPLE_KEYS.get(request.path.removeprefix("/").removesuffix(".keys"))
+        return (200, body.encode()) if body else (404, b"Not Found")
+
+    with http_server(keys_page) as url:
+        monkeypatch.setenv(GITHUB_URL_ENV, url)
+        yield asked

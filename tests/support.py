@@ -4,6 +4,7 @@ Remote APIs are played by `http_server` on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import ssl
@@ -15,6 +16,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The example users' public keys by handle, as their GitHub keys pages serve them.
+EXAMPLE_KEYS: dict[str, str] = json.loads(
+    (REPO / "src" / "raya" / "model" / "example" / "keys.json").read_text()
+)
 
 
 def require_tool(name: str, path: str | None = None) -> str:

@@ -40,8 +40,8 @@ COMMANDS = {
             "it."),
     "status": ("operate", "One row per node: server, snapshot against the pins, drift, DNS and "
                "Kubernetes."),
-    "roll": ("operate", "Apply drift one node at a time: agents drained and replaced first, "
-             "then the control plane."),
+    "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
+             "agents."),
 }
 
 

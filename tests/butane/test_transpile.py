@@ -62,8 +62,10 @@ def test_yaml_syntax_error_has_a_position() -> None:
 
 
 def test_a_non_mapping_document_is_refused() -> None:
-    with pytest.raises(ButaneDiagnostics):
+    with pytest.raises(ButaneDiagnostics) as caught:
         transpile("- just\n- a list\n")
+    message = "a Butane config must be a mapping, not a list"
+    assert caught.value.diagnostics == [("$", 1, 1, message)]
 
 
 # -- YAML typing as go-yaml does it ---------------------------------------------------------

@@ -163,7 +163,12 @@ def test_ignition_validate_does_reject_a_broken_config(tmp_path: Path) -> None:
     # The check above would be worthless if the tool accepted anything.
     out = tmp_path / "config.ign"
     out.write_text('{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"x"}]}}')
-    assert _validate(out).returncode != 0
+    result = _validate(out)
+    # Refused for what is wrong, not for an unreadable file or an unknown flag.
+    assert result.returncode == 1
+    assert "error at $.storage.files.0.path, line 1 col 61: path not absolute" in (
+        result.stdout + result.stderr
+    )
 
 
 @pytest.mark.parametrize("version", ["1.4.0", "1.5.0", "1.6.0"])

@@ -11,7 +11,6 @@ import pytest
 
 from raya.errors import ConfigError
 from raya.model.config import (
-    DEFAULTS,
     KEYS,
     LOCATIONS,
     check_secret_settings,
@@ -64,7 +63,7 @@ def test_defaults_are_the_specs() -> None:
 
 
 def test_every_setting_can_be_given() -> None:
-    config = parse(
+    given: dict[str, Any] = dict(
         clusterName="lab-2",
         location="hel1",
         networkZone="eu-central",
@@ -78,8 +77,32 @@ def test_every_setting_can_be_given() -> None:
         controlPlaneSchedulable=True,
         sshSources=["203.0.113.0/24", "2001:db8::/32"],
         apiSources=[],
+        controlPlaneVolumeSize=20,
         acmeEmail="Certs+lab@Corp.Example.org",
     )
+    # The settings docs/config.md lists: the call above gives each of them.
+    assert (
+        sorted(KEYS)
+        == sorted(given)
+        == [
+            "acmeEmail",
+            "apiSources",
+            "authorizedUsers",
+            "clusterName",
+            "controlPlaneIp",
+            "controlPlaneSchedulable",
+            "controlPlaneServerType",
+            "controlPlaneVolumeSize",
+            "location",
+            "managedSubdomain",
+            "networkRange",
+            "networkZone",
+            "nodesSubnet",
+            "parentZone",
+            "sshSources",
+        ]
+    )
+    config = parse(**given)
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
     assert config.control_plane_server_type == "cpx31"
@@ -95,10 +118,25 @@ def test_every_setting_can_be_given() -> None:
     )
     assert config.api_sources == ()
     assert config.acme_email == "Certs+lab@Corp.Example.org"
-    assert set(KEYS) == {*DEFAULTS, "networkZone", *MINIMAL}
+    assert config.control_plane_volume_size == 20
 
 
-@pytest.mark.parametrize(("location", "zone"), sorted(LOCATIONS.items()))
+# Hetzner's locations and their network zones (Hetzner Cloud API, GET /locations).
+HETZNER_ZONES = [
+    ("ash", "us-east"),
+    ("fsn1", "eu-central"),
+    ("hel1", "eu-central"),
+    ("hil", "us-west"),
+    ("nbg1", "eu-central"),
+    ("sin", "ap-southeast"),
+]
+
+
+def test_every_hetzner_location_is_known() -> None:
+    assert sorted(LOCATIONS) == [location for location, _ in HETZNER_ZONES]
+
+
+@pytest.mark.parametrize(("location", "zone"), HETZNER_ZONES)
 def test_network_zone_follows_the_location(location: str, zone: str) -> None:
     assert parse(location=location).network_zone == zone
     assert parse(location=location, networkZone=zone).network_zone == zone
@@ -306,6 +344,72 @@ def test_bad_setting(changes: dict[str, Any], message: str) -> None:
     assert error_of(**changes).startswith(f"{SOURCE}: {message}")
 
 
+ACCEPTED_RANGES = (
+    "accepted: a range inside 10.0.0.0/8 that overlaps neither 10.42.0.0/16 nor 10.43.0.0/16"
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # k3s' defaults, which raya's k3s configs keep: pods 10.42.0.0/16, services 10.43.0.0/16.
+        (
+            {
+                "networkRange": "10.42.0.0/16",
+                "nodesSubnet": "10.42.1.0/24",
+                "controlPlaneIp": "10.42.1.10",
+            },
+            "raya:nodesSubnet is 10.42.1.0/24, which overlaps k3s' cluster CIDR 10.42.0.0/16",
+        ),
+        (
+            {
+                "networkRange": "10.43.0.0/16",
+                "nodesSubnet": "10.43.255.0/24",
+                "controlPlaneIp": "10.43.255.10",
+            },
+            "raya:nodesSubnet is 10.43.255.0/24, which overlaps k3s' service CIDR 10.43.0.0/16",
+        ),
+        # The subnet clear of both, the network around them: still refused, by its name.
+        (
+            {"networkRange": "10.0.0.0/8"},
+            "raya:networkRange is 10.0.0.0/8, which overlaps k3s' cluster CIDR 10.42.0.0/16",
+        ),
+        (
+            {
+                "networkRange": "10.40.0.0/13",
+                "nodesSubnet": "10.40.1.0/24",
+                "controlPlaneIp": "10.40.1.10",
+            },
+            "raya:networkRange is 10.40.0.0/13, which overlaps k3s' cluster CIDR 10.42.0.0/16",
+        ),
+        (
+            {
+                "networkRange": "10.43.128.0/17",
+                "nodesSubnet": "10.43.128.0/24",
+                "controlPlaneIp": "10.43.128.10",
+            },
+            "raya:nodesSubnet is 10.43.128.0/24, which overlaps k3s' service CIDR 10.43.0.0/16",
+        ),
+    ],
+)
+def test_ranges_overlapping_k3s_pods_or_services_are_refused(
+    changes: dict[str, Any], message: str
+) -> None:
+    assert error_of(**changes) == f"{SOURCE}: {message}; {ACCEPTED_RANGES}"
+
+
+def test_ranges_next_to_k3s_pods_and_services_are_accepted() -> None:
+    # 10.41.255.255 and 10.44.0.0 are the addresses either side of 10.42.0.0-10.43.255.255.
+    below = parse(
+        networkRange="10.40.0.0/15", nodesSubnet="10.41.255.0/24", controlPlaneIp="10.41.255.10"
+    )
+    above = parse(
+        networkRange="10.44.0.0/16", nodesSubnet="10.44.0.0/24", controlPlaneIp="10.44.0.10"
+    )
+    assert below.nodes_subnet.broadcast_address == ipaddress.IPv4Address("10.41.255.255")
+    assert above.network_range.network_address == ipaddress.IPv4Address("10.44.0.0")
+
+
 @pytest.mark.parametrize("value", ["cx23", "cpx11", "ccx63", "cx22", "ccx13", "cpx21"])
 def test_good_server_types(value: str) -> None:
     assert server_type_problem(value) is None
@@ -399,7 +503,13 @@ def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
     characters, whatever the accepted clusterName and however many agents fit a subnet."""
     label = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
     for name in ("ab", "a-b", "k8s-prod-2026", "a" + "b-" * 15 + "c"):
-        config = parse(clusterName=name, networkRange="10.0.0.0/9", nodesSubnet="10.0.0.0/9")
+        # The largest subnet clear of k3s' ranges: 10.128.0.0/9.
+        config = parse(
+            clusterName=name,
+            networkRange="10.128.0.0/9",
+            nodesSubnet="10.128.0.0/9",
+            controlPlaneIp="10.128.0.10",
+        )
         cluster = build_cluster(config, ("cx23",) * 3, "agents.json")
         longest = f"{name}-agent-{(1 << 23) - 1}"  # the last agent a /9 addresses
         for server in (*(server_name(name, node) for node in cluster.nodes), longest):

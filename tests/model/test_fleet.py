@@ -82,10 +82,24 @@ def test_addresses_follow_the_configured_subnet() -> None:
     assert cluster.agents[0].private_ip == ipaddress.IPv4Address("10.8.4.20")
 
 
-def test_no_agents_is_a_cluster_of_one() -> None:
-    cluster = build_cluster(config(), (), "agents.json")
+def test_no_agents_is_a_cluster_of_one_if_the_control_plane_takes_workloads() -> None:
+    cluster = build_cluster(config(controlPlaneSchedulable=True), (), "agents.json")
     assert cluster.agents == ()
     assert cluster.nodes == (cluster.control_plane,)
+
+
+def test_no_agents_and_a_tainted_control_plane_is_refused() -> None:
+    """The add-ons' HelmChart install jobs tolerate no taint of the control plane (k3s'
+    helm-controller gives tolerations to `bootstrap` charts only), nor do their pods."""
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(config(), (), "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: no agents, and the control plane is tainted "
+        "(raya:controlPlaneSchedulable is false), so the add-ons would never be scheduled; "
+        "accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+    )
+    # One agent is enough.
+    assert len(build_cluster(config(), ("cx23",), "deploy/fleet/agents.json").agents) == 1
 
 
 def test_a_subnet_holds_agents_up_to_its_last_host() -> None:
@@ -105,7 +119,9 @@ def test_small_subnet_capacity() -> None:
     assert len(build_cluster(small, ("cx23",) * 11, "f").agents) == 11  # .20 to .30
     with pytest.raises(ConfigError, match=r"^f: 12 agents, but nodesSubnet 10\.0\.1\.0/27 "):
         build_cluster(small, ("cx23",) * 12, "f")
-    tiny = config(nodesSubnet="10.0.1.0/28", controlPlaneIp="10.0.1.10")
+    tiny = config(
+        nodesSubnet="10.0.1.0/28", controlPlaneIp="10.0.1.10", controlPlaneSchedulable=True
+    )
     assert build_cluster(tiny, (), "f").agents == ()
     with pytest.raises(ConfigError, match=r"^f: 1 agents, but .* addresses at most 0 from"):
         build_cluster(tiny, ("cx23",), "f")
@@ -166,7 +182,6 @@ def test_node_password_is_an_hmac_of_secret_and_node_name() -> None:
     expected = hmac.new(b"s3cret", b"raya node password agent-3", hashlib.sha256).hexdigest()
     assert password == expected
     assert len(password) == 64
-    assert node_password("s3cret", "agent-3") == password
     names = ["control-plane", *(f"agent-{i}" for i in range(50))]
     assert len({node_password("s3cret", name) for name in names}) == 51
     assert node_password("other", "agent-3") != password

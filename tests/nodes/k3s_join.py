@@ -50,9 +50,10 @@ def serving_certificate(
     folder: Path,
     address: str = "127.0.0.1",
     dns_names: Sequence[str] = (),
+    valid: datetime.timedelta = datetime.timedelta(days=1),
 ) -> tuple[Path, Path]:
     """A serving certificate for `address` (and `dns_names`, as k3s' `tls-san`) signed by
-    `ca`, as k3s' dynamiclistener makes."""
+    `ca`, as k3s' dynamiclistener makes, valid for `valid` from now."""
     ca_key = serialization.load_pem_private_key(ca.key_pem.encode(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.encode())
@@ -65,7 +66,7 @@ def serving_certificate(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_after(now + valid)
         .add_extension(
             x509.SubjectAlternativeName(
                 [

@@ -14,7 +14,7 @@ import yaml
 
 from raya.model.project import EXAMPLE_ROOT
 from raya.nodes.addons import GCP_SECRETS
-from raya.nodes.render import IGNITION_LIMIT, SSH_HANDLES_FILE
+from raya.nodes.render import SSH_HANDLES_FILE
 from tests.nodes.tools import ignition_files
 
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
@@ -74,7 +74,7 @@ def test_example_renders_offline_and_prints_no_secret(tmp_path: Path) -> None:
         "name",
         "Ignition",
         "/",
-        f"{IGNITION_LIMIT:,}",
+        "32,768",  # Hetzner's user_data limit, 32 KiB
         "B",
     ]
     rows = [line.split() for line in lines[1:]]

@@ -62,7 +62,9 @@ def test_nft_accepts_the_rule_set(
     assert _run(nft, "-c", "-f", str(path)).returncode == 0
     # ...and the check can fail: a misspelled hook is refused.
     path.write_text(path.read_text().replace("hook forward", "hook forwad"))
-    assert _run(nft, "-c", "-f", str(path)).returncode != 0
+    refused = _run(nft, "-c", "-f", str(path))
+    assert refused.returncode == 1
+    assert "Error: unknown chain hook" in refused.stderr
 
 
 @contextlib.contextmanager

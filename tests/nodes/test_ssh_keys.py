@@ -181,9 +181,19 @@ def test_without_a_previous_file_a_failure_writes_none(
 
 def test_the_script_and_raya_keys_agree_on_every_line() -> None:
     """What the fetcher refuses, `raya keys` / `raya up` refuse too (they check first)."""
-    for line in BAD_LINES.values():
-        with pytest.raises(ValueError):
+    why = {
+        "unknown type": "unknown key type 'ssh-dss'",
+        "not base64": "the ssh-ed25519 key is not valid base64",
+        "blob of another type": "the key blob is not of type ssh-rsa",
+        "options before the key": "unknown key type 'command=\"sh\"'",
+        "html": "unknown key type '<html><body>rate'",
+        "type alone": "expected '<type> <base64 key>",
+    }
+    assert set(why) == set(BAD_LINES)
+    for reason, line in BAD_LINES.items():
+        with pytest.raises(ValueError) as refused:
             parse_key(line)
+        assert str(refused.value).startswith(why[reason]), reason
     for line in (ALICE + BOB).splitlines():
         parse_key(line)
 

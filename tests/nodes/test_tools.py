@@ -79,7 +79,12 @@ def test_ignition_validate_accepts_every_config(
 def test_ignition_validate_rejects_a_broken_config(tmp_path: Path) -> None:
     path = tmp_path / "broken.ign"
     path.write_text('{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"relative"}]}}')
-    assert ignition_validate(path).returncode != 0
+    result = ignition_validate(path)
+    # Refused for what is wrong, not for an unreadable file or an unknown flag.
+    assert result.returncode == 1
+    assert "error at $.storage.files.0.path, line 1 col 61: path not absolute" in (
+        result.stdout + result.stderr
+    )
 
 
 def _owner(root: Path, path: Path) -> tuple[str, str]:

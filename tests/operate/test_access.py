@@ -4,21 +4,28 @@ read by the real ssh-keygen, ssh asked to trust nothing else."""
 
 from __future__ import annotations
 
+import base64
+import datetime
 import os
 import subprocess
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from pulumi import automation as auto
 from typer.testing import CliRunner
 
 from raya.cli import app
 from raya.cloud import deploy
+from raya.commands import access
 from raya.errors import DeployError, RayaError
+from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
+from tests.nodes.k3s_join import serving_certificate
 from tests.support import require_tool
 
 OTHER = {
@@ -100,6 +107,34 @@ def test_kubeconfig_stdout_only_when_asked(
     assert refused.exit_code == 2 and "--stdout" in refused.output
 
 
+@pytest.mark.parametrize(("days_left", "warned"), [(29, True), (31, False)])
+def test_kubeconfig_warns_in_the_certificates_last_30_days(
+    outputs: list[tuple[Path, str]],
+    deployed: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    days_left: int,
+    warned: bool,
+) -> None:
+    """`raya up` renews the admin certificate in its last 30 days (docs/using.md): from
+    then on, writing the kubeconfig says so."""
+    (user,) = yaml.safe_load(deployed.outputs["kubeconfig"])["users"]
+    pem = base64.b64decode(user["user"]["client-certificate-data"])
+    expires = x509.load_pem_x509_certificate(pem).not_valid_after_utc
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
+            moment = expires - datetime.timedelta(days=days_left)
+            return cls.fromtimestamp(moment.timestamp(), tz)
+
+    fake = types.SimpleNamespace(datetime=Clock, timedelta=datetime.timedelta, UTC=datetime.UTC)
+    monkeypatch.setattr(access, "datetime", fake)
+    result = _invoke("kubeconfig")
+    assert result.exit_code == 0, result.output
+    warning = f"the client certificate expires on {expires:%Y-%m-%d}: run `raya up` to renew it"
+    assert (warning in result.output) is warned
+
+
 def test_kubeconfig_refuses_a_kubeconfig_it_cannot_read(
     outputs: list[tuple[Path, str]], tmp_path: Path
 ) -> None:
@@ -111,6 +146,42 @@ def test_kubeconfig_refuses_a_kubeconfig_it_cannot_read(
     assert isinstance(result.exception, RayaError)
     assert str(result.exception) == f"{config}: 'clusters' is not a list of named entries"
     assert yaml.safe_load(config.read_text()) == {"clusters": "nope"}  # untouched
+
+
+def _kubeconfig_expiring_in(deployed: Run, left: datetime.timedelta, folder: Path) -> str:
+    """The stack's kubeconfig with a certificate from the client CA that expires `left` from
+    now (its usage does not matter here: only its expiry is read)."""
+    document = yaml.safe_load(deployed.outputs["kubeconfig"])
+    client_ca = CertificateAuthority(
+        deployed.resources["client-ca"].outputs["certPem"],
+        deployed.resources["client-ca-key"].outputs["privateKeyPem"],
+    )
+    certificate, _ = serving_certificate(client_ca, folder, valid=left)
+    pem = certificate.read_bytes()
+    document["users"][0]["user"]["client-certificate-data"] = base64.b64encode(pem).decode()
+    return yaml.safe_dump(document)
+
+
+@pytest.mark.parametrize(("days", "warned"), [(29, True), (31, False)])
+def test_kubeconfig_warns_in_the_client_certificates_last_30_days(
+    outputs: list[tuple[Path, str]],
+    deployed: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    days: int,
+    warned: bool,
+) -> None:
+    left = datetime.timedelta(days=days)
+    text = _kubeconfig_expiring_in(deployed, left, tmp_path)
+    monkeypatch.setattr(
+        deploy, "stack_outputs", lambda root, stack: {**deployed.outputs, "kubeconfig": text}
+    )
+    result = _invoke("kubeconfig")
+    assert result.exit_code == 0, result.output
+    expires = datetime.datetime.now(datetime.UTC) + left
+    warning = f"the client certificate expires on {expires:%Y-%m-%d}: run `raya up` to renew it"
+    assert (warning in result.output) is warned
+    assert ("expires" in result.output) is warned
 
 
 def _fake_ssh(folder: Path, code: int) -> Path:

@@ -18,12 +18,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from raya.cloud.program.secrets import ADMIN_RENEWAL_HOURS, ADMIN_VALIDITY_HOURS
 from raya.nodes.identity import CertificateAuthority, generate_example_secrets
-from tests.cloud.program import fakes
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, run, user_data
+from tests.operate import kube_api as ka
 
 NAME = "cp.raya.example.com"
 
@@ -102,10 +101,11 @@ def test_admin_certificate_is_bounded_and_in_system_masters(deployed: Run) -> No
     assert subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
     usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    # 90 days (docs/using.md, `raya kubeconfig --help`), re-issued by `raya up` in its last 30.
     lifetime = certificate.not_valid_after_utc - certificate.not_valid_before_utc
-    assert lifetime == datetime.timedelta(hours=ADMIN_VALIDITY_HOURS)
+    assert lifetime == datetime.timedelta(days=90)
     inputs = deployed.resources["admin-cert"].inputs
-    assert inputs["earlyRenewalHours"] == ADMIN_RENEWAL_HOURS < ADMIN_VALIDITY_HOURS
+    assert inputs["earlyRenewalHours"] == 30 * 24
     assert "admin-key" in deployed.resources
     assert "privateKeyPem" in deployed.resources["admin-key"].secret_outputs
 
@@ -116,7 +116,7 @@ def test_kubeconfig_works_against_an_api_requiring_the_client_ca(
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
     server_ca = _authority(deployed, "server-ca")
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    with fakes.kubernetes_api(fakes.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
+    with ka.kubernetes_api(ka.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
         assert _list_nodes(document, url).kind == "NodeList"
 
 
@@ -129,15 +129,17 @@ def test_kubeconfig_is_refused_with_another_server_ca_or_client_certificate(
     # An endpoint whose certificate another CA signed: the kubeconfig's CA refuses it.
     refused = pytest.raises(urllib3.exceptions.MaxRetryError, match="CERTIFICATE_VERIFY_FAILED")
     with (
-        fakes.kubernetes_api(fakes.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url,
+        ka.kubernetes_api(ka.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url,
         refused,
     ):
         _list_nodes(document, url)
-    # The right endpoint, but a client certificate from another client CA: refused by it.
+    # The right endpoint, but a client certificate from another client CA: refused by it, in
+    # the TLS handshake (the client sees the server's `unknown ca` alert, or the connection
+    # closed under it), where the same endpoint with the right client CA answers (above).
     server_ca = _authority(deployed, "server-ca")
     other_ca = other.client_ca.cert_pem
     with (
-        fakes.kubernetes_api(fakes.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,
-        pytest.raises(urllib3.exceptions.MaxRetryError),
+        ka.kubernetes_api(ka.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,
+        pytest.raises(urllib3.exceptions.MaxRetryError, match="TLSV1_ALERT_UNKNOWN_CA"),
     ):
         _list_nodes(document, url)

@@ -1,10 +1,12 @@
-"""`raya roll` against a Kubernetes API over real TLS on 127.0.0.1 (the cluster's own CAs), a
-stand-in for `raya up --replace` that records what it was asked and plays the new VM, and a
-clock that never waits."""
+"""`raya roll` against the Kubernetes API stand-in (`tests/operate/kube_api.py`: evicted pods
+Terminating for their grace period, PodDisruptionBudgets computed as the disruption controller
+does, nodes that come back only from a new boot of a re-created server) over real TLS on
+127.0.0.1 with the cluster's own CAs; a stand-in for `raya up --replace` that deletes the
+node's server and creates it again, as Hetzner sees it; and one clock, read by both, that only
+moves when the roll sleeps."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,13 +20,14 @@ from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
-from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.operate import kube_api as ka
 
 PIN = PINS.k3s.version
 OLD = "v1.30.0+k3s1"
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
+BOOT = 90.0  # seconds from a server's creation until its kubelet posts Ready
 
 
 class Clock(rl.Clock):
@@ -44,72 +47,86 @@ def deployed() -> Run:
 
 
 @pytest.fixture
-def cluster() -> fakes.Cluster:
-    state = fakes.Cluster(nodes={name: fakes.node(name, OLD) for name in NODES})
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(clock: Clock) -> ka.Cluster:
+    state = ka.Cluster(
+        nodes={name: ka.node_object(name, OLD) for name in NODES}, clock=clock.now, boot=BOOT
+    )
     state.pods = [
-        fakes.pod("web-1", "default", "agent-0"),
-        fakes.pod("db-0", "data", "agent-0", owner="StatefulSet"),
-        fakes.pod("flannel-x", "kube-system", "agent-0", owner="DaemonSet"),
-        fakes.pod(
+        ka.pod("web-1", "default", "agent-0"),  # a ReplicaSet's, default grace (30 s)
+        ka.pod("db-0", "data", "agent-0", owner="StatefulSet", grace=120),
+        ka.pod("flannel-x", "kube-system", "agent-0", owner="DaemonSet"),
+        ka.pod(
             "static",
             "kube-system",
             "agent-0",
             owner=None,
             annotations={"kubernetes.io/config.mirror": "x"},
         ),
-        fakes.pod("web-2", "default", "agent-1"),
+        ka.pod("web-2", "default", "agent-1"),
     ]
     return state
 
 
 @pytest.fixture
-def api(deployed: Run, cluster: fakes.Cluster, tmp_path: Path) -> Iterator[str]:
+def api(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
     server_ca = CertificateAuthority(
         deployed.resources["server-ca"].outputs["certPem"],
         deployed.resources["server-ca-key"].outputs["privateKeyPem"],
     )
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     name = "cp.raya.example.com"
-    with fakes.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
+    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
         yield url
 
 
 class Replacer:
-    """What `raya up --replace NODE` does, seen from the API: a new VM boots, on the pin."""
+    """What `raya up --replace NODE` does, as Hetzner sees it: the node's server deleted, then
+    a new one created from the current inputs (on the pin), which boots. A node in
+    `never_back` gets a server whose boot never reaches k3s."""
 
-    def __init__(self, cluster: fakes.Cluster, never_ready: frozenset[str] = frozenset()) -> None:
-        self.cluster, self.never_ready = cluster, never_ready
-        self.asked: list[tuple[str, list[str]]] = []
+    def __init__(self, cluster: ka.Cluster, never_back: frozenset[str] = frozenset()) -> None:
+        self.cluster, self.never_back = cluster, never_back
+        self.asked: list[tuple[str, float, list[str]]] = []  # node, when, its pods then
 
     def __call__(self, name: str) -> None:
         with self.cluster.lock:
-            self.asked.append((name, self._pods_left(name)))
-            node = self.cluster.nodes[name]
-            node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())  # a new VM, a new boot
-            node["status"]["nodeInfo"]["kubeletVersion"] = PIN
-            ready = name not in self.never_ready
-            node["status"]["conditions"] = [{"type": "Ready", "status": str(ready)}]
-
-    def _pods_left(self, name: str) -> list[str]:
-        return sorted(
-            p["metadata"]["name"] for p in self.cluster.pods if p["spec"]["nodeName"] == name
-        )
+            self.cluster.settle()
+            on_it = [
+                p["metadata"]["name"] for p in self.cluster.pods if p["spec"]["nodeName"] == name
+            ]
+            self.asked.append((name, self.cluster.clock(), sorted(on_it)))
+            self.cluster.server_deleted(name)
+            self.cluster.server_created(name, PIN, comes_up=name not in self.never_back)
 
 
-def roller(deployed: Run, url: str, replace: Any, **kwargs: Any) -> rl.Roll:
+def roller(deployed: Run, url: str, replace: Any, clock: Clock, **kwargs: Any) -> rl.Roll:
     kube = rl.Kubernetes(api_client(deployed.outputs["kubeconfig"], server=url))
     lines: list[str] = []
     return rl.Roll(
-        kube=kube, replace=replace, kubelet_version=PIN, say=lines.append, clock=Clock(), **kwargs
+        kube=kube, replace=replace, kubelet_version=PIN, say=lines.append, clock=clock, **kwargs
     )
 
 
-def test_plan_puts_agents_first_in_fleet_order_and_the_control_plane_last() -> None:
-    steps = rl.plan(NODES, [], ["control-plane", "agent-2", "agent-0"])
+def posts(cluster: ka.Cluster) -> list[str]:
+    return [path for _, method, path in cluster.log if method == "POST"]
+
+
+def when(cluster: ka.Cluster, event: str) -> float:
+    (moment,) = [t for t, text in cluster.events if text == event]
+    return moment
+
+
+def test_plan_puts_the_control_plane_first_then_the_agents_in_fleet_order() -> None:
+    steps = rl.plan(NODES, [], ["agent-2", "control-plane", "agent-0"])
     assert [(s.node, s.drain) for s in steps] == [
+        ("control-plane", False),
         ("agent-0", True),
         ("agent-2", True),
-        ("control-plane", False),
     ]
     assert [s.node for s in rl.plan(NODES, ["agent-1"], ["agent-0"])] == ["agent-1"]
     assert rl.plan(NODES, [], []) == []
@@ -117,84 +134,167 @@ def test_plan_puts_agents_first_in_fleet_order_and_the_control_plane_last() -> N
         rl.plan(NODES, ["agent-7"], [])
 
 
-def test_an_agent_is_cordoned_drained_replaced_and_uncordoned(
-    deployed: Run, cluster: fakes.Cluster, api: str
+def test_an_agent_is_replaced_only_once_its_pods_are_gone_and_uncordoned_after_a_new_boot(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
+    # A config drift: the node already runs the pin, so only its boot ID tells the new boot.
+    cluster.nodes["agent-0"]["status"]["nodeInfo"]["kubeletVersion"] = PIN
     replace = Replacer(cluster)
-    cluster.refusals["db-0"] = 2  # its PodDisruptionBudget refuses twice, then allows
-    roller(deployed, api, replace).run(rl.plan(NODES, ["agent-0"], []))
-    # Replaced once, after its pods left: DaemonSet and mirror pods stay, as with kubectl drain.
-    assert replace.asked == [("agent-0", ["flannel-x", "static"])]
-    evictions = [path for method, path in cluster.log if method == "POST"]
-    assert evictions.count("/api/v1/namespaces/data/pods/db-0/eviction") == 3
-    assert "/api/v1/namespaces/default/pods/web-1/eviction" in evictions
-    assert not any("flannel" in path or "static" in path for path in evictions)
-    patches = [path for method, path in cluster.log if method == "PATCH"]
-    assert patches == ["/api/v1/nodes/agent-0", "/api/v1/nodes/agent-0"]  # cordon, uncordon
+    roller(deployed, api, replace, clock).run(rl.plan(NODES, ["agent-0"], []))
+    # Evicted once each; the server replaced only after db-0's 120 s grace ran out, with
+    # only the pods a drain leaves (DaemonSet, mirror) still on the node.
+    assert posts(cluster) == [
+        "/api/v1/namespaces/default/pods/web-1/eviction",
+        "/api/v1/namespaces/data/pods/db-0/eviction",
+    ]
+    ((node, replaced_at, pods_then),) = replace.asked
+    assert (node, pods_then) == ("agent-0", ["flannel-x", "static"])
+    assert when(cluster, "pod data/db-0 gone") >= 120
+    assert replaced_at >= when(cluster, "pod data/db-0 gone")
+    # Back only from the new server's boot (90 s), though the old node stayed Ready for a
+    # while after its server was deleted; then uncordoned.
+    new_boot = cluster.nodes["agent-0"]["status"]["nodeInfo"]["bootID"]
+    registered = when(cluster, f"agent-0: registered, boot {new_boot}")
+    assert registered == replaced_at + 90
+    patches = [(t, path) for t, method, path in cluster.log if method == "PATCH"]
+    assert [path for _, path in patches] == ["/api/v1/nodes/agent-0"] * 2  # cordon, uncordon
+    assert patches[1][0] >= registered
     assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is False
-    assert [p["metadata"]["name"] for p in cluster.pods if p["spec"]["nodeName"] == "agent-1"] == [
-        "web-2"
-    ]  # another node's pods are not touched
+    # The ReplicaSet and StatefulSet put their pods elsewhere; another node's pod is untouched.
+    on_agent_1 = sorted(
+        p["metadata"]["name"] for p in cluster.pods if p["spec"]["nodeName"] == "agent-1"
+    )
+    assert "web-2" in on_agent_1 and "db-0" in on_agent_1 and len(on_agent_1) == 3
+
+
+def test_a_budget_refuses_until_the_replacement_pod_is_ready(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # Two replicas on agent-0, at most one unavailable: the second eviction is refused until
+    # the ReplicaSet's replacement for the first runs Ready elsewhere (10 s after it starts).
+    cluster.pods += [ka.pod("api-a", "default", "agent-0"), ka.pod("api-b", "default", "agent-0")]
+    cluster.budgets.append(ka.budget("api", "default", "api", maxUnavailable=1))
+    roller(deployed, api, Replacer(cluster), clock).run(rl.plan(NODES, ["agent-0"], []))
+    evictions = posts(cluster)
+    assert evictions.count("/api/v1/namespaces/default/pods/api-a/eviction") == 1
+    assert evictions.count("/api/v1/namespaces/default/pods/api-b/eviction") == 3  # 429, 429, 201
+    assert not any("flannel" in path or "static" in path for path in evictions)
+    assert cluster.budgets[0]["status"]["currentHealthy"] == 2
 
 
 def test_a_budget_that_never_allows_times_out_and_stops_the_roll(
-    deployed: Run, cluster: fakes.Cluster, api: str
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
+    cluster.budgets.append(ka.budget("db", "data", "db", minAvailable=1))  # one replica
     replace = Replacer(cluster)
-    cluster.refusals["db-0"] = 10**6
     with pytest.raises(rl.RollError) as caught:
-        roller(deployed, api, replace, drain_timeout=30).run(
+        roller(deployed, api, replace, clock, drain_timeout=30).run(
             rl.plan(NODES, [], ["agent-0", "agent-1"])
         )
-    message = str(caught.value)
-    assert message.startswith("agent-0: drain timed out after 30 s; pods left: data/db-0")
-    assert "PodDisruptionBudget" in message and message.endswith("not touched: agent-1")
+    assert str(caught.value) == (
+        "agent-0: drain timed out after 30 s; refused by a PodDisruptionBudget: data/db-0; "
+        "left cordoned: `kubectl uncordon agent-0`, or roll it again; not touched: agent-1"
+    )
     assert replace.asked == []  # never replaced with pods still on it
-    assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is True  # left cordoned, said so
+    assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is True
     assert cluster.nodes["agent-1"]["spec"]["unschedulable"] is False
 
 
-def test_a_bare_pod_stops_the_drain(deployed: Run, cluster: fakes.Cluster, api: str) -> None:
-    cluster.pods.append(fakes.pod("scratch", "default", "agent-0", owner=None))
-    with pytest.raises(rl.RollError, match="would be lost: default/scratch"):
-        roller(deployed, api, Replacer(cluster)).run(rl.plan(NODES, ["agent-0"], []))
-    assert not any(path.endswith("/scratch/eviction") for _, path in cluster.log)
-
-
-def test_a_node_that_never_comes_back_stops_the_roll_and_names_it(
-    deployed: Run, cluster: fakes.Cluster, api: str
+def test_the_drain_timeout_names_the_pods_still_terminating(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
-    replace = Replacer(cluster, never_ready=frozenset({"agent-1"}))
-    steps = rl.plan(NODES, [], ["agent-1", "agent-2", "control-plane"])
+    replace = Replacer(cluster)
     with pytest.raises(rl.RollError) as caught:
-        roller(deployed, api, replace, ready_timeout=60).run(steps)
-    assert str(caught.value) == (
-        f"agent-1: not back Ready on {PIN} after 60 s (last seen: NotReady {PIN}); "
-        "not touched: agent-2, control-plane"
+        roller(deployed, api, replace, clock, drain_timeout=60).run(rl.plan(NODES, ["agent-0"], []))
+    # web-1 (30 s grace) has left; db-0 (120 s) is still Terminating after 60 s.
+    assert str(caught.value).startswith(
+        "agent-0: drain timed out after 60 s; still terminating: data/db-0; left cordoned"
     )
-    assert [name for name, _ in replace.asked] == ["agent-1"]
+    assert replace.asked == []
+
+
+def test_a_bare_pod_stops_the_drain(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    cluster.pods.append(ka.pod("scratch", "default", "agent-0", owner=None))
+    with pytest.raises(rl.RollError, match="would be lost: default/scratch"):
+        roller(deployed, api, Replacer(cluster), clock).run(rl.plan(NODES, ["agent-0"], []))
+    assert not any(path.endswith("/scratch/eviction") for path in posts(cluster))
+
+
+def test_a_node_that_never_comes_back_stops_the_roll_and_says_what_it_left(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    replace = Replacer(cluster, never_back=frozenset({"agent-1"}))
+    steps = rl.plan(NODES, [], ["agent-1", "agent-2"])
+    with pytest.raises(rl.RollError) as caught:
+        roller(deployed, api, replace, clock, ready_timeout=60).run(steps)
+    # Its old node stayed Ready 40 s after the server went, then Unknown: never the new boot.
+    assert str(caught.value) == (
+        f"agent-1: not back from a new boot Ready on {PIN} after 60 s "
+        f"(last seen: not Ready {OLD}, the old boot); its server was replaced and the node is "
+        "not back (cordoned): see `raya status` and the server's console, then "
+        "`raya roll agent-1` again; not touched: agent-2"
+    )
+    assert [name for name, _, _ in replace.asked] == ["agent-1"]
+    assert cluster.nodes["agent-1"]["spec"]["unschedulable"] is True
     assert cluster.nodes["agent-2"]["spec"]["unschedulable"] is False
 
 
-def test_the_control_plane_is_replaced_alone_then_every_node_must_be_ready(
-    deployed: Run, cluster: fakes.Cluster, api: str
+def test_the_control_plane_comes_back_before_any_agent_is_touched(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     replace = Replacer(cluster)
-    roller(deployed, api, replace).run(rl.plan(NODES, ["control-plane"], []))
-    assert [name for name, _ in replace.asked] == ["control-plane"]
-    assert not [path for method, path in cluster.log if method in ("PATCH", "POST")]
+    roller(deployed, api, replace, clock).run(rl.plan(NODES, [], ["agent-2", "control-plane"]))
+    assert [name for name, _, _ in replace.asked] == ["control-plane", "agent-2"]
+    new_boot = cluster.nodes["control-plane"]["status"]["nodeInfo"]["bootID"]
+    back = when(cluster, f"control-plane: registered, boot {new_boot}")
+    assert back == replace.asked[0][1] + 90
+    # While it booted the API did not answer; the first change to an agent came after.
+    first_change = min(t for t, method, _ in cluster.log if method in ("PATCH", "POST"))
+    assert first_change >= back
+
+
+def test_a_control_plane_that_never_comes_back_stops_the_roll_before_the_agents(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    replace = Replacer(cluster, never_back=frozenset({"control-plane"}))
+    with pytest.raises(rl.RollError) as caught:
+        roller(deployed, api, replace, clock, ready_timeout=120).run(
+            rl.plan(NODES, [], ["agent-0", "control-plane"])
+        )
+    message = str(caught.value)
+    assert message.startswith(
+        f"control-plane: not back from a new boot Ready on {PIN} after 120 s (last seen: API: "
+        "Remote end closed connection without response); "
+    )
+    assert message.endswith(
+        "its server was replaced and the control plane is not back (no agent was touched): see "
+        "`raya status` and the server's console, then `raya roll control-plane` again; "
+        "not touched: agent-0"
+    )
+    assert [name for name, _, _ in replace.asked] == ["control-plane"]
+
+
+def test_after_the_control_plane_every_node_must_be_ready(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
     cluster.nodes["agent-2"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    with pytest.raises(rl.RollError, match="control-plane: nodes not Ready after 60 s: agent-2"):
-        roller(deployed, api, Replacer(cluster), ready_timeout=60).run(
+    with pytest.raises(rl.RollError) as caught:
+        roller(deployed, api, Replacer(cluster), clock, ready_timeout=120).run(
             rl.plan(NODES, ["control-plane"], [])
         )
-
+    assert str(caught.value) == (
+        "control-plane: nodes not Ready after 120 s: agent-2; the control plane is back; "
+        "no agent was touched: see `raya status`"
+    )
 
 
 def test_the_command_rolls_the_drifting_nodes_through_raya_up(
     deployed: Run,
-    cluster: fakes.Cluster,
+    cluster: ka.Cluster,
     api: str,
+    clock: Clock,
     project: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -214,17 +314,17 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
     monkeypatch.setattr(
         "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
     )
-    monkeypatch.setattr(rl, "POLL", 0.01)
+    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
     dry = CliRunner().invoke(app, ["roll", "--root", str(project), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert runs == [("preview", ())]
     assert dry.stdout.splitlines() == [
-        "agent-2: cordon, drain, replace, wait until Ready, uncordon",
-        "control-plane: replace (its volume keeps the datastore), wait for the API",
+        "control-plane: replace onto its volume, wait until back from a new boot",
+        "agent-2: cordon, drain, replace, wait until back from a new boot, uncordon",
     ]
     result = CliRunner().invoke(app, ["roll", "--root", str(project)])
     assert result.exit_code == 0, result.output
-    assert runs[1:] == [("preview", ()), ("up", ("agent-2",)), ("up", ("control-plane",))]
+    assert runs[1:] == [("preview", ()), ("up", ("control-plane",)), ("up", ("agent-2",))]
     assert "rolled 2 node(s)" in result.stdout
 
 
@@ -285,7 +385,7 @@ def hetzner_volume(name: str) -> dict[str, Any]:
 
 
 def use_claim(
-    cluster: fakes.Cluster, pod: str, claim: str, volume: dict[str, Any] | None
+    cluster: ka.Cluster, pod: str, claim: str, volume: dict[str, Any] | None
 ) -> None:
     """Pod `pod` mounts claim `claim` of its namespace, bound to `volume` (None: pending)."""
     (found,) = [p for p in cluster.pods if p["metadata"]["name"] == pod]
@@ -303,54 +403,58 @@ def use_claim(
 
 
 def test_a_local_path_claim_blocks_the_roll_and_is_named(
-    deployed: Run, cluster: fakes.Cluster, api: str
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
     replace = Replacer(cluster)
     with pytest.raises(rl.RollError) as caught:
-        roller(deployed, api, replace).run(rl.plan(NODES, [], ["agent-0", "agent-1"]))
+        roller(deployed, api, replace, clock).run(rl.plan(NODES, [], ["agent-0", "agent-1"]))
     assert str(caught.value) == (
         "agent-0: local-path claims on this node's disk would be lost with its server: "
         "data/pgdata (pod db-0); move their data to hcloud-volumes claims, or roll with "
-        "--accept-local-data-loss; not touched: agent-1"
+        "--accept-local-data-loss; left as it was; not touched: agent-1"
     )
     assert replace.asked == []
     # Checked before anything changes: not even cordoned.
-    assert not [path for method, path in cluster.log if method in ("PATCH", "POST")]
+    assert not [path for _, method, path in cluster.log if method in ("PATCH", "POST")]
 
 
 def test_accepting_the_loss_rolls_the_node_and_says_so(
-    deployed: Run, cluster: fakes.Cluster, api: str
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
     replace = Replacer(cluster)
-    roll = roller(deployed, api, replace, accept_local_loss=True)
+    roll = roller(deployed, api, replace, clock, accept_local_loss=True)
     lines: list[str] = []
     roll.say = lines.append
     roll.run(rl.plan(NODES, ["agent-0"], []))
-    assert [name for name, _ in replace.asked] == ["agent-0"]
+    assert [entry[0] for entry in replace.asked] == ["agent-0"]
     assert "agent-0: losing the local-path claims, as accepted: data/pgdata (pod db-0)" in lines
 
 
 def test_a_hetzner_volume_claim_moves_with_its_pod(
-    deployed: Run, cluster: fakes.Cluster, api: str
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     use_claim(cluster, "db-0", "pgdata", hetzner_volume("pvc-9f8e"))
     use_claim(cluster, "web-1", "cache", None)  # not bound yet: nothing on the node's disk
     replace = Replacer(cluster)
-    roller(deployed, api, replace).run(rl.plan(NODES, ["agent-0"], []))
+    roller(deployed, api, replace, clock).run(rl.plan(NODES, ["agent-0"], []))
     # Evicted like any pod, the node replaced once it left (the CSI driver detaches).
-    assert replace.asked == [("agent-0", ["flannel-x", "static"])]
-    evictions = [path for method, path in cluster.log if method == "POST"]
-    assert "/api/v1/namespaces/data/pods/db-0/eviction" in evictions
-    assert ("GET", "/api/v1/persistentvolumes/pvc-9f8e") in cluster.log
+    assert [(name, pods) for name, _, pods in replace.asked] == [
+        ("agent-0", ["flannel-x", "static"])
+    ]
+    assert "/api/v1/namespaces/data/pods/db-0/eviction" in posts(cluster)
+    assert ("GET", "/api/v1/persistentvolumes/pvc-9f8e") in [
+        (method, path) for _, method, path in cluster.log
+    ]
 
 
 @pytest.mark.parametrize("accept", [False, True])
 def test_the_command_takes_the_flag(
     deployed: Run,
-    cluster: fakes.Cluster,
+    cluster: ka.Cluster,
     api: str,
+    clock: Clock,
     project: Path,
     monkeypatch: pytest.MonkeyPatch,
     accept: bool,
@@ -368,12 +472,12 @@ def test_the_command_takes_the_flag(
     monkeypatch.setattr(
         "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
     )
-    monkeypatch.setattr(rl, "POLL", 0.01)
+    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
     flag = ["--accept-local-data-loss"] if accept else []
     result = CliRunner().invoke(app, ["roll", "agent-0", "--root", str(project), *flag])
     if accept:
         assert result.exit_code == 0, result.output
-        assert [name for name, _ in replacer.asked] == ["agent-0"]
+        assert [entry[0] for entry in replacer.asked] == ["agent-0"]
     else:
         assert isinstance(result.exception, rl.RollError)
         assert "data/pgdata (pod db-0)" in str(result.exception)

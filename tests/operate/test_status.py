@@ -4,6 +4,7 @@ each part, and the command's table, JSON and exit status."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import socket
@@ -19,16 +20,18 @@ from raya.cli import app
 from raya.cloud import deploy
 from raya.model.pins import snapshot_labels
 from raya.nodes import addons
-from raya.nodes.identity import CertificateAuthority
+from raya.nodes.identity import CertificateAuthority, generate_example_secrets
 from raya.operate import status as st
 from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.operate import kube_api as ka
 from tests.support import Respond, http_server, routes
 
 VERSION = PINS.k3s.version
 LABELS = snapshot_labels(PINS, "raya")
 NAMES = ("control-plane", "agent-0", "agent-1", "agent-2")
+NAME = "cp.raya.example.com"  # the API's name in the kubeconfig, k3s' tls-san
 
 
 @pytest.fixture(scope="module")
@@ -253,10 +256,10 @@ def test_dns_that_cannot_be_reached_is_a_reason_not_an_error() -> None:
 
 
 def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
-    state = fakes.Cluster(nodes={"agent-0": fakes.node("agent-0", VERSION, unschedulable=True)})
+    state = ka.Cluster(nodes={"agent-0": ka.node_object("agent-0", VERSION, unschedulable=True)})
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     server_ca = _authority(deployed, "server-ca")
-    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
         found = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server=url)
     assert found == {
         "agent-0": st.NodeFacts(
@@ -267,7 +270,7 @@ def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) 
     assert isinstance(refused, str) and refused.startswith("API https://127.0.0.1:9 unreachable")
 
 
-def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
+def addons_installed(state: ka.Cluster, failing: str | None = None) -> None:
     """The add-ons as k3s leaves them once installed: each HelmChart's job complete (or
     `failing`'s failed) and what it runs ready, each ClusterIssuer Ready."""
     for chart in addons.CHARTS:
@@ -298,11 +301,11 @@ def addons_installed(state: fakes.Cluster, failing: str | None = None) -> None:
 
 
 def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
-    state = fakes.Cluster()
+    state = ka.Cluster()
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     server_ca = _authority(deployed, "server-ca")
     kubeconfig = deployed.outputs["kubeconfig"]
-    with fakes.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
         nothing_yet = st.kubernetes_addons(kubeconfig, server=url)
         addons_installed(state, failing="external-dns")
         installed = st.kubernetes_addons(kubeconfig, server=url)
@@ -329,6 +332,33 @@ def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
 
 
 
+@pytest.mark.parametrize(("days", "state"), [(31, st.HEALTHY), (29, st.UNHEALTHY)])
+def test_the_api_certificate_is_unhealthy_in_its_last_30_days(
+    deployed: Run, tmp_path: Path, days: int, state: str
+) -> None:
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    server_ca = _authority(deployed, "server-ca")
+    valid = datetime.timedelta(days=days)
+    with ka.kubernetes_api(ka.Cluster(), server_ca, client_ca, tmp_path, NAME, valid) as url:
+        check = st.api_certificate(deployed.outputs["kubeconfig"], server=url)
+    expires = datetime.datetime.now(datetime.UTC) + valid
+    assert check.state == state
+    assert check.text.startswith(f"expires {expires:%Y-%m-%d} (in {days - 1} days)")
+    assert ("`raya roll control-plane`" in check.text) is (state == st.UNHEALTHY)
+
+
+def test_the_api_certificate_is_read_trusting_only_the_clusters_ca(
+    deployed: Run, tmp_path: Path
+) -> None:
+    other = generate_example_secrets(())
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    with ka.kubernetes_api(ka.Cluster(), other.server_ca, client_ca, tmp_path, NAME) as url:
+        check = st.api_certificate(deployed.outputs["kubeconfig"], server=url)
+    assert check.state == st.UNKNOWN
+    address = url.removeprefix("https://")
+    assert check.text == f"API {address} unreachable: CERTIFICATE_VERIFY_FAILED"
+
+
 def test_the_command_end_to_end(
     deployed: Run, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,7 +370,7 @@ def test_the_command_end_to_end(
         ).encode()
         for name, entry in servers.items()
     }
-    state = fakes.Cluster(nodes={name: fakes.node(name, VERSION) for name in servers})
+    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
     delegations = {"raya.example.com.": list(outputs["nameServers"])}
@@ -358,7 +388,7 @@ def test_the_command_end_to_end(
     with (
         http_server(routes(hetzner)) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
-        fakes.kubernetes_api(
+        ka.kubernetes_api(
             state,
             _authority(deployed, "server-ca"),
             deployed.resources["client-ca"].outputs["certPem"],
@@ -367,7 +397,7 @@ def test_the_command_end_to_end(
         ) as api_url,
     ):
         monkeypatch.setattr(st, "DNS_PORT", port)
-        for source in ("kubernetes_nodes", "kubernetes_addons"):
+        for source in ("kubernetes_nodes", "kubernetes_addons", "api_certificate"):
             patched = functools.partial(getattr(st, source), server=api_url)
             monkeypatch.setattr(st, source, patched)
         arguments = ["status", "--root", str(project), "--hcloud-endpoint", f"{hcloud_url}/v1"]
@@ -390,6 +420,8 @@ def test_the_command_end_to_end(
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
     assert report["cluster"]["ClusterIssuer letsencrypt-production"]["state"] == st.HEALTHY
     assert "HelmChart external-dns" in table.output
+    assert report["cluster"]["API certificate"]["text"].startswith("expires ")
+    assert report["cluster"]["API certificate"]["state"] == st.HEALTHY
     assert report["nodes"]["agent-0"]["kubernetes"]["text"].startswith(f"Ready {VERSION}")
     # Without the preview, drift is not judged, and the rest is healthy.
     skipped = json.loads(without_drift.stdout)

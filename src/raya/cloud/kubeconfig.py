@@ -114,6 +114,14 @@ def api_client(text: str, server: str | None = None) -> Any:
 
 
 def reason(error: BaseException) -> str:
-    """One line saying why the API did not answer, from whatever its client raised."""
+    """One line saying why the API did not answer, from whatever its client raised: urllib3
+    wraps the cause (`MaxRetryError.reason`, a `ProtocolError`'s last argument)."""
+    while True:
+        inner = getattr(error, "reason", None)
+        if not isinstance(inner, BaseException) and error.args:
+            inner = error.args[-1]
+        if not isinstance(inner, BaseException) or inner is error:
+            break
+        error = inner
     text = str(getattr(error, "reason", None) or error)
     return text.splitlines()[0][:200] if text else type(error).__name__

@@ -42,10 +42,20 @@ def deploy_module(command: str) -> ModuleType:
 
 
 def _run(
-    action: Action, stack: str, root: Path | None, *, no_destroy_protected: bool = False
+    action: Action,
+    stack: str,
+    root: Path | None,
+    *,
+    replace: list[str] | None = None,
+    no_destroy_protected: bool = False,
 ) -> Result:
     result: Result = deploy_module(action).run(
-        action, project_root(root), stack, _progress, no_destroy_protected=no_destroy_protected
+        action,
+        project_root(root),
+        stack,
+        _progress,
+        replace=replace or (),
+        no_destroy_protected=no_destroy_protected,
     )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
@@ -77,13 +87,24 @@ def up(
             "the control plane, its volume, the network or the DNS zone (what CI runs).",
         ),
     ] = False,
+    replace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replace",
+            help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
+            "render, applying its drift: the old server is shut down and deleted first. "
+            "Repeat for more; `raya roll` drains agents first.",
+        ),
+    ] = None,
 ) -> None:
     """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts.
 
     Servers are never replaced for a change of users, image or config: `raya up` lists it as
-    drift, per node, and leaves them running.
+    drift, per node, and leaves them running, unless named with --replace.
     """
-    result = _run("up", stack, root, no_destroy_protected=no_destroy_protected)
+    result = _run(
+        "up", stack, root, replace=replace, no_destroy_protected=no_destroy_protected
+    )
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
 

@@ -87,7 +87,10 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         kubeconfig = outputs.get("kubeconfig")
         if isinstance(kubeconfig, str):
             nodes: dict[str, st.NodeFacts] | str = st.kubernetes_nodes(kubeconfig)
-            addons = st.kubernetes_addons(kubeconfig)
+            addons = {
+                "API certificate": st.api_certificate(kubeconfig),
+                **st.kubernetes_addons(kubeconfig),
+            }
         else:
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
@@ -140,11 +143,18 @@ def roll(
         bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
     ] = False,
     drain_timeout: Annotated[
-        float, typer.Option("--drain-timeout", help="Seconds to wait for a node's pods to leave.")
+        float,
+        typer.Option(
+            "--drain-timeout",
+            help="Seconds to wait for a node's pods to be gone (evicted, then terminated).",
+        ),
     ] = roll_model.DRAIN_TIMEOUT,
     ready_timeout: Annotated[
         float,
-        typer.Option("--ready-timeout", help="Seconds to wait for a replaced node to be Ready."),
+        typer.Option(
+            "--ready-timeout",
+            help="Seconds to wait for a replaced node to be back from a new boot, Ready.",
+        ),
     ] = roll_model.READY_TIMEOUT,
     accept_local_data_loss: Annotated[
         bool,
@@ -155,11 +165,13 @@ def roll(
         ),
     ] = False,
 ) -> None:
-    """Apply drift one node at a time: agents drained and replaced first, then the control plane.
+    """Apply drift one node at a time: the control plane first, then the agents.
 
-    Agents are cordoned, drained, replaced and uncordoned once back Ready; the control plane
-    is replaced alone, last. The first failure stops the roll. A node whose pods use claims
-    on its own disk (local-path) is not touched unless --accept-local-data-loss is given."""
+    The control plane is replaced alone, and nothing else starts until the API answers and it is
+    back from a new boot, Ready. Agents are cordoned, drained until their pods are gone,
+    replaced, and uncordoned once back from a new boot, Ready. The first failure stops the roll
+    and says what state it left the node in. A node whose pods use claims on its own disk
+    (local-path) is not touched unless --accept-local-data-loss is given."""
     folder = project_root(root)
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)

@@ -22,6 +22,13 @@ from raya.errors import ConfigError
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
 PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# k3s' pod and service ranges. raya's k3s configs set neither `cluster-cidr` nor
+# `service-cidr`, so k3s' defaults hold (k3s-io/k3s, pkg/cli/server/server.go, `run`): a
+# node address inside either is routed into flannel or kube-proxy, not to the node.
+K3S_RANGES = {
+    "cluster CIDR": ipaddress.IPv4Network("10.42.0.0/16"),
+    "service CIDR": ipaddress.IPv4Network("10.43.0.0/16"),
+}
 # Hetzner locations and the network zone each belongs to.
 LOCATIONS = {
     "fsn1": "eu-central",
@@ -246,6 +253,16 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
+    # The subnet first: it is inside networkRange, and the narrower name says more.
+    for key, addresses in (("nodesSubnet", subnet), ("networkRange", network_range)):
+        for name, k3s_range in K3S_RANGES.items():
+            if addresses.overlaps(k3s_range):
+                raise fail(
+                    key,
+                    f"is {addresses}, which overlaps k3s' {name} {k3s_range}; accepted: a "
+                    f"range inside {PRIVATE_ROUTE} that overlaps neither "
+                    f"{' nor '.join(map(str, K3S_RANGES.values()))}",
+                )
     value = merged["controlPlaneIp"]
     try:
         cp_ip = ipaddress.IPv4Address(value if isinstance(value, str) else "")

@@ -81,6 +81,15 @@ def load_fleet(path: Path) -> tuple[str, ...]:
 
 def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> Cluster:
     """Every node's name, address and DNS label; `source` names the fleet file in errors."""
+    # The add-ons' install jobs carry no toleration of the control plane's taint (only
+    # `spec.bootstrap` charts do: k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`),
+    # nor do the add-ons' own pods: with no agent they would never be scheduled.
+    if not agents and not config.control_plane_schedulable:
+        raise ConfigError(
+            f"{source}: no agents, and the control plane is tainted "
+            "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
+            "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+        )
     subnet = config.nodes_subnet
     first = subnet.network_address + AGENT_HOST_OFFSET
     capacity = max(0, int(subnet.broadcast_address) - int(first))

@@ -1,11 +1,16 @@
 """`raya roll`: apply drift one node at a time, the way a careful operator would.
 
-An agent is cordoned, drained through the Kubernetes API (evictions, which honour
-PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data goes with the node: what
-`kubectl drain --ignore-daemonsets --delete-emptydir-data` does), its server replaced with the
-current inputs, and uncordoned once it is back Ready: a new boot, on the pinned kubelet. The
-control plane comes last and alone (its volume keeps the datastore), then raya waits for the
-API, trusted through the cluster's CA, and every node Ready. The first failure stops the roll.
+The control plane comes first and alone (k3s' upgrade guide: servers first, then agents; the
+Kubernetes version skew policy lets a kubelet be older than the API server, never newer): its
+server is replaced (its volume keeps the datastore), and nothing else starts until the API
+answers again, trusted through the cluster's CA, the control plane is back from a new boot,
+Ready, and every node is Ready. Then each agent is cordoned, drained through the Kubernetes API
+(evictions, which honour PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data
+goes with the node: what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until
+its pods are gone, not merely accepted for eviction (an evicted pod stays Terminating for its
+grace period), its server replaced with the current inputs, and uncordoned once the node is
+back: registered with a new boot ID, Ready, on the pinned kubelet. The first failure stops the
+roll and says what state it left the node in.
 
 Claims on Hetzner Volumes move with their pods (the drain lets the CSI driver detach them).
 A claim whose volume lives on the node's own disk (k3s' local-path) would be lost with the
@@ -40,22 +45,21 @@ class Step:
 
     def describe(self) -> str:
         if self.drain:
-            return f"{self.node}: cordon, drain, replace, wait until Ready, uncordon"
-        return f"{self.node}: replace (its volume keeps the datastore), wait for the API"
+            return f"{self.node}: cordon, drain, replace, wait until back from a new boot, uncordon"
+        return f"{self.node}: replace onto its volume, wait until back from a new boot"
 
 
 def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -> list[Step]:
-    """The steps: `wanted` nodes, or else the `drifting` ones; agents first in fleet order
-    (`nodes`' order), the control plane last. Unknown names are an error."""
+    """The steps: `wanted` nodes, or else the `drifting` ones; the control plane first, then
+    the agents in fleet order (`nodes`' order). Unknown names are an error."""
     unknown = [name for name in wanted if name not in nodes]
     if unknown:
         raise RollError(
             f"no node {', '.join(unknown)} in the cluster; accepted: {', '.join(nodes)}"
         )
     chosen = set(wanted or drifting)
-    ordered = [n for n in nodes if n in chosen and n != CONTROL_PLANE]
-    if CONTROL_PLANE in chosen:
-        ordered.append(CONTROL_PLANE)
+    agents = [n for n in nodes if n in chosen and n != CONTROL_PLANE]
+    ordered = [CONTROL_PLANE, *agents] if CONTROL_PLANE in chosen else agents
     return [Step(node, drain=node != CONTROL_PLANE) for node in ordered]
 
 
@@ -135,6 +139,15 @@ def boot_id(node: Any) -> str:
     return str(node.status.node_info.boot_id or "")
 
 
+def ref(pod: Any) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def terminating(pod: Any) -> bool:
+    """Accepted for deletion: the API keeps it listed until its grace period ends."""
+    return pod.metadata.deletion_timestamp is not None
+
+
 def stays(pod: Any) -> bool:
     """Pods a drain leaves: DaemonSet pods (their controller would put them back) and mirror
     pods (the kubelet's static pods), and pods already finished."""
@@ -182,10 +195,12 @@ class Roll:
     ready_timeout: float = READY_TIMEOUT
     # `raya roll --accept-local-data-loss`: replace nodes whose pods use local-path claims.
     accept_local_loss: bool = False
+    left: str = ""  # the state the current step has brought its node to, for the error
 
     def run(self, steps: Sequence[Step]) -> None:
         for number, step in enumerate(steps, 1):
             self.say(f"[{number}/{len(steps)}] {step.describe()}")
+            self.left = "left as it was"
             try:
                 self.check_local_data(step.node)
                 if step.drain:
@@ -200,7 +215,7 @@ class Roll:
                 )
                 left = [s.node for s in steps[number:]]
                 rest = f"; not touched: {', '.join(left)}" if left else ""
-                raise RollError(f"{step.node}: {problem}{rest}") from None
+                raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
 
     def check_local_data(self, name: str) -> None:
         """Refuse to touch a node whose pods keep claims on its disk, unless accepted."""
@@ -221,18 +236,28 @@ class Roll:
             self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
         else:
             self.kube.cordon(name, True)
+            self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
             self.say(f"{name}: cordoned")
             self.drain(name)
             self.say(f"{name}: drained; replacing its server")
+        self.left = (
+            f"its server was replaced and the node is not back{' (cordoned)' if before else ''}: "
+            f"see `raya status` and the server's console, then `raya roll {name}` again"
+        )
         self.replace(name)
         self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
         self.kube.cordon(name, False)
-        self.say(f"{name}: Ready on {self.kubelet_version}, uncordoned")
+        self.say(f"{name}: back from a new boot, Ready on {self.kubelet_version}, uncordoned")
 
     def control_plane(self, name: str) -> None:
         before = self.kube.node(name)
+        self.left = (
+            "its server was replaced and the control plane is not back (no agent was touched): "
+            f"see `raya status` and the server's console, then `raya roll {name}` again"
+        )
         self.replace(name)
         self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
+        self.left = "the control plane is back; no agent was touched: see `raya status`"
         deadline = self.clock.now() + self.ready_timeout
         while True:
             not_ready = sorted(n.metadata.name for n in self.kube.nodes() if not ready(n))
@@ -243,32 +268,39 @@ class Roll:
                     f"nodes not Ready after {self.ready_timeout:.0f} s: {', '.join(not_ready)}"
                 )
             self.clock.sleep(POLL)
-        self.say(f"{name}: the API answers with the cluster's CA; every node Ready")
+        self.say(f"{name}: the API answers; back from a new boot; every node Ready")
 
     def drain(self, name: str) -> None:
+        """Evict each pod once, then wait until every one is gone from the API: an eviction
+        only starts the pod's graceful deletion."""
         deadline = self.clock.now() + self.drain_timeout
         while True:
             leaving = [pod for pod in self.kube.pods_on(name) if not stays(pod)]
             if not leaving:
                 return
-            bare = [f"{p.metadata.namespace}/{p.metadata.name}" for p in leaving if not managed(p)]
+            bare = [ref(p) for p in leaving if not managed(p) and not terminating(p)]
             if bare:
                 # What `kubectl drain` refuses without --force: nothing would bring them back.
                 raise RollError(
                     f"pods not managed by a controller would be lost: {', '.join(bare)}; "
                     "delete them or give them a controller, then roll again"
                 )
-            refused = [p.metadata.name for p in leaving if not self.kube.evict(p)]
+            refused = [ref(p) for p in leaving if not terminating(p) and not self.kube.evict(p)]
             if self.clock.now() >= deadline:
-                names = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in leaving)
-                why = " (a PodDisruptionBudget refuses)" if refused else ""
+                going = [ref(p) for p in leaving if ref(p) not in refused]
+                parts = []
+                if going:
+                    parts.append(f"still terminating: {', '.join(going)}")
+                if refused:
+                    parts.append(f"refused by a PodDisruptionBudget: {', '.join(refused)}")
                 raise RollError(
-                    f"drain timed out after {self.drain_timeout:.0f} s; pods left: {names}{why}"
+                    f"drain timed out after {self.drain_timeout:.0f} s; {'; '.join(parts)}"
                 )
             self.clock.sleep(POLL)
 
     def wait_ready(self, name: str, previous_boot: str) -> None:
-        """Until the node is back from a new boot, Ready, on the pinned kubelet."""
+        """Until the node has registered from a new boot (its boot ID changed), Ready, on the
+        pinned kubelet: a replaced server's old node stays Ready for a while after it is gone."""
         deadline = self.clock.now() + self.ready_timeout
         seen = "not registered"
         while True:
@@ -282,12 +314,12 @@ class Roll:
                 if fresh and ready(node) and version == self.kubelet_version:
                     return
                 seen = (
-                    f"{'Ready' if ready(node) else 'NotReady'} {version}"
-                    f"{'' if fresh else ', not rebooted yet'}"
+                    f"{'Ready' if ready(node) else 'not Ready'} {version}, "
+                    f"{'a new boot' if fresh else 'the old boot'}"
                 )
             if self.clock.now() >= deadline:
                 raise RollError(
-                    f"not back Ready on {self.kubelet_version} after "
+                    f"not back from a new boot Ready on {self.kubelet_version} after "
                     f"{self.ready_timeout:.0f} s (last seen: {seen})"
                 )
             self.clock.sleep(POLL)

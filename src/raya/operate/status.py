@@ -8,6 +8,7 @@ reached is unknown, and unknown is not healthy.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ HEALTHY, UNHEALTHY, UNKNOWN, SKIPPED = "ok", "bad", "unknown", "skipped"
 DNS_PORT = 53
 DNS_TIMEOUT = 5.0
 API_TIMEOUT = 10.0
+# The API server's certificate is unhealthy this close to its expiry: k3s renews it only when
+# it starts, so the control plane must restart (a roll) before it runs out.
+CERTIFICATE_WARNING = datetime.timedelta(days=30)
 
 
 @dataclass(frozen=True)
@@ -362,6 +366,51 @@ def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, C
         f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
         for state in states
     }
+
+
+def api_certificate(
+    kubeconfig: str, server: str | None = None, now: datetime.datetime | None = None
+) -> Check:
+    """The API server certificate's expiry, read from a TLS handshake with the API that trusts
+    only the kubeconfig's CA; unhealthy in its last 30 days. `server` overrides the address."""
+    import base64
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    import yaml
+    from cryptography import x509
+
+    try:
+        cluster = yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]
+        address = urlsplit(server or cluster["server"])
+        ca_pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        host, port = str(address.hostname), address.port or 443
+    except (yaml.YAMLError, KeyError, IndexError, TypeError, ValueError) as error:
+        return unknown(f"the stack's kubeconfig is unusable: {error}")
+    try:
+        context = ssl.create_default_context(cadata=ca_pem)
+        with (
+            socket.create_connection((host, port), timeout=API_TIMEOUT) as connection,
+            context.wrap_socket(connection, server_hostname=host) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError) as error:
+        return unknown(f"API {address.netloc} unreachable: {reason(error)}")
+    if der is None:
+        return unknown(f"API {address.netloc} sent no certificate")
+    expires = x509.load_der_x509_certificate(der).not_valid_after_utc
+    left = expires - (now or datetime.datetime.now(datetime.UTC))
+    text = (
+        f"expires {expires:%Y-%m-%d} (in {left.days} days)"
+        if left.total_seconds() > 0
+        else f"expired {expires:%Y-%m-%d}"
+    )
+    if left >= CERTIFICATE_WARNING:
+        return ok(text)
+    return bad(
+        f"{text}: k3s renews it when it starts; `raya roll control-plane` restarts it"
+    )
 
 
 def _node_facts(item: Any) -> NodeFacts:

@@ -50,6 +50,10 @@ def reveal(value: Any) -> Any:
     return value
 
 
+class ProtectedError(Exception):
+    """What the engine answers a replacement or deletion of a protected resource."""
+
+
 @dataclass(frozen=True)
 class Registered:
     typ: str
@@ -76,6 +80,7 @@ class Stored:
     inputs: str  # JSON
     id: str
     outputs: dict[str, Any]
+    protect: bool = False
 
 
 # The hcloud server's properties whose change re-creates it (the provider's ForceNew).
@@ -125,7 +130,12 @@ class ProviderMocks(pulumi.runtime.Mocks):
     keeps its stored value; unchanged inputs keep the id and outputs; a server whose
     ForceNew input changed, or named in `force_replace` (`pulumi up --replace`, which keeps
     ignored inputs too), is re-created (listed in `replaced`); another changed server is
-    updated in place; any other changed resource is re-created.
+    updated in place; any other changed resource is re-created. `protect` is enforced as the
+    engine does (pulumi/pulumi `pkg/resource/deploy/step_generator.go`,
+    `continueStepsFromDiff`: no replacement of a resource protected in the state and in the
+    program; `step.go`, `DeleteStep.Apply`: no deletion of a protected resource, so one the
+    program no longer declares fails the run at its end). The order of a replacement's
+    steps is not played here: `tests/cloud/program/engine.py` does.
     """
 
     def __init__(self, zones: list[Zone], snapshots: list[Snapshot]) -> None:
@@ -139,6 +149,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
         self.force_replace: frozenset[str] = frozenset()  # resource names, for the next run
         self.replaced: list[str] = []  # this run's re-created resources
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.failure: Exception | None = None  # what failed this run, as the engine says it
         self._lock = threading.Lock()
         self._serial = 1000
 
@@ -204,7 +215,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
             stored = self.state.get((args.typ, args.name))
             inputs = dict(args.inputs)
             if stored is not None:
-                inputs = _keep_ignored(inputs, json.loads(stored.inputs), options.ignore_changes)
+                inputs = keep_ignored(inputs, json.loads(stored.inputs), options.ignore_changes)
             text = json.dumps(inputs, sort_keys=True, default=str)
             if stored is not None and args.name in self.force_replace:
                 stored = None
@@ -216,12 +227,20 @@ class ProviderMocks(pulumi.runtime.Mocks):
                     stored = Stored(text, stored.id, {**stored.outputs, **reveal(inputs)})
                 else:
                     stored = None
+            previous = self.state.get((args.typ, args.name))
             if stored is None:
-                if (args.typ, args.name) in self.state:
+                if previous is not None:
+                    if previous.protect and options.protect:
+                        self.failure = ProtectedError(
+                            f"unable to replace resource {args.name} ({args.typ}) as it is "
+                            "currently marked for protection"
+                        )
+                        raise self.failure
                     self.replaced.append(args.name)
                 self._serial += 1
                 id_, outputs = self._create(args.typ, args.name, reveal(inputs))
                 stored = Stored(text, id_, outputs)
+            stored = Stored(stored.inputs, stored.id, stored.outputs, options.protect)
             self.state[(args.typ, args.name)] = stored
             self.resources[args.name] = Registered(
                 args.typ,
@@ -233,6 +252,17 @@ class ProviderMocks(pulumi.runtime.Mocks):
                 options,
             )
         return stored.id, stored.outputs
+
+    def finish(self) -> None:
+        """The end of an update: what the program no longer declares is deleted from the
+        state; a protected one is refused, as the engine refuses it."""
+        registered = {(r.typ, name) for name, r in self.resources.items()}
+        gone = [key for key in self.state if key not in registered]
+        refused = [f"{name} ({typ})" for typ, name in gone if self.state[(typ, name)].protect]
+        if refused:
+            raise ProtectedError(f"refusing to delete protected resource {', '.join(refused)}")
+        for key in gone:
+            del self.state[key]
 
     def _create(self, typ: str, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         serial = self._serial
@@ -283,7 +313,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
         return f"{name}-{serial}", outputs
 
 
-def _keep_ignored(
+def keep_ignored(
     inputs: dict[str, Any], stored: dict[str, Any], paths: tuple[str, ...]
 ) -> dict[str, Any]:
     """`inputs` with the values of `paths` (`name` or `name["key"]`) taken from `stored`."""
@@ -439,9 +469,16 @@ class Run:
         return {name: r for name, r in self.resources.items() if r.typ == typ}
 
 
-def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> Run:
+def run_program(
+    mocks: ProviderMocks,
+    program: Any,
+    *,
+    stack: str = "test",
+    monitor: RecordingMonitor | None = None,
+) -> Run:
     """Run `program()` once against `mocks`, in a fresh monitor; what it returns is taken as
-    the stack outputs. `Run.replaced` lists the resources the run re-created."""
+    the stack outputs. `Run.replaced` lists the resources the run re-created; then
+    `mocks.finish()` ends the update."""
     mocks.resources = {}
     mocks.secret_outputs = {}
     mocks.dependencies = {}
@@ -450,7 +487,11 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
     mocks.calls = []
     _quiet_abandoned_futures()
     pulumi.runtime.set_mocks(
-        mocks, project="raya", stack=stack, preview=False, monitor=RecordingMonitor(mocks)
+        mocks,
+        project="raya",
+        stack=stack,
+        preview=False,
+        monitor=monitor or RecordingMonitor(mocks),
     )
     outputs: dict[str, Any] = {}
 
@@ -458,7 +499,17 @@ def run_program(mocks: ProviderMocks, program: Any, *, stack: str = "test") -> R
     def run() -> pulumi.Output[None]:
         return pulumi.Output.from_input(program()).apply(lambda value: outputs.update(value or {}))
 
-    run()
+    mocks.failure = None
+    try:
+        run()
+    except Exception:
+        # The SDK reports a failed registration its own way: raise what the engine said.
+        if mocks.failure is not None:
+            raise mocks.failure from None
+        raise
+    if mocks.failure is not None:
+        raise mocks.failure
+    mocks.finish()
     return Run(
         resources=dict(mocks.resources),
         outputs=outputs,

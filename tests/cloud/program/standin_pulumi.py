@@ -1,10 +1,21 @@
 """A stand-in `pulumi` CLI: answers the Automation API SDK from recorded CLI output.
 
+What it proves, and all it proves: how raya's calls, through the real Automation API SDK,
+become CLI command lines and environment (`--replace <urn>`, `--event-log`, `--color never`,
+`stack export/import`, the program's environment variables), and how the SDK's answers come
+back to raya (the display passed through line by line, change counts read from the engine
+events, secret outputs masked, the CLI's `error:` line). The deployment it replays is another
+program's (a recorded `pulumi up` of an AWS EKS stack, `recorded/README.md`): nothing here says
+what the engine would do with raya's program. That is `engine.py`'s part: the engine model
+runs raya's program and plans its replacements as the engine does.
+
 Run as `python -m tests.cloud.program.standin_pulumi ARGS` by a wrapper script named `pulumi`.
 Each invocation appends its arguments (JSON, one line) to $STANDIN_LOG: that is the record of
-what raya, through the real SDK, asked of the CLI. Stack operations print the recorded display
-(`recorded/up-3.stdout.txt`) and write the recorded engine events to `--event-log`; stack
-`failing` fails the way the CLI does (exit 255, `error:` lines). Outputs come from
+what raya, through the real SDK, asked of the CLI; a stack operation also logs
+`["env", {RAYA_REPLACE: ...}]`, the program's environment as the CLI received it. Stack
+operations print the recorded display (`recorded/up-3.stdout.txt`) and write the recorded
+engine events to `--event-log`; stack `failing` fails the way the CLI does (exit 255,
+`error:` lines). Outputs come from
 $STANDIN_OUTPUTS (`{"name": [value, secret]}`), masked the way `stack output --json` masks.
 `stack export` answers a state with a protected control plane; what `stack import` is given
 is logged as `["imported", state]`.
@@ -49,6 +60,8 @@ def main(args: list[str]) -> int:
         print(f"error: no stack named '{stack}' found", file=sys.stderr)
         return 255
     elif args[:1] in (["preview"], ["up"], ["destroy"]):
+        with open(os.environ["STANDIN_LOG"], "a") as log:
+            log.write(json.dumps(["env", {"RAYA_REPLACE": os.environ.get("RAYA_REPLACE")}]) + "\n")
         sys.stdout.write((RECORDED / "up-3.stdout.txt").read_text())
         if event_log := option(args, "--event-log"):
             shutil.copyfile(EVENTS, event_log)

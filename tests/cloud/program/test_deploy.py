@@ -1,6 +1,8 @@
 """`raya preview | up | destroy` wiring, without the Pulumi CLI: raya drives the real Automation
 API SDK (so its calls bind to the SDK's real signatures) against a stand-in `pulumi` that logs
-each command line and answers from recorded CLI output and engine events (`recorded/`)."""
+each command line and answers from recorded CLI output and engine events (`recorded/`, another
+program's deployment: these tests prove the SDK plumbing only, see standin_pulumi.py; what the
+engine does with raya's program is test_replacement.py's)."""
 
 from __future__ import annotations
 
@@ -35,9 +37,14 @@ class Standin:
     log: Path
 
     def calls(self) -> list[list[str]]:
-        """Every command line raya, through the SDK, ran; `version` left out."""
+        """Every command line raya, through the SDK, ran; `version` and `env` left out."""
         runs = [json.loads(line) for line in self.log.read_text().splitlines()]
-        return [run for run in runs if run != ["version"]]
+        return [run for run in runs if run != ["version"] and run[0] != "env"]
+
+    def environments(self) -> list[dict[str, str | None]]:
+        """The program's environment at each stack operation, as the CLI received it."""
+        runs = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [run[1] for run in runs if run[0] == "env"]
 
     def operations(self) -> list[list[str]]:
         return [run for run in self.calls() if run[0] in ("preview", "up", "destroy")]
@@ -264,3 +271,22 @@ def test_without_pulumi_packages_raya_works_and_deploying_says_what_to_install(
         "error: raya up needs the Pulumi packages (pulumi is missing): install raya's [deploy] "
         "extra, e.g. `scripts/bootstrap deploy`"
     ]
+
+
+def test_replace_reaches_the_cli_as_targets_and_the_program_as_its_environment(
+    project: Path, standin: Standin
+) -> None:
+    deploy.run("up", project, "prod", lambda line: None, replace=("control-plane", "agent-1"))
+    ((up,),) = [standin.operations()]
+    targets = [up[i + 1] for i, arg in enumerate(up) if arg == "--replace"]
+    assert targets == [
+        "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane",
+        "urn:pulumi:prod::raya::hcloud:index/server:Server::agent-1",
+    ]
+    assert standin.environments() == [{"RAYA_REPLACE": "control-plane,agent-1"}]
+    # The control plane was unprotected in the state (export, import) before the update.
+    kinds = [run[:2] for run in standin.calls()]
+    assert kinds.index(["stack", "import"]) < kinds.index(["up", "--yes"])
+    (state,) = [run[1] for run in standin.calls() if run[0] == "imported"]  # a JSON state
+    assert isinstance(state, dict)
+    assert [r.get("protect") for r in state["deployment"]["resources"]] == [False, None]

@@ -16,6 +16,7 @@ from raya.cli import app
 from raya.cloud import deploy
 from raya.cloud.program import REPLACE_ENV
 from raya.errors import DeployError
+from tests.cloud.program.engine import update_summary
 
 EVENTS = Path(__file__).parent / "events"
 CP_URN = "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane"
@@ -64,11 +65,11 @@ class RecordedStack:
 
     def up(self, **kwargs: Any) -> auto.UpResult:
         self._play("up", kwargs)
-        return auto.UpResult("", "", _summary("update", {auto.OpType.SAME: 26}), {})
+        return auto.UpResult("", "", update_summary("update", {auto.OpType.SAME: 26}), {})
 
     def destroy(self, **kwargs: Any) -> auto.DestroyResult:
         self.calls.append(("destroy", kwargs))
-        return auto.DestroyResult("", "", _summary("destroy", {auto.OpType.DELETE: 26}))
+        return auto.DestroyResult("", "", update_summary("destroy", {auto.OpType.DELETE: 26}))
 
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export_stack", {}))
@@ -264,18 +265,3 @@ def test_the_subnet_counts_as_the_network() -> None:
     assert deploy.protected_changes([event]) == [
         "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
     ]
-
-
-def _summary(kind: str, changes: dict[auto.OpType, int]) -> auto.UpdateSummary:
-    return auto.UpdateSummary(
-        kind=kind,
-        start_time=None,  # type: ignore[arg-type]
-        message="",
-        environment={},
-        config={},
-        result="succeeded",
-        end_time=None,
-        version=2,
-        deployment=None,
-        resource_changes=changes,
-    )

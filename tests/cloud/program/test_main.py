@@ -9,14 +9,13 @@ import runpy
 import shutil
 import sys
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pulumi
 import pytest
 import yaml
 
-from raya.cloud.program import GITHUB_URL_ENV, REPLACE_ENV, main
+from raya.cloud.program import REPLACE_ENV, main
 from raya.errors import ConfigError, DeployError, KeysError
 from raya.model.pins import (
     ChartPin,
@@ -38,26 +37,12 @@ from tests.cloud.program.mocks import (
     run_program,
 )
 from tests.cloud.program.test_program import CLUSTER_TOKEN
-from tests.support import REPO, http_server
+from tests.support import EXAMPLE_KEYS, REPO
 
-KEYS = json.loads((EXAMPLE_ROOT / "keys.json").read_text())
+# The keys the `github` fixture serves (tests/conftest.py): a test may change them.
+KEYS = EXAMPLE_KEYS
 # A key of another user: what a key rotation on GitHub looks like from here.
 EXAMPLE_OTHER_KEY = KEYS["octo-bob"].splitlines()[0] + "\n"
-
-
-@pytest.fixture
-def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """A GitHub serving the example users' keys pages; yields the paths asked for."""
-    asked: list[str] = []
-
-    def keys_page(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
-        asked.append(request.path)
-        body = KEYS.get(request.path.removeprefix("/").removesuffix(".keys"))
-        return (200, body.encode()) if body else (404, b"Not Found")
-
-    with http_server(keys_page) as url:
-        monkeypatch.setenv(GITHUB_URL_ENV, url)
-        yield asked
 
 
 @pytest.fixture

@@ -210,7 +210,6 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         "location": "nbg1",
         "labels": {"managed_by": "raya", "role": "control-plane-state"},
     }
-    assert inputs["control-plane-state"] == volume
     attachment = result.of_type("hcloud:index/volumeAttachment:VolumeAttachment")
     assert reveal(attachment["control-plane-volume"].inputs) == {
         "serverId": int(result.resources["control-plane"].id),

@@ -62,6 +62,39 @@ def test_main_builds_the_image_then_deploys_one_run_at_a_time() -> None:
     assert workflow["jobs"]["deploy"]["needs"] == ["test"]
 
 
+# Production's write credentials, as the production environment holds them (docs/deploy.md).
+PRODUCTION = {"secrets.HCLOUD_TOKEN", "vars.GCP_DEPLOY_SERVICE_ACCOUNT"}
+
+
+def references(node: Any) -> set[str]:
+    """Every `secrets.X` and `vars.X` an expression in `node` names."""
+    text = yaml.safe_dump(node)
+    return set(re.findall(r"\$\{\{\s*((?:secrets|vars)\.\w+)\s*\}\}", text))
+
+
+def test_production_is_deployed_from_main_only_with_its_own_environment() -> None:
+    workflow = load("main.yml")
+    # `on:` reads as True in YAML 1.1; a dispatch may name any branch, so the job must check.
+    assert "workflow_dispatch" in workflow[True]  # type: ignore[index]
+    deploy = workflow["jobs"]["deploy"]
+    assert deploy["if"] == "github.ref == 'refs/heads/main'"
+    assert deploy["environment"] == "production"
+    assert references(deploy) >= PRODUCTION
+    # No other job of any workflow names the environment or a production credential.
+    for name in NAMES:
+        for job_name, job in load(name)["jobs"].items():
+            if (name, job_name) != ("main.yml", "deploy"):
+                assert "environment" not in job, (name, job_name)
+                assert not PRODUCTION & references(job), (name, job_name)
+
+
+def test_the_preview_uses_read_only_credentials() -> None:
+    preview = load("pull-request.yml")["jobs"]["preview"]
+    assert preview["env"]["HCLOUD_TOKEN"] == "${{ secrets.HCLOUD_READ_TOKEN }}"
+    (auth,) = [step for step in preview["steps"] if "/auth@" in step.get("uses", "")]
+    assert auth["with"]["service_account"] == "${{ vars.GCP_PREVIEW_SERVICE_ACCOUNT }}"
+
+
 def test_pins_are_bumped_weekly_by_pull_request() -> None:
     workflow = load("pins.yml")
     triggers: dict[str, Any] = workflow.get(True, {})  # type: ignore[call-overload]

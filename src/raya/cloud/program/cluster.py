@@ -131,12 +131,21 @@ def define_server(
         ],
         public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
         user_data=user_data,
+        # A deleted server is stopped first (ACPI shutdown, then deleted once off): k3s ends
+        # cleanly and the control plane's volume is not pulled from under a running datastore.
+        shutdown_before_deletion=True,
         opts=pulumi.ResourceOptions(
             # The firewall first: its label selector then covers the server from its birth.
             depends_on=[network.subnet, firewall],
             additional_secret_outputs=["user_data"],
             ignore_changes=[] if replace else list(IGNORED),
             protect=node.role == "control-plane" and not replace,
+            # A replacement must delete the old server first: it holds the server's name
+            # (unique per project) and its private IP until deleted. The engine's default is
+            # create-first, and for a targeted replace (`raya roll`, `replace=`) it never asks
+            # the provider, whose own delete-first rule for named resources then does not
+            # apply (docs/deploy.md, "What a replacement does").
+            delete_before_replace=True,
         ),
     )
     if volume is not None:
@@ -146,6 +155,11 @@ def define_server(
             volume_id=volume.id.apply(int),
             # Ignition formats (first boot only) and mounts it: Hetzner must not.
             automount=False,
+            # The server's delete-first replacement deletes this attachment before the server
+            # (it depends on the server's id), which would detach the volume from a running
+            # k3s. Left to Hetzner instead: deleting the server, once shut down, detaches it;
+            # the attachment is then made again to the new server.
+            opts=pulumi.ResourceOptions(retain_on_delete=True),
         )
     differ = pulumi.Output.all(server.labels, server.image, digests).apply(
         lambda v: drift.drift_parts(v[0] or {}, str(v[1]), v[2], image)

@@ -1,0 +1,557 @@
+"""A model of the Pulumi engine's update, planning each resource's steps as the engine does, and
+applying them step by step through provider models to the Hetzner model (`hetzner.py`).
+
+The program is the real one, run under Pulumi's mocks: every registration reaches `new_resource`
+with the goal the SDK sent the monitor (options included); the engine model decides that
+resource's steps, applies them, and answers with the id and outputs the step produced. Written
+from pulumi/pulumi `pkg/resource/deploy/step_generator.go` and `step.go`, not from what raya
+expects:
+
+- `generateSteps`: a resource with no old state is created. One deleted earlier in this update
+  as a dependent of a delete-first replacement ("recreating") is created again. One with an old
+  state takes the old values of its `ignoreChanges` paths (`processIgnoreChanges`), then is
+  diffed.
+- `diff`: a resource named in the replace targets (`pulumi up --replace`, the Automation API's
+  `replace=`) gets "replace, blaming the id" without the provider being asked; otherwise the
+  provider's Diff decides (none, update in place, or replace, with its own delete-first wish).
+- `continueStepsFromDiff`: a replacement of a resource protected in the goal *and* the old
+  state is refused ("unable to replace resource ... as it is currently marked for protection");
+  `deleteBeforeReplace` set in the goal overrides the provider's wish, and without either the
+  replacement is create-first: the new resource is created, and the old one deleted at the end
+  of the update (its delete step is generated after all creates and updates). Delete-first
+  deletes, in reverse dependency order, the dependents that the deletion would replace
+  (`calculateDependentReplacements`: each resource whose property depends on one in the
+  replace set, and whose provider Diff with those properties unknown says replace), refusing
+  if one is protected; then deletes the old resource, then creates the new one.
+- `GenerateDeletes` / `ScheduleDeletes`: at the end, resources of the old state not registered
+  again, and the old halves of create-first replacements, are deleted, dependents first.
+- `step.go`, `DeleteStep.Apply`: deleting a protected resource is refused, unless as part of a
+  replacement (checked above); deleting one with `retainOnDelete` calls no provider.
+- A failed step ends the update (`pulumi up` exits non-zero); the steps done stay done.
+
+The provider models answer Diff with the properties each provider's schema marks ForceNew
+(hcloud: `terraform-provider-hcloud` server and volume attachment schemas; gcp: the record
+set's name, type and zone) and, like pulumi-terraform-bridge `pkg/tfbridge/provider.go` `Diff`
+for a resource whose `name` is set explicitly, ask for delete-first on a replacement they
+compute. Creates and deletes of hcloud servers, volumes and attachments go to the Hetzner model;
+other resources get the outputs `ProviderMocks` computes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from raya.cloud import deploy
+from raya.cloud.program import main
+from tests.cloud.program.hetzner import Hetzner, HetznerError
+from tests.cloud.program.mocks import (
+    SERVER_FORCE_NEW,
+    SERVER_TYPE,
+    Options,
+    ProtectedError,
+    ProviderMocks,
+    RecordingMonitor,
+    Registered,
+    Run,
+    Snapshot,
+    Zone,
+    keep_ignored,
+    reveal,
+    run_program,
+)
+
+VOLUME_TYPE = "hcloud:index/volume:Volume"
+ATTACHMENT_TYPE = "hcloud:index/volumeAttachment:VolumeAttachment"
+RECORD_TYPE = "gcp:dns/recordSet:RecordSet"
+# The properties whose change re-creates the resource, per provider schema (ForceNew); any
+# change of a type not listed re-creates it.
+FORCE_NEW: dict[str, tuple[str, ...]] = {
+    SERVER_TYPE: SERVER_FORCE_NEW,
+    VOLUME_TYPE: ("location", "format"),
+    ATTACHMENT_TYPE: ("serverId", "volumeId", "automount"),
+    RECORD_TYPE: ("name", "type", "managedZone", "project"),
+}
+UNKNOWN = object()  # a property whose value the engine does not know yet
+
+
+class EngineError(Exception):
+    """The update failed: what the CLI prints as its last `error:` line."""
+
+
+@dataclass
+class Resource:
+    """One resource of the state (the engine's `resource.State`)."""
+
+    urn: str
+    typ: str
+    name: str
+    id: str
+    inputs: dict[str, Any]  # revealed
+    outputs: dict[str, Any]
+    protect: bool
+    retain_on_delete: bool
+    dependencies: frozenset[str]  # URNs
+    property_dependencies: dict[str, frozenset[str]]  # property -> URNs
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the monitor receives with a registration besides the inputs."""
+
+    urn: str
+    options: Options
+    delete_before_replace: bool | None  # None: not set in the program
+    retain_on_delete: bool
+    dependencies: frozenset[str]
+    property_dependencies: dict[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class Diff:
+    changes: bool
+    replace: bool = False
+    delete_before_replace: bool = False  # the provider's wish
+
+
+class GoalMonitor(RecordingMonitor):
+    """The mock monitor, also keeping what the engine plans with: the URN, `deleteBeforeReplace`
+    and the property dependencies of each registration."""
+
+    def __init__(self, mocks: Engine) -> None:
+        super().__init__(mocks)
+        self.engine = mocks
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """As the engine makes it (pulumi/pulumi `sdk/go/common/resource/urn.go`, `NewURN`):
+        a child of the root stack carries no parent type, unlike the mock monitor's."""
+        root = parent.split("::")[2] == "pulumi:pulumi:Stack" if parent else False
+        return str(super().make_urn("" if root else parent, type_, name))
+
+    def RegisterResource(self, request: Any) -> Any:
+        urn = self.make_urn(request.parent, request.type, request.name)
+        defined = bool(request.deleteBeforeReplaceDefined or request.deleteBeforeReplace)
+        with self.engine._lock:
+            self.engine.goals[request.name] = Goal(
+                urn,
+                Options(tuple(request.ignoreChanges), bool(request.protect)),
+                bool(request.deleteBeforeReplace) if defined else None,
+                bool(request.retainOnDelete),
+                frozenset(request.dependencies),
+                {
+                    key: frozenset(deps.urns)
+                    for key, deps in request.propertyDependencies.items()
+                },
+            )
+        return super().RegisterResource(request)
+
+
+class Engine(ProviderMocks):
+    """The engine model: `state` (by URN, in dependency order) persists across updates;
+    `steps` lists the last update's steps in the order they ran (operation, resource name)."""
+
+    def __init__(
+        self,
+        hetzner: Hetzner,
+        zones: list[Zone],
+        snapshots: list[Snapshot],
+        *,
+        project: str = "raya",
+        stack: str = "prod",
+    ) -> None:
+        super().__init__(zones, snapshots)
+        self.hetzner, self.project, self.stack = hetzner, project, stack
+        self.snapshot: dict[str, Resource] = {}  # by URN, in dependency order
+        self.goals: dict[str, Goal] = {}
+        self.steps: list[tuple[str, str]] = []
+        self.exported: dict[str, tuple[Any, bool]] = {}  # stack outputs: (value, secret)
+        self._targets: frozenset[str] = frozenset()
+        self._registered: set[str] = set()
+        self._recreate: set[str] = set()  # URNs deleted as dependents of a delete-first replace
+        self._condemned: list[Resource] = []  # old halves of create-first replacements
+
+    # The update
+
+    def update(self, program: Callable[[], Any], *, replace: Collection[str] = ()) -> Run:
+        """`pulumi up` of `program` with the targets `replace` (URNs); raises EngineError
+        when a step fails, with the steps done kept."""
+        self.steps, self.exported = [], {}
+        self._targets, self._registered = frozenset(replace), set()
+        self._recreate, self._condemned = set(), []
+        self.goals = {}
+        return run_program(self, program, stack=self.stack, monitor=GoalMonitor(self))
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        with self._lock:
+            goal = self.goals[args.name]
+            self._registered.add(goal.urn)
+            try:
+                new = self._step(args, goal)
+            except (EngineError, HetznerError) as error:
+                self.failure = EngineError(f"{args.name}: {error}")
+                raise self.failure from None
+            self.resources[args.name] = Registered(
+                args.typ,
+                args.name,
+                args.inputs,
+                new.id,
+                new.outputs,
+                self.secret_outputs[args.name],
+                goal.options,
+            )
+            return new.id, new.outputs
+
+    def _step(self, args: pulumi.runtime.MockResourceArgs, goal: Goal) -> Resource:
+        old = self.snapshot.get(goal.urn)
+        inputs = reveal(dict(args.inputs))
+        recreating = goal.urn in self._recreate
+        if old is not None and not recreating:
+            inputs = keep_ignored(inputs, old.inputs, goal.options.ignore_changes)
+        new = Resource(
+            goal.urn,
+            args.typ,
+            args.name,
+            "",
+            inputs,
+            {},
+            goal.options.protect,
+            goal.retain_on_delete,
+            goal.dependencies,
+            goal.property_dependencies,
+        )
+        if recreating:
+            self._recreate.discard(goal.urn)
+            return self._create_step(new, "create-replacement")
+        if old is None:
+            return self._create_step(new, "create")
+        if goal.urn in self._targets:
+            diff = Diff(changes=True, replace=True)  # "replace, blaming the id": no provider
+        else:
+            diff = provider_diff(old, inputs)
+        if not diff.changes:
+            return self._keep(
+                replace(
+                    old,
+                    protect=new.protect,
+                    retain_on_delete=new.retain_on_delete,
+                    dependencies=new.dependencies,
+                    property_dependencies=new.property_dependencies,
+                )
+            )
+        if not diff.replace:
+            self.steps.append(("update", new.name))
+            updated = replace(
+                old,
+                inputs=inputs,
+                outputs={**old.outputs, **inputs},
+                protect=new.protect,
+                retain_on_delete=new.retain_on_delete,
+                dependencies=new.dependencies,
+                property_dependencies=new.property_dependencies,
+            )
+            return self._keep(updated)
+        if new.protect and old.protect:
+            raise EngineError(
+                f"unable to replace resource {goal.urn} as it is currently marked for protection"
+            )
+        delete_first = (
+            goal.delete_before_replace
+            if goal.delete_before_replace is not None
+            else diff.delete_before_replace
+        )
+        if delete_first:
+            for dependent in reversed(self._dependent_replacements(old)):
+                if dependent.protect:
+                    raise EngineError(
+                        f"unable to replace resource {dependent.urn} as part of replacing "
+                        f"{goal.urn} as it is currently marked for protection"
+                    )
+                self._delete_step(dependent, "delete-replaced")
+                self._recreate.add(dependent.urn)
+            self._delete_step(old, "delete-replaced")
+            return self._create_step(new, "create-replacement")
+        created = self._create_step(new, "create-replacement")
+        self._condemned.append(old)
+        return created
+
+    def _dependent_replacements(self, root: Resource) -> list[Resource]:
+        """`calculateDependentReplacements`: the old state's dependents of `root` (in dependency
+        order) that a change of the properties depending on the replace set would replace."""
+        replacing = {root.urn}
+        found: list[Resource] = []
+        after = list(self.snapshot.values())
+        for resource in after[after.index(root) + 1 :]:
+            if resource.urn in self._registered:
+                continue  # registered again already: it no longer depends on the root
+            unknown = {
+                key
+                for key, deps in resource.property_dependencies.items()
+                if deps & replacing and key in resource.inputs
+            }
+            if not unknown:
+                continue
+            changed = {**resource.inputs, **dict.fromkeys(unknown, UNKNOWN)}
+            if provider_diff(resource, changed).replace:
+                found.append(resource)
+                replacing.add(resource.urn)
+        return found
+
+    def finish(self) -> None:
+        """The deletions after every create and update: the old halves of create-first
+        replacements and what the program no longer declares, dependents first."""
+        gone = [r for r in self.snapshot.values() if r.urn not in self._registered]
+        doomed = self._condemned + gone
+        for resource in reversed(self._dependency_order(doomed)):
+            replacing = resource in self._condemned
+            if resource.protect and not replacing:
+                raise EngineError(f"refusing to delete protected resource '{resource.urn}'")
+            self._delete_step(resource, "delete-replaced" if replacing else "delete")
+            if resource in gone:
+                del self.snapshot[resource.urn]
+
+    def _dependency_order(self, resources: list[Resource]) -> list[Resource]:
+        order = {urn: i for i, urn in enumerate(self.snapshot)}
+        return sorted(resources, key=lambda r: order.get(r.urn, -1))
+
+    def _keep(self, resource: Resource) -> Resource:
+        if ("update", resource.name) not in self.steps:
+            self.steps.append(("same", resource.name))
+        self.snapshot[resource.urn] = resource
+        return resource
+
+    # The provider models
+
+    def _create_step(self, resource: Resource, op: str) -> Resource:
+        self._serial += 1
+        inputs = resource.inputs
+        if resource.typ == SERVER_TYPE:
+            ips = tuple(str(net["ip"]) for net in inputs.get("networks") or [])
+            server = self.hetzner.create_server(inputs["name"], ips)
+            outputs = {
+                **inputs,
+                "ipv4Address": self.hetzner.public_ipv4(server.id),
+                "ipv6Address": f"2001:db8:{server.id:x}::1",
+                "status": server.status,
+            }
+            created = replace(resource, id=str(server.id), outputs=outputs)
+        elif resource.typ == VOLUME_TYPE:
+            volume = self.hetzner.create_volume(inputs["name"])
+            outputs = {**inputs, "linuxDevice": f"/dev/disk/by-id/scsi-0HC_Volume_{volume.id}"}
+            created = replace(resource, id=str(volume.id), outputs=outputs)
+        elif resource.typ == ATTACHMENT_TYPE:
+            # Its id is the volume's (terraform-provider-hcloud, volume attachment resource).
+            volume_id = int(inputs["volumeId"])
+            self.hetzner.attach(volume_id, int(inputs["serverId"]))
+            created = replace(resource, id=str(volume_id), outputs=dict(inputs))
+        else:
+            id_, outputs = self._create(resource.typ, resource.name, inputs)
+            created = replace(resource, id=id_, outputs=outputs)
+        self.steps.append((op, resource.name))
+        self.snapshot.pop(resource.urn, None)
+        self.snapshot[resource.urn] = created
+        return created
+
+    def _delete_step(self, resource: Resource, op: str) -> None:
+        self.steps.append((op, resource.name))
+        if resource.retain_on_delete:
+            return
+        if resource.typ == SERVER_TYPE:
+            if resource.inputs.get("shutdownBeforeDeletion"):
+                self.hetzner.shutdown_server(int(resource.id))
+            self.hetzner.delete_server(int(resource.id))
+        elif resource.typ == VOLUME_TYPE:
+            self.hetzner.delete_volume(int(resource.id))
+        elif resource.typ == ATTACHMENT_TYPE:
+            self.hetzner.detach(int(resource.id))
+
+    # The Automation API's view of the state
+
+    def export(self) -> auto.Deployment:
+        return auto.Deployment(
+            version=3,
+            deployment={
+                "resources": [
+                    {"urn": r.urn, "type": r.typ, "id": r.id, "protect": r.protect}
+                    for r in self.snapshot.values()
+                ]
+            },
+        )
+
+    def import_(self, state: auto.Deployment) -> None:
+        """Takes back the `protect` flags of an exported state (the only field raya edits)."""
+        for exported in (state.deployment or {}).get("resources", []):
+            self.snapshot[exported["urn"]].protect = bool(exported.get("protect"))
+
+
+def provider_diff(old: Resource, inputs: Mapping[str, Any]) -> Diff:
+    """The provider's Diff: replace when a ForceNew property changes (or may: unknown), with
+    delete-first asked for a resource whose `name` is set (pulumi-terraform-bridge)."""
+    changed = {
+        key
+        for key in set(old.inputs) | set(inputs)
+        if inputs.get(key, None) is UNKNOWN or old.inputs.get(key) != inputs.get(key)
+    }
+    if not changed:
+        return Diff(changes=False)
+    force_new = FORCE_NEW.get(old.typ)
+    replaces = bool(changed & set(force_new)) if force_new is not None else True
+    named = "name" in old.inputs
+    return Diff(changes=True, replace=replaces, delete_before_replace=replaces and named)
+
+
+
+
+class EngineStack:
+    """What `raya.cloud.deploy` asks of an `auto.Stack`, answered by the engine model running
+    the real program (`raya.cloud.program.main`) on the project folder as `pulumi up` runs it:
+    the stack file's `config` (lists and booleans as JSON text, as Pulumi stores them), the
+    workspace's environment variables, `replace=` as the update's replace targets. A failed
+    update raises `auto.CommandError` with the CLI's `error:` line, as the SDK does."""
+
+    def __init__(self, engine: Engine, root: Path) -> None:
+        self.engine, self.root = engine, root
+        self.workspace = SimpleNamespace(env_vars={})
+        self.calls: list[tuple[str, tuple[str, ...]]] = []  # (operation, replace targets)
+
+    def open(self) -> EngineStack:
+        """The stack as `deploy.open_stack` gives it: in a new workspace (no environment
+        variables left from an earlier command), on the same backend state."""
+        self.workspace = SimpleNamespace(env_vars={})
+        return self
+
+    def up(
+        self,
+        *,
+        replace: Collection[str] = (),
+        on_output: Callable[[str], None] | None = None,
+        **display: Any,
+    ) -> auto.UpResult:
+        self.calls.append(("up", tuple(replace)))
+        document = yaml.safe_load((self.root / f"Pulumi.{self.engine.stack}.yaml").read_text())
+        config = {
+            key: value if isinstance(value, str) else json.dumps(value)
+            for key, value in document["config"].items()
+        }
+        saved = {name: os.environ.get(name) for name in self.workspace.env_vars}
+        os.environ.update(self.workspace.env_vars)
+        pulumi.runtime.set_all_config(config)
+        try:
+            run = self.engine.update(self._program, replace=replace)
+        except (EngineError, ProtectedError) as error:
+            raise auto.CommandError(
+                auto.CommandResult(stdout="", stderr=f"error: {error}", code=255)
+            ) from None
+        finally:
+            pulumi.runtime.set_all_config({})
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        self.engine.exported = {name: (pair[0], pair[1]) for name, pair in run.outputs.items()}
+        for op, name in self.engine.steps:
+            if on_output is not None:
+                on_output(f"{op} {name}")
+        return auto.UpResult("", "", _summary(self.engine.steps), self.outputs())
+
+    def _program(self) -> dict[str, Any]:
+        """`main`, then its exports (the root stack's outputs), each with its secrecy."""
+        main(self.root)
+        stack = pulumi.runtime.get_root_resource()
+        assert isinstance(stack, pulumi.runtime.stack.Stack)
+        exported = {}
+        for name, value in stack.outputs.items():
+            output = pulumi.Output.from_input(value)
+            secret: Any = output.is_secret()  # an awaitable, which from_input takes
+            exported[name] = pulumi.Output.all(
+                pulumi.Output.unsecret(output), pulumi.Output.from_input(secret)
+            )
+        return exported
+
+    def export_stack(self) -> auto.Deployment:
+        self.calls.append(("export", ()))
+        return self.engine.export()
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        self.calls.append(("import", ()))
+        self.engine.import_(state)
+
+    def outputs(self) -> dict[str, auto.OutputValue]:
+        return {
+            name: auto.OutputValue(value=value, secret=secret)
+            for name, (value, secret) in self.engine.exported.items()
+        }
+
+
+# The engine's operation names for the steps, as an update's summary counts them.
+_SUMMARY_OPS = {
+    "create": "create",
+    "same": "same",
+    "update": "update",
+    "create-replacement": "replace",
+    "delete": "delete",
+}
+
+
+def _summary(steps: list[tuple[str, str]]) -> auto.UpdateSummary:
+    counts: dict[str, int] = {}
+    for op, _ in steps:
+        if op in _SUMMARY_OPS:
+            counts[_SUMMARY_OPS[op]] = counts.get(_SUMMARY_OPS[op], 0) + 1
+    return update_summary("update", counts)
+
+
+def update_summary(kind: str, changes: Mapping[Any, int]) -> auto.UpdateSummary:
+    """A finished update's summary as the SDK gives it, with `changes` per operation."""
+    return auto.UpdateSummary(
+        kind=kind,
+        start_time=None,  # type: ignore[arg-type]
+        message="",
+        environment={},
+        config={},
+        result="succeeded",
+        end_time=None,
+        version=1,
+        deployment=None,
+        resource_changes=dict(changes),
+    )
+
+
+@dataclass
+class Cloud:
+    """A project deployed through the engine model: `raya.cloud.deploy` opens `stack`."""
+
+    hetzner: Hetzner
+    engine: Engine
+    stack: EngineStack
+    root: Path
+
+    def up(self, *replace: str) -> None:
+        deploy.run("up", self.root, self.engine.stack, lambda line: None, replace=replace)
+
+    def since(self, mark: int) -> list[str]:
+        """Hetzner's log from entry `mark` on."""
+        return self.hetzner.log[mark:]
+
+
+def deployed_cloud(
+    root: Path, monkeypatch: pytest.MonkeyPatch, zones: list[Zone], snapshots: list[Snapshot]
+) -> Cloud:
+    """Stack `prod` of the project at `root`, deployed once by `raya.cloud.deploy.run`."""
+    hetzner = Hetzner()
+    engine = Engine(hetzner, zones, snapshots)
+    stack = EngineStack(engine, root)
+    monkeypatch.setattr(deploy, "open_stack", lambda root, name, create: stack.open())
+    cloud = Cloud(hetzner, engine, stack, root)
+    cloud.up()
+    return cloud

@@ -1,0 +1,145 @@
+"""A model of the Hetzner Cloud API's rules that a replacement meets, and of what the hcloud
+provider (pulumi-hcloud, a bridge of hetznercloud/terraform-provider-hcloud) asks of it.
+
+Written from the API and the provider, not from what raya expects:
+- A server's name is unique per project: a second one is refused with `uniqueness_error`
+  (Hetzner Cloud API reference, "Errors"; hcloud-go `hcloud/error.go`,
+  `ErrorCodeUniquenessError`).
+- A private IP of a network is held by the server attached with it until that server leaves
+  the network or is deleted: another server asking for it is refused with `ip_not_available`
+  (hcloud-go `hcloud/error.go`, `ErrorCodeIPNotAvailable`).
+- A volume is attached to one server at a time: attaching an attached volume is refused with
+  `volume_already_attached`, "Volume is already attached to a server, detach first"
+  (hcloud-go `hcloud/error.go`, `ErrorCodeVolumeAlreadyAttached`).
+- Deleting a server detaches its volumes (API reference, "Delete a Server": attached volumes
+  are detached, not deleted), and deletes it whatever it is doing: a running server is cut off.
+- `shutdown_before_deletion` (terraform-provider-hcloud `internal/server/resource.go`,
+  `resourceServerDelete`): the provider first sends an ACPI shutdown and waits for the server
+  to be `off`, then deletes it.
+- `hcloud_volume_attachment` (terraform-provider-hcloud, `resourceVolumeAttachmentCreate` and
+  `resourceVolumeAttachmentDelete`): create attaches the volume to the server (its id is the
+  volume's); delete detaches it if it is attached, and does nothing if it is not.
+
+`log` keeps every call that changed something, in order, for the tests to read the sequence.
+`on_create` is told each server created (a new VM that boots) and `on_delete` each server
+deleted: what a Kubernetes stand-in needs to have that node go away and register again with
+a new boot.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class HetznerError(Exception):
+    """An API error: its `code` and message, as the API's error object carries them."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+
+
+@dataclass
+class Server:
+    id: int
+    name: str
+    private_ips: tuple[str, ...]
+    status: str = "running"
+
+
+@dataclass
+class Volume:
+    id: int
+    name: str
+    server: int | None = None  # the server it is attached to
+
+
+@dataclass
+class Hetzner:
+    on_create: Callable[[str], None] = lambda name: None
+    on_delete: Callable[[str], None] = lambda name: None
+    servers: dict[int, Server] = field(default_factory=dict)
+    volumes: dict[int, Volume] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+    _serial: int = 5000
+
+    def _id(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def server_named(self, name: str) -> Server | None:
+        return next((s for s in self.servers.values() if s.name == name), None)
+
+    def create_server(self, name: str, private_ips: tuple[str, ...]) -> Server:
+        if self.server_named(name) is not None:
+            raise HetznerError("uniqueness_error", f"server name {name} is already used")
+        held = {ip: s.name for s in self.servers.values() for ip in s.private_ips}
+        for ip in private_ips:
+            if ip in held:
+                raise HetznerError(
+                    "ip_not_available", f"IP {ip} is not available (held by {held[ip]})"
+                )
+        server = Server(self._id(), name, private_ips)
+        self.servers[server.id] = server
+        self.log.append(f"create server {name}")
+        self.on_create(name)
+        return server
+
+    def shutdown_server(self, server_id: int) -> None:
+        server = self._server(server_id)
+        server.status = "off"
+        self.log.append(f"shutdown server {server.name}")
+
+    def delete_server(self, server_id: int) -> None:
+        server = self._server(server_id)
+        for volume in self.volumes.values():
+            if volume.server == server_id:
+                volume.server = None
+                self.log.append(f"detach volume {volume.name} (server deleted)")
+        del self.servers[server_id]
+        self.log.append(f"delete server {server.name} ({server.status})")
+        self.on_delete(server.name)
+
+    def create_volume(self, name: str) -> Volume:
+        if any(v.name == name for v in self.volumes.values()):
+            raise HetznerError("uniqueness_error", f"volume name {name} is already used")
+        volume = Volume(self._id(), name)
+        self.volumes[volume.id] = volume
+        self.log.append(f"create volume {name}")
+        return volume
+
+    def delete_volume(self, volume_id: int) -> None:
+        volume = self._volume(volume_id)
+        del self.volumes[volume_id]
+        self.log.append(f"delete volume {volume.name}")
+
+    def attach(self, volume_id: int, server_id: int) -> None:
+        volume, server = self._volume(volume_id), self._server(server_id)
+        if volume.server is not None:
+            raise HetznerError(
+                "volume_already_attached",
+                f"volume {volume.name} is already attached to a server, detach first",
+            )
+        volume.server = server_id
+        self.log.append(f"attach volume {volume.name} to {server.name}")
+
+    def detach(self, volume_id: int) -> None:
+        volume = self._volume(volume_id)
+        if volume.server is not None:
+            volume.server = None
+            self.log.append(f"detach volume {volume.name}")
+
+    def _server(self, server_id: int) -> Server:
+        if server_id not in self.servers:
+            raise HetznerError("not_found", f"server {server_id} not found")
+        return self.servers[server_id]
+
+    def _volume(self, volume_id: int) -> Volume:
+        if volume_id not in self.volumes:
+            raise HetznerError("not_found", f"volume {volume_id} not found")
+        return self.volumes[volume_id]
+
+    def public_ipv4(self, server_id: int) -> str:
+        return str(ipaddress.IPv4Address("203.0.113.0") + server_id % 250 + 1)

@@ -1,0 +1,638 @@
+"""A Kubernetes API stand-in over real TLS on 127.0.0.1, written from what the real API server,
+its controllers and the kubelet do, not from what raya expects:
+
+- TLS: the serving certificate comes from the cluster's server CA and names k3s' `tls-san` and
+  127.0.0.1 (k3s' dynamiclistener makes it valid a year); a client certificate is asked for, not
+  required, as kube-apiserver does (`tls.RequestClientCert`, k8s.io/apiserver
+  `pkg/server/secure_serving.go`), and a request without one is 401 because k3s runs the API
+  server with `anonymous-auth=false` (k3s `pkg/daemons/control/server.go`, `apiServer`). One
+  difference: Python verifies a certificate it is given, so one from another CA fails the
+  handshake here, where kube-apiserver's x509 authenticator answers 401. Refused either way;
+  TLS is capped at 1.2 here so that the client sees why (`unknown ca`) during the handshake,
+  where TLS 1.3 sends that alert after the client has finished.
+- Eviction (kubernetes/kubernetes `pkg/registry/core/pod/storage/eviction.go`,
+  `EvictionREST.Create`, and https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/):
+  a pod that is Pending, finished or already terminating is deleted without consulting a
+  budget (`canIgnorePDB`); more than one matching PodDisruptionBudget is a 500; with one,
+  `checkAndDecrement` answers 429 ("Cannot evict pod as it would violate the pod's disruption
+  budget.") while its `status.disruptionsAllowed` is 0, else decrements it, records the pod in
+  `status.disruptedPods`, and deletes the pod gracefully. An unready pod is deleted without
+  decrementing when the budget is met anyway.
+- PodDisruptionBudget status, as the disruption controller computes it
+  (`pkg/controller/disruption/disruption.go`, `getExpectedPodCount`, `countHealthyPods`):
+  healthy pods are the selector's Ready pods not being deleted and not in `disruptedPods` (an
+  entry lasts `DeletionTimeout`, 2 min); `minAvailable` as a number is measured against the
+  matching pods, a percentage or `maxUnavailable` against the controllers' scale (rounded up);
+  `disruptionsAllowed = max(0, currentHealthy - desiredHealthy)`. The controller recomputes it
+  before every request here, which a real one does within moments.
+- Graceful deletion (`pkg/registry/core/pod/strategy.go`, `CheckGracefulDelete`;
+  k8s.io/apiserver `pkg/registry/rest/delete.go`, `BeforeDelete`;
+  https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination): DELETE
+  (and an eviction) takes `gracePeriodSeconds` or else the pod's
+  `terminationGracePeriodSeconds` (default 30, `SetDefaults_PodSpec`); an unscheduled or
+  finished pod, or a grace of 0, goes at once; otherwise the pod stays listed, Terminating,
+  with `deletionTimestamp = now + grace`, and a second DELETE may only shorten it. The
+  kubelet removes it when the grace ends (the worst case: containers that ignore SIGTERM), and
+  only while the node's machine runs: on a node that is gone, a pod stays Terminating.
+- Controllers: a ReplicaSet replaces a pod as soon as it is terminating (its active pods
+  exclude those with a deletionTimestamp, `pkg/controller/controller_utils.go`,
+  `FilterActivePods`); a StatefulSet re-creates a pod of the same name only once the old one
+  is gone. The scheduler puts a new pod on a Ready, schedulable node whose machine runs; it is
+  Ready `pod_start` seconds later.
+- Nodes and machines (`pkg/kubelet/kubelet_node_status.go`, `tryRegisterWithAPIServer`, and
+  the node lifecycle controller's `--node-monitor-grace-period`, 40 s): a deleted server's
+  node keeps its last status (Ready, old boot ID) until the grace passes, then its Ready
+  condition is Unknown; the node object and its `spec.unschedulable` stay. A created server
+  boots for `boot` seconds, then its kubelet registers under the same name with a new
+  `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
+  nothing answers on the API's address: a connection is closed without a reply.
+
+Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
+that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
+the stand-in through `server_deleted` and `server_created`."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import re
+import ssl
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from raya.nodes.identity import CertificateAuthority
+from tests.nodes.k3s_join import serving_certificate
+
+EPOCH = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a pod sets none
+DELETION_TIMEOUT = 120  # the disruption controller's DeletionTimeout
+NODE_MONITOR_GRACE = 40  # kube-controller-manager --node-monitor-grace-period
+TOO_MANY = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def stamp(seconds: float) -> str:
+    return (EPOCH + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def seconds_of(text: str) -> float:
+    moment = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    return (moment - EPOCH).total_seconds()
+
+
+@dataclass
+class Machine:
+    """A node's server as the kubelet on it lives it."""
+
+    running: bool = True
+    since: float = 0.0  # when it was deleted, or created
+    boot_id: str = "b0"
+    kubelet_version: str = ""
+    comes_up: bool = True  # False: a boot that never reaches k3s (say, an emergency shell)
+
+
+@dataclass
+class Cluster:
+    """What the API server holds (nodes, pods, PodDisruptionBudgets, other objects by path),
+    the machines under the nodes, and the clock everything reads."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # any other GET, by path
+    clock: Callable[[], float] = lambda: 0.0
+    control_plane: str = "control-plane"
+    boot: float = 90.0  # a created server's boot until its kubelet posts Ready
+    pod_start: float = 10.0  # a scheduled pod until Ready
+    log: list[tuple[float, str, str]] = field(default_factory=list)  # (time, method, path)
+    events: list[tuple[float, str]] = field(default_factory=list)  # what happened, when
+    machines: dict[str, Machine] = field(default_factory=dict)
+    # "namespace/name" of each ReplicaSet and StatefulSet -> (kind, replicas): as many pods as
+    # it first owns here
+    controllers: dict[str, tuple[str, int]] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _serial: int = 0
+
+    # --- the Hetzner side ------------------------------------------------------------------
+
+    def server_deleted(self, name: str) -> None:
+        with self.lock:
+            self.settle()
+            self.machines[name] = Machine(running=False, since=self.clock())
+            self.events.append((self.clock(), f"{name}: server deleted"))
+
+    def server_created(self, name: str, kubelet_version: str, comes_up: bool = True) -> None:
+        """A new server for node `name` starts booting, on `kubelet_version`; it must have been
+        deleted first (Hetzner's names are unique per project)."""
+        with self.lock:
+            self.settle()
+            old = self.machines.get(name)
+            if old is None or old.running:
+                raise ValueError(f"{name}: a server with this name exists (Hetzner refuses it)")
+            self.machines[name] = Machine(
+                running=False,
+                since=self.clock(),
+                boot_id=str(uuid.uuid4()),
+                kubelet_version=kubelet_version,
+                comes_up=comes_up,
+            )
+            self.events.append((self.clock(), f"{name}: server created"))
+
+    def api_up(self) -> bool:
+        machine = self.machines.get(self.control_plane)
+        return machine is None or machine.running
+
+    # --- time passing: kubelets, controllers ------------------------------------------------
+
+    def settle(self) -> None:
+        """Everything the kubelets and controllers have done by `clock()`."""
+        now = self.clock()
+        for found in self.pods:
+            key = _controller_key(found)
+            if key and key not in self.controllers:
+                owned = sum(1 for p in self.pods if _controller_key(p) == key)
+                self.controllers[key] = (_controller(found)[0], owned)
+        for name, machine in self.machines.items():
+            booted = machine.kubelet_version and now >= machine.since + self.boot
+            if not machine.running and machine.comes_up and booted:
+                machine.running, machine.since = True, machine.since + self.boot
+                self._register(name, machine)
+        for name, node in self.nodes.items():
+            under = self.machines.get(name)
+            gone = under is not None and not under.running
+            if gone and under and self.api_up() and now >= under.since + NODE_MONITOR_GRACE:
+                node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+        for found in list(self.pods):
+            self._kubelet(found, now)
+        self._schedule(now)
+        for budget in self.budgets:
+            self._budget_status(budget, now)
+
+    def _register(self, name: str, machine: Machine) -> None:
+        node = self.nodes.setdefault(name, node_object(name, machine.kubelet_version))
+        info = node["status"]["nodeInfo"]
+        info["bootID"], info["kubeletVersion"] = machine.boot_id, machine.kubelet_version
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        self.events.append((machine.since, f"{name}: registered, boot {machine.boot_id}"))
+
+    def _running(self, node_name: str) -> bool:
+        machine = self.machines.get(node_name)
+        return machine is None or machine.running
+
+    def _kubelet(self, found: dict[str, Any], now: float) -> None:
+        node_name, status = found["spec"].get("nodeName", ""), found["status"]
+        if not node_name or not self._running(node_name):
+            return
+        deleting = found["metadata"].get("deletionTimestamp")
+        if deleting and now >= seconds_of(deleting):
+            self._remove(found)
+        elif (
+            not deleting
+            and not _ready(found)
+            and now >= seconds_of(status["startTime"]) + (self.pod_start)
+        ):
+            status.update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+
+    def _remove(self, found: dict[str, Any]) -> None:
+        self.pods.remove(found)
+        self.events.append((self.clock(), f"pod {_key(found)} gone"))
+
+    def _schedule(self, now: float) -> None:
+        """Controllers top up their pods; the scheduler binds pending ones."""
+        for key, (kind, replicas) in self.controllers.items():
+            owned = [p for p in self.pods if _controller_key(p) == key]
+            active = [p for p in owned if not p["metadata"].get("deletionTimestamp")]
+            for _ in range(replicas - (len(active) if kind == "ReplicaSet" else len(owned))):
+                self.pods.append(self._replacement(key, kind, now))
+        places = sorted(
+            name
+            for name, node in self.nodes.items()
+            if self._running(name) and _node_ready(node) and not node["spec"].get("unschedulable")
+        )
+        for found in self.pods:
+            if not found["spec"].get("nodeName") and places:
+                found["spec"]["nodeName"] = places[0]
+                found["status"]["startTime"] = stamp(now)
+
+    def _replacement(self, key: str, kind: str, now: float) -> dict[str, Any]:
+        namespace, owner = key.split("/", 1)
+        self._serial += 1
+        name = f"{owner}-{self._serial:05x}" if kind == "ReplicaSet" else self._gone_name(key)
+        made = pod(name, namespace, "", owner=kind, controller=owner)
+        made["status"] = {"phase": "Pending"}
+        self.events.append((now, f"pod {namespace}/{name} created by {kind} {owner}"))
+        return made
+
+    def _gone_name(self, key: str) -> str:
+        """A StatefulSet's missing ordinal (its pods are <name>-<ordinal>)."""
+        owner = key.split("/", 1)[1]
+        taken = {p["metadata"]["name"] for p in self.pods if _controller_key(p) == key}
+        return next(f"{owner}-{i}" for i in range(len(taken) + 1) if f"{owner}-{i}" not in taken)
+
+    def _budget_status(self, budget: dict[str, Any], now: float) -> None:
+        spec, status = budget["spec"], budget.setdefault("status", {})
+        selected = [p for p in self.pods if _selects(budget, p)]
+        disrupted = {
+            name: when
+            for name, when in (status.get("disruptedPods") or {}).items()
+            if any(
+                p["metadata"]["name"] == name and not p["metadata"].get("deletionTimestamp")
+                for p in selected
+            )
+            and seconds_of(when) + DELETION_TIMEOUT > now
+        }
+        healthy = sum(
+            1
+            for p in selected
+            if not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["name"] not in disrupted
+            and _ready(p)
+        )
+        controllers = {_controller_key(p) for p in selected}
+        scaled = sum(self.controllers[key][1] for key in controllers if key)
+        if "minAvailable" in spec and isinstance(spec["minAvailable"], int):
+            expected, desired = len(selected), spec["minAvailable"]
+        elif "minAvailable" in spec:
+            expected = scaled
+            desired = _scaled(spec["minAvailable"], expected)
+        else:
+            expected = scaled
+            desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+        allowed = max(0, healthy - desired) if expected > 0 else 0
+        status.update(
+            currentHealthy=healthy,
+            desiredHealthy=desired,
+            expectedPods=expected,
+            disruptionsAllowed=allowed,
+            disruptedPods=disrupted,
+            observedGeneration=budget["metadata"].get("generation", 1),
+        )
+
+    # --- what the API does ----------------------------------------------------------------
+
+    def find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (
+                p
+                for p in self.pods
+                if p["metadata"]["namespace"] == namespace and p["metadata"]["name"] == name
+            ),
+            None,
+        )
+
+    def delete(self, found: dict[str, Any], grace: int | None) -> None:
+        """Graceful deletion, as `CheckGracefulDelete` and `BeforeDelete` decide it."""
+        period = (
+            grace
+            if grace is not None
+            else found["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
+        )
+        phase = (found.get("status") or {}).get("phase")
+        if not found["spec"].get("nodeName") or phase in ("Succeeded", "Failed"):
+            period = 0
+        meta, now = found["metadata"], self.clock()
+        if period == 0:
+            self._remove(found)
+            return
+        current = meta.get("deletionGracePeriodSeconds")
+        if current is not None and period >= current:
+            return  # a second delete may only shorten the grace
+        meta["deletionTimestamp"] = stamp(now + period)
+        meta["deletionGracePeriodSeconds"] = period
+        self.events.append((now, f"pod {_key(found)} terminating, {period} s grace"))
+
+    def evict(self, found: dict[str, Any], grace: int | None) -> tuple[int, dict[str, Any]]:
+        phase = (found.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed", "Pending") or found["metadata"].get(
+            "deletionTimestamp"
+        ):
+            self.delete(found, grace)
+            return 201, _status(201)
+        budgets = [b for b in self.budgets if _selects(b, found)]
+        if len(budgets) > 1:
+            return 500, _status(
+                500,
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                "does not support.",
+            )
+        if budgets:
+            status = budgets[0]["status"]
+            unready_but_met = not _ready(found) and (
+                status["currentHealthy"] >= status["desiredHealthy"] > 0
+            )
+            if not unready_but_met:
+                if status["disruptionsAllowed"] == 0:
+                    cause = (
+                        f"The disruption budget {budgets[0]['metadata']['name']} needs "
+                        f"{status['desiredHealthy']} healthy pods and has "
+                        f"{status['currentHealthy']} currently"
+                    )
+                    body = _status(429, TOO_MANY, reason="TooManyRequests")
+                    body["details"] = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+                    return 429, body
+                status["disruptionsAllowed"] -= 1
+                status["disruptedPods"][found["metadata"]["name"]] = stamp(self.clock())
+        self.delete(found, grace)
+        return 201, _status(201)
+
+
+# --- objects ---------------------------------------------------------------------------------
+
+
+def node_object(
+    name: str, version: str, ready: bool = True, unschedulable: bool = False, boot: str = "b0"
+) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name},
+        "spec": {"unschedulable": unschedulable},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "nodeInfo": {
+                "kubeletVersion": version,
+                "osImage": "Fedora CoreOS 43.20261101.3.0",
+                "architecture": "amd64",
+                "bootID": boot,
+                "containerRuntimeVersion": "containerd://2",
+                "kernelVersion": "6",
+                "kubeProxyVersion": version,
+                "machineID": "",
+                "operatingSystem": "linux",
+                "systemUUID": "",
+            },
+            "addresses": [{"type": "InternalIP", "address": "10.0.1.20"}],
+        },
+    }
+
+
+def pod(
+    name: str,
+    namespace: str,
+    node_name: str,
+    owner: str | None = "ReplicaSet",
+    controller: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    grace: int | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A running, Ready pod; `owner` is its controller's kind (None: a bare pod), `controller`
+    its name (by default the pod's name without its last `-part`), `labels` by default
+    `app: <controller>`, `grace` its terminationGracePeriodSeconds (None: the default)."""
+    controller = controller or name.rsplit("-", 1)[0]
+    references = (
+        [
+            {
+                "kind": owner,
+                "name": controller,
+                "apiVersion": "apps/v1",
+                "uid": controller,
+                "controller": True,
+            }
+        ]
+        if owner
+        else []
+    )
+    spec: dict[str, Any] = {"nodeName": node_name, "containers": [{"name": "c", "image": "i"}]}
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels if labels is not None else {"app": controller}),
+            "ownerReferences": references,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "startTime": stamp(0),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def budget(name: str, namespace: str, app: str, **limit: int | str) -> dict[str, Any]:
+    """A PodDisruptionBudget selecting `app: <app>`; `limit` is minAvailable= or
+    maxUnavailable=."""
+    return {
+        "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": app}}, **limit},
+    }
+
+
+def _key(pod_: dict[str, Any]) -> str:
+    return f"{pod_['metadata']['namespace']}/{pod_['metadata']['name']}"
+
+
+def _controller(pod_: dict[str, Any]) -> tuple[str, str]:
+    for owner in pod_["metadata"].get("ownerReferences") or []:
+        if owner.get("controller"):
+            return owner["kind"], owner["name"]
+    return "", ""
+
+
+def _controller_key(pod_: dict[str, Any]) -> str:
+    kind, name = _controller(pod_)
+    return (
+        f"{pod_['metadata']['namespace']}/{name}" if kind in ("ReplicaSet", "StatefulSet") else ""
+    )
+
+
+def _ready(pod_: dict[str, Any]) -> bool:
+    conditions = (pod_.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _node_ready(node_: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node_["status"]["conditions"]
+    )
+
+
+def _selects(budget_: dict[str, Any], pod_: dict[str, Any]) -> bool:
+    """`LabelSelectorAsSelector`: matchLabels only; an empty selector matches nothing."""
+    selector = budget_["spec"].get("selector") or {}
+    if set(selector) - {"matchLabels"}:
+        raise NotImplementedError(f"the stand-in reads matchLabels only, not {sorted(selector)}")
+    wanted = selector.get("matchLabels") or {}
+    labels = pod_["metadata"].get("labels") or {}
+    return (
+        budget_["metadata"]["namespace"] == pod_["metadata"]["namespace"]
+        and bool(wanted)
+        and all(labels.get(k) == v for k, v in wanted.items())
+    )
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """`intstr.GetScaledValueFromIntOrPercent(..., roundUp=true)`."""
+    if isinstance(value, int):
+        return value
+    return math.ceil(total * int(value.rstrip("%")) / 100)
+
+
+def _status(code: int, message: str = "", reason: str = "") -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "code": code,
+        "status": "Success" if code < 300 else "Failure",
+        "message": message,
+        "reason": reason,
+    }
+
+
+def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+# --- the server ------------------------------------------------------------------------------
+
+_POD = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)")
+
+
+def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length) or b"{}")
+
+        def _serve(self, method: str, answer: Callable[[str, str, Any], tuple[int, Any]]) -> None:
+            body = self._body() if method in ("POST", "PATCH", "DELETE") else None
+            with state.lock:
+                state.settle()
+                if not state.api_up():
+                    self.close_connection = True  # nothing listens while k3s is not up
+                    return
+                state.log.append((state.clock(), method, self.path))
+                if not isinstance(self.connection, ssl.SSLSocket) or not (
+                    self.connection.getpeercert()
+                ):
+                    return self._reply(401, _status(401, "Unauthorized", "Unauthorized"))
+                path, _, query = self.path.partition("?")
+                self._reply(*answer(path, query, body))
+
+        def do_GET(self) -> None:
+            self._serve("GET", _get)
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH", _patch)
+
+        def do_POST(self) -> None:
+            self._serve("POST", _post)
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE", _delete)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    def _get(path: str, query: str, _: Any) -> tuple[int, Any]:
+        if path in state.objects:
+            return 200, state.objects[path]
+        if path == "/api/v1/nodes":
+            return 200, _list("NodeList", list(state.nodes.values()))
+        match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
+        if match:
+            found = state.nodes.get(match[1])
+            return (200, found) if found else (404, _status(404, reason="NotFound"))
+        if path == "/api/v1/pods":
+            selector = parse_qs(query).get("fieldSelector", [""])[0]
+            on = unquote(selector).removeprefix("spec.nodeName=") if selector else None
+            if selector and not unquote(selector).startswith("spec.nodeName="):
+                return 400, _status(400, f"field selector {selector} not modelled")
+            items = [p for p in state.pods if on is None or p["spec"].get("nodeName") == on]
+            return 200, _list("PodList", items)
+        match = re.fullmatch(
+            r"/apis/policy/v1/namespaces/([^/]+)/poddisruptionbudgets/([^/]+)", path
+        )
+        if match:
+            found = next(
+                (
+                    b
+                    for b in state.budgets
+                    if (b["metadata"]["namespace"], b["metadata"]["name"]) == (match[1], match[2])
+                ),
+                None,
+            )
+            return (200, found) if found else (404, _status(404, reason="NotFound"))
+        return 404, _status(404, reason="NotFound")
+
+    def _patch(path: str, _: str, body: Any) -> tuple[int, Any]:
+        match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
+        if match and match[1] in state.nodes:
+            state.nodes[match[1]]["spec"].update(body.get("spec", {}))
+            return 200, state.nodes[match[1]]
+        return 404, _status(404, reason="NotFound")
+
+    def _post(path: str, _: str, body: Any) -> tuple[int, Any]:
+        match = re.fullmatch(_POD.pattern + "/eviction", path)
+        if not match:
+            return 404, _status(404, reason="NotFound")
+        found = state.find(match[1], match[2])
+        if found is None:
+            return 404, _status(404, f'pods "{match[2]}" not found', "NotFound")
+        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        return state.evict(found, grace)
+
+    def _delete(path: str, query: str, body: Any) -> tuple[int, Any]:
+        match = _POD.fullmatch(path)
+        found = state.find(match[1], match[2]) if match else None
+        if found is None:
+            return 404, _status(404, reason="NotFound")
+        # DeleteOptions come in the body or as query parameters; the body wins.
+        asked = parse_qs(query).get("gracePeriodSeconds")
+        grace = (body or {}).get("gracePeriodSeconds", int(asked[0]) if asked else None)
+        state.delete(found, grace)
+        return 200, found
+
+    return Handler
+
+
+@contextlib.contextmanager
+def kubernetes_api(
+    state: Cluster,
+    server_ca: CertificateAuthority,
+    client_ca_pem: str,
+    folder: Path,
+    name: str,
+    valid: datetime.timedelta = datetime.timedelta(days=365),
+) -> Iterator[str]:
+    """The API over TLS with a certificate from `server_ca` for `name` (k3s' tls-san) and
+    127.0.0.1, valid for `valid` from now; client certificates from `client_ca_pem` only."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*serving_certificate(server_ca, folder, dns_names=[name], valid=valid))
+    context.verify_mode = ssl.CERT_OPTIONAL
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.load_verify_locations(cadata=client_ca_pem)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -1,0 +1,135 @@
+"""`raya roll` end to end through the engine model and the Hetzner model
+(tests/cloud/program/engine.py, hetzner.py): the real program, replaced as the engine plans it,
+against the Kubernetes API stand-in (tests/operate/kube_api.py) over real TLS, where a deleted
+server's node goes away and a node registers again, with a new boot, only when Hetzner has
+created its server again; one clock, read by the roll and the stand-in, moves when the roll
+sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud.kubeconfig import api_client
+from raya.nodes.identity import CertificateAuthority
+from raya.operate import roll as rl
+from tests.cloud.program.engine import Cloud, deployed_cloud
+from tests.cloud.program.test_program import PINS, provider_mocks
+from tests.operate import kube_api as ka
+from tests.operate.test_roll import BOOT, Clock
+
+OLD = "v1.30.0+k3s1"
+NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
+
+
+@pytest.fixture
+def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    example = provider_mocks()
+    return deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+
+
+@pytest.fixture
+def created() -> list[tuple[str, bool, list[str]]]:
+    """Each node whose server Hetzner created: whether it was cordoned, its pods then."""
+    return []
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(
+    cloud: Cloud, created: list[tuple[str, bool, list[str]]], clock: Clock
+) -> ka.Cluster:
+    """The nodes on an old k3s, agent-0 running a ReplicaSet's pod and a DaemonSet's; Hetzner's
+    deletions and creations reach the stand-in's machines."""
+    state = ka.Cluster(
+        nodes={name: ka.node_object(name, OLD) for name in NODES}, clock=clock.now, boot=BOOT
+    )
+    state.pods = [
+        ka.pod("web-1", "default", "agent-0"),
+        ka.pod("flannel-x", "kube-system", "agent-0", owner="DaemonSet"),
+    ]
+
+    def deleted(server_name: str) -> None:
+        state.server_deleted(server_name.removeprefix("raya-"))
+
+    def boots(server_name: str) -> None:
+        name = server_name.removeprefix("raya-")
+        with state.lock:
+            state.settle()
+            pods = sorted(
+                p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
+            )
+            created.append((name, bool(state.nodes[name]["spec"]["unschedulable"]), pods))
+            state.server_created(name, PINS.k3s.version)
+
+    cloud.hetzner.on_delete = deleted
+    cloud.hetzner.on_create = boots
+    return state
+
+
+@pytest.fixture
+def api(cloud: Cloud, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
+    resources = cloud.engine.resources
+    server_ca = CertificateAuthority(
+        resources["server-ca"].outputs["certPem"],
+        resources["server-ca-key"].outputs["privateKeyPem"],
+    )
+    client_ca = resources["client-ca"].outputs["certPem"]
+    name = "cp.raya.example.com"
+    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
+        yield url
+
+
+def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
+    cloud: Cloud,
+    cluster: ka.Cluster,
+    created: list[tuple[str, bool, list[str]]],
+    api: str,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    (volume,) = cloud.hetzner.volumes.values()
+    mark = len(cloud.hetzner.log)
+    roll = ["roll", "control-plane", "agent-0", "--root", str(cloud.root)]
+    result = CliRunner().invoke(app, roll)
+    assert result.exit_code == 0, result.output
+    # The control plane first, then the agent; each old server stopped and deleted before
+    # the new one is created, the volume detached by the deletion and attached to the new one.
+    assert cloud.since(mark) == [
+        "shutdown server raya-control-plane",
+        "detach volume raya-control-plane-state (server deleted)",
+        "delete server raya-control-plane (off)",
+        "create server raya-control-plane",
+        "attach volume raya-control-plane-state to raya-control-plane",
+        "shutdown server raya-agent-0",
+        "delete server raya-agent-0 (off)",
+        "create server raya-agent-0",
+    ]
+    new = cloud.hetzner.server_named("raya-control-plane")
+    assert new is not None and volume.server == new.id
+    # The control plane is not drained; agent-0's server was re-created once it was cordoned
+    # and its pods gone (its DaemonSet pod stays, as with kubectl drain).
+    assert created == [
+        ("control-plane", False, []),
+        ("agent-0", True, ["flannel-x"]),
+    ]
+    # Each came back from a new boot of its new server, 90 s after it was created.
+    for name in ("control-plane", "agent-0"):
+        boot = cluster.nodes[name]["status"]["nodeInfo"]["bootID"]
+        registered = [t for t, text in cluster.events if text == f"{name}: registered, boot {boot}"]
+        (server_created,) = [t for t, text in cluster.events if text == f"{name}: server created"]
+        assert registered == [server_created + 90]
+    assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is False
+    assert "rolled 2 node(s)" in result.stdout
