@@ -1,4 +1,5 @@
-# The Fedora CoreOS image for Hetzner Cloud, with k3s preinstalled.
+# The Fedora CoreOS image for Hetzner Cloud, with k3s preinstalled, for one architecture:
+# x86 (the default) or arm, built on a server of that architecture.
 #
 # A throwaway server is booted into Hetzner's rescue system, install.sh burns the pinned FCOS
 # Hetzner artifact onto its disk and adds the pinned k3s binary, and the disk becomes a
@@ -27,14 +28,14 @@ variable "location" {
   description = "Hetzner location of the throwaway build server."
 }
 
-variable "server_type" {
+variable "architecture" {
   type        = string
-  default     = "cx23"
-  description = "Server type of the throwaway build server; its disk size is the snapshot's minimum."
+  default     = "x86"
+  description = "Hetzner's name of the architecture to build for: x86 or arm."
 
   validation {
-    condition     = length(regexall("^cax", var.server_type)) == 0
-    error_message = "The image is x86_64: cax* server types are ARM."
+    condition     = contains(["x86", "arm"], var.architecture)
+    error_message = "The architecture is x86 or arm, as Hetzner names them."
   }
 }
 
@@ -55,8 +56,16 @@ locals {
   fcos = jsondecode(file("${path.root}/fcos.pin"))
   k3s  = jsondecode(file("${path.root}/k3s.pin"))
 
-  fcos_image_url = "${var.fcos_builds_url}/prod/streams/${local.fcos.stream}/builds/${local.fcos.version}/x86_64/fedora-coreos-${local.fcos.version}-hetzner.x86_64.raw.xz"
-  k3s_binary_url = "${var.k3s_releases_url}/${local.k3s.version}/k3s"
+  # Per architecture: FCOS' name of it, k3s' release asset, the pins' sha256 field, and the
+  # build server (its disk size, 40 GB for both, is the snapshot's minimum).
+  architectures = {
+    x86 = { fcos = "x86_64", k3s_binary = "k3s", sha256 = "sha256", server_type = "cx23" }
+    arm = { fcos = "aarch64", k3s_binary = "k3s-arm64", sha256 = "aarch64_sha256", server_type = "cax11" }
+  }
+  arch = local.architectures[var.architecture]
+
+  fcos_image_url = "${var.fcos_builds_url}/prod/streams/${local.fcos.stream}/builds/${local.fcos.version}/${local.arch.fcos}/fedora-coreos-${local.fcos.version}-hetzner.${local.arch.fcos}.raw.xz"
+  k3s_binary_url = "${var.k3s_releases_url}/${local.k3s.version}/${local.arch.k3s_binary}"
 
   # Hetzner label values may not contain "+" (k3s versions do): the same rule as raya.pins.
   labels = {
@@ -69,14 +78,15 @@ locals {
 }
 
 source "hcloud" "fcos" {
-  # Any x86 image will do: the server boots into the rescue system and its disk is overwritten.
+  # Any image will do (the plugin takes the one of the server type's architecture): the
+  # server boots into the rescue system and its disk is overwritten.
   image        = "debian-12"
   rescue       = "linux64"
   location     = var.location
-  server_type  = var.server_type
+  server_type  = local.arch.server_type
   ssh_username = "root"
 
-  snapshot_name   = "${var.cluster_name}-fcos-${local.fcos.version}-k3s-${local.labels.k3s_version}"
+  snapshot_name   = "${var.cluster_name}-fcos-${local.fcos.version}-${local.arch.fcos}-k3s-${local.labels.k3s_version}"
   snapshot_labels = local.labels
 }
 
@@ -87,9 +97,9 @@ build {
     script = "${path.root}/install.sh"
     environment_vars = [
       "FCOS_IMAGE_URL=${local.fcos_image_url}",
-      "FCOS_SHA256=${local.fcos.sha256}",
+      "FCOS_SHA256=${local.fcos[local.arch.sha256]}",
       "K3S_BINARY_URL=${local.k3s_binary_url}",
-      "K3S_SHA256=${local.k3s.sha256}",
+      "K3S_SHA256=${local.k3s[local.arch.sha256]}",
       "DISK=/dev/sda",
     ]
   }

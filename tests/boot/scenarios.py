@@ -4,12 +4,16 @@ One fleet boots at once on one simulated Hetzner network: the control plane and 
 as provisioned, an agent whose metadata service answers 503 at first, and agents whose
 private NIC gets its link late or is hot-plugged late (as the hcloud provider does when it
 attaches the network after starting the server). A second, small boot pits an agent
-against a control plane holding another CA.
+against a control plane holding another CA. A third boots three control planes behind the
+registration load balancer: the first starts the cluster, the others join through the
+balancer; once they have, the first leaves the network and only then does an agent boot,
+registering through the balancer with one control plane down.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -17,7 +21,8 @@ from raya.model.fleet import Cluster, build_cluster
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.nodes.identity import ClusterSecrets, generate_example_secrets
 from raya.nodes.render import RenderedNode, render_cluster
-from tests.boot.sim import Attachment, BootedNode, NodePlan, booted
+from tests.boot.balancer import Balancer
+from tests.boot.sim import Attachment, BootedNode, Fleet, NodePlan, booted
 from tests.nodes.conftest import CHARTS, VOLUME_ID
 
 METADATA_UNAVAILABLE_FOR = 20.0
@@ -57,12 +62,13 @@ def fleet_cluster() -> Cluster:
 
 
 def render(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, RenderedNode]:
-    nodes = render_cluster(cluster, secrets, charts=CHARTS, volume_id=VOLUME_ID)
+    volumes = {node.name: f"{VOLUME_ID}{k}" for k, node in enumerate(cluster.control_planes)}
+    nodes = render_cluster(cluster, secrets, charts=CHARTS, volume_id=volumes)
     return {node.node.name: node for node in nodes}
 
 
 def k3s_unit(node: BootedNode) -> str:
-    return "k3s.service" if node.plan.name == "control-plane" else "k3s-agent.service"
+    return "k3s.service" if node.plan.name.startswith("control-plane") else "k3s-agent.service"
 
 
 def _k3s_ready(node: BootedNode) -> bool:
@@ -125,3 +131,52 @@ def timings(node: BootedNode) -> dict[str, float | None]:
         "k3s": node.job_done(k3s_unit(node)),
     }
     return {step: None if event is None else round(event.at, 2) for step, event in steps.items()}
+
+
+HA_DEADLINE = 150.0
+
+
+def ha_cluster() -> Cluster:
+    """The example cluster with three control planes and one agent."""
+    example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    config = dataclasses.replace(example.config, control_planes=3)
+    return build_cluster(config, ("cx23",), "the HA boot scenario")
+
+
+def _joined(node: BootedNode) -> bool:
+    return any(e.message.startswith("joined ") for e in node.logged("k3s"))
+
+
+@contextlib.contextmanager
+def boot_ha() -> Iterator[tuple[dict[str, BootedNode], Balancer, ClusterSecrets]]:
+    """Three control planes and agent-0, the agent held until the first control plane is off
+    the network; yields the nodes, the balancer (its log says who reached whom) and the
+    secrets they were rendered with."""
+    cluster = ha_cluster()
+    secrets = generate_example_secrets(node.name for node in cluster.nodes)
+    rendered = render(cluster, secrets)
+    plans = [
+        _plan(rendered[node.name], Scenario(node.name, "HA"))
+        for node in cluster.control_planes
+    ]
+    agent = _plan(rendered["agent-0"], Scenario("agent-0", "HA"))
+    plans.append(dataclasses.replace(agent, held=True))
+    balancer = Balancer(
+        cluster.config.registration_ip, 6443, [n.private_ip for n in cluster.control_planes]
+    )
+    joiners = [node.name for node in cluster.control_planes[1:]]
+
+    cut: list[str] = []
+
+    def step(fleet: Fleet) -> None:
+        first = cluster.control_plane
+        if not cut and all(_joined(fleet.nodes[name]) for name in joiners):
+            fleet.cut(first.name)
+            cut.append(first.name)
+        # The agent boots once the balancer has seen the first control plane go.
+        waiting = fleet.nodes["agent-0"].process is None
+        if cut and waiting and first.private_ip not in balancer.healthy:
+            fleet.start("agent-0")
+
+    with booted(plans, _k3s_ready, HA_DEADLINE, balancer=balancer, step=step) as nodes:
+        yield nodes, balancer, secrets

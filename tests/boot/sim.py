@@ -38,6 +38,7 @@ from typing import Any, Literal
 from raya.model.project import EXAMPLE_KEYS
 from raya.nodes.github_keys import GITHUB_URL, load_keys_file
 from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
+from tests.boot.balancer import Balancer
 from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
 from tests.support import REPO, Reply, http_server, require_tool, routes
 
@@ -181,6 +182,7 @@ class NodePlan:
     attachment: Attachment = "present"
     delay: float = 0.0  # seconds after launch, for late-link and hot-plug
     metadata_unavailable_for: float = 0.0  # seconds of 503 from the metadata service
+    held: bool = False  # launched by the scenario's step (Fleet.start), not at once
 
 
 class Hetzner:
@@ -273,6 +275,16 @@ class Hetzner:
         if attachment != "hot-plug":
             ip(self.namespace, "link", "set", f"vn{index}", "netns", namespace)
             ip(namespace, "link", "set", f"vn{index}", "name", PRIVATE_INTERFACE)
+
+    def cut_private(self, index: int) -> None:
+        """The node's host is gone, as far as the private network can tell."""
+        ip(self.namespace, "link", "set", f"v{index}", "down")
+
+    def balance(self, balancer: Balancer) -> None:
+        """Run the load balancer stand-in on its private address, inside this namespace."""
+        ip(self.namespace, "address", "add", f"{balancer.address}/32", "dev", "lo")
+        with in_namespace(self.namespace):
+            self._stack.enter_context(balancer.running())
 
     def connect_private(
         self, namespace: str, index: int, address: ipaddress.IPv4Address, attachment: Attachment
@@ -546,13 +558,28 @@ def shutdown(node: BootedNode) -> None:
 _boots = itertools.count()
 
 
+@dataclass
+class Fleet:
+    """What a scenario's step sees and may do while its fleet boots."""
+
+    nodes: dict[str, BootedNode]
+    start: Callable[[str], None]  # launch a held node
+    cut: Callable[[str], None]  # take a node off the private network
+
+
 @contextlib.contextmanager
 def booted(
-    plans: list[NodePlan], ready: Callable[[BootedNode], bool], deadline: float
+    plans: list[NodePlan],
+    ready: Callable[[BootedNode], bool],
+    deadline: float,
+    *,
+    balancer: Balancer | None = None,
+    step: Callable[[Fleet], None] | None = None,
 ) -> Iterator[dict[str, BootedNode]]:
-    """Boot every planned node at once on one simulated Hetzner network; wait until each is
-    `ready` (or `deadline` seconds have passed), snapshot them, stop them, and yield the
-    stopped nodes, whose journals stay readable until the context exits."""
+    """Boot every planned node at once (held ones when `step` starts them) on one simulated
+    Hetzner network, with `balancer` on its private side; call `step` every second; wait
+    until each is `ready` (or `deadline` seconds have passed), snapshot them, stop them, and
+    yield the stopped nodes, whose journals stay readable until the context exits."""
     base = debian_root()
     tag = f"{os.getpid() % 100000}-{next(_boots)}"
     with contextlib.ExitStack() as stack:
@@ -573,22 +600,33 @@ def booted(
                 nodes[plan.name].namespace, index, start + plan.metadata_unavailable_for
             )
         hetzner.start_dhcp()
+        if balancer is not None:
+            hetzner.balance(balancer)
         timers = []
-        for index, plan in enumerate(plans):
-            node = nodes[plan.name]
-            arguments = (node.namespace, index, plan.private_ip, plan.attachment)
-            if plan.attachment == "present":
+        indexes = {plan.name: index for index, plan in enumerate(plans)}
+
+        def start_node(name: str) -> None:
+            node, index = nodes[name], indexes[name]
+            arguments = (node.namespace, index, node.plan.private_ip, node.plan.attachment)
+            if node.plan.attachment == "present":
                 hetzner.connect_private(*arguments)
             launch(node)
-            if plan.attachment != "present":
-                timer = threading.Timer(plan.delay, hetzner.connect_private, arguments)
+            if node.plan.attachment != "present":
+                timer = threading.Timer(node.plan.delay, hetzner.connect_private, arguments)
                 timer.start()
                 timers.append(timer)
+
+        for plan in plans:
+            if not plan.held:
+                start_node(plan.name)
+        fleet = Fleet(nodes, start_node, lambda name: hetzner.cut_private(indexes[name]))
         waiting = dict(nodes)
         while waiting and time.monotonic() < start + deadline:
             time.sleep(1)
+            if step is not None:
+                step(fleet)
             for name, node in list(waiting.items()):
-                if ready(node):
+                if node.process is not None and ready(node):
                     node.snapshot()
                     del waiting[name]
         for node in waiting.values():

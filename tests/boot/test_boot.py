@@ -3,12 +3,15 @@ simulated Hetzner network, asserted from the node's own journal and state."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import pytest
 
 from raya.nodes.github_keys import authorized_keys
-from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_impostor, k3s_unit
+from raya.nodes.identity import ClusterSecrets
+from tests.boot.balancer import Balancer
+from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_ha, boot_impostor, k3s_unit
 from tests.boot.sim import EXAMPLE_USERS, BootedNode, Event
 from tests.support import require_root, require_tool
 
@@ -26,6 +29,12 @@ def tools() -> None:
 def fleet(tools: None) -> Iterator[dict[str, BootedNode]]:
     with boot_fleet() as nodes:
         yield nodes
+
+
+@pytest.fixture(scope="module")
+def ha(tools: None) -> Iterator[tuple[dict[str, BootedNode], Balancer, ClusterSecrets]]:
+    with boot_ha() as booted:
+        yield booted
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +139,58 @@ def test_an_agent_refuses_a_control_plane_with_another_ca(
         f"join refused by {CONTROL_PLANE}: token CA hash does not match",
     )
     assert agent.job_done("k3s-agent.service") is None
+
+
+REGISTRATION = "https://10.0.1.15:6443"  # the private load balancer of three control planes
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_three_control_planes_one_starts_the_others_join_through_the_balancer(
+    ha: tuple[dict[str, BootedNode], Balancer, ClusterSecrets],
+) -> None:
+    nodes, balancer, secrets = ha
+    for name in ("control-plane", "control-plane-1", "control-plane-2"):
+        _assert_booted(nodes[name])
+    first = nodes["control-plane"].logged("k3s")
+    _first(first, "etcd: cluster-init, starting a new cluster")
+    assert not [e for e in first if e.message.startswith(("joined", "token sha256"))]
+    # The full server token: the CA hash, user `server`, the cluster's join secret.
+    ca_hash = _sha256(secrets.server_ca.cert_pem)
+    server_token = f"K10{ca_hash}::server:{secrets.join_secret}"
+    for name in ("control-plane-1", "control-plane-2"):
+        log = nodes[name].logged("k3s")
+        assert not [e for e in log if "cluster-init" in e.message]
+        _first(log, f"token sha256: {_sha256(server_token)}")
+        # Answered by another control plane, through the balancer.
+        (joined,) = [e.message for e in log if e.message.startswith("joined ")]
+        prefix = f"joined {REGISTRATION} as a server: welcome to /v1-k3s/server-bootstrap from "
+        assert joined.startswith(prefix), joined
+        assert joined.removeprefix(prefix) in {"control-plane", "control-plane-1",
+                                               "control-plane-2"} - {name}
+        assert secrets.join_secret not in "".join(e.message for e in log)
+    # Who reached whom through the balancer: the joiners came in from their own addresses.
+    clients = {client for _, client, _ in balancer.log}
+    assert {"10.0.1.11", "10.0.1.12"} <= clients
+
+
+def test_an_agent_registers_through_the_balancer_while_the_first_is_down(
+    ha: tuple[dict[str, BootedNode], Balancer, ClusterSecrets],
+) -> None:
+    nodes, balancer, secrets = ha
+    agent = nodes["agent-0"]
+    _assert_booted(agent)
+    log = agent.logged("k3s")
+    _first(log, f'"server": "{REGISTRATION}"')
+    (joined,) = [e for e in log if e.message.startswith("joined ")]
+    # Answered by a joiner: the first was off the network before the agent booted.
+    assert joined.message in (
+        f"joined {REGISTRATION}: welcome to /v1-k3s/config from control-plane-1",
+        f"joined {REGISTRATION}: welcome to /v1-k3s/config from control-plane-2",
+    )
+    token = f"K10{_sha256(secrets.server_ca.cert_pem)}::node:{secrets.agent_secret}"
+    _first(log, f"token sha256: {_sha256(token)}")
+    routed = {target for _, client, target in balancer.log if client == "10.0.1.20"}
+    assert routed and routed <= {"10.0.1.11", "10.0.1.12"}, balancer.log

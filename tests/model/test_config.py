@@ -78,6 +78,7 @@ def test_every_setting_can_be_given() -> None:
         sshSources=["203.0.113.0/24", "2001:db8::/32"],
         apiSources=[],
         controlPlaneVolumeSize=20,
+        controlPlanes=3,
         acmeEmail="Certs+lab@Corp.Example.org",
     )
     # The settings docs/config.md lists: the call above gives each of them.
@@ -93,6 +94,7 @@ def test_every_setting_can_be_given() -> None:
             "controlPlaneSchedulable",
             "controlPlaneServerType",
             "controlPlaneVolumeSize",
+            "controlPlanes",
             "location",
             "managedSubdomain",
             "networkRange",
@@ -119,6 +121,7 @@ def test_every_setting_can_be_given() -> None:
     assert config.api_sources == ()
     assert config.acme_email == "Certs+lab@Corp.Example.org"
     assert config.control_plane_volume_size == 20
+    assert config.control_planes == 3
 
 
 # Hetzner's locations and their network zones (Hetzner Cloud API, GET /locations).
@@ -225,9 +228,9 @@ def test_required_settings(key: str) -> None:
             "raya:controlPlaneServerType is 'cx 33'; accepted: a Hetzner server type",
         ),
         (
-            {"controlPlaneServerType": "cax21"},
-            "raya:controlPlaneServerType is 'cax21', an ARM type; accepted: an x86 type, "
-            "the image is x86 only",
+            {"controlPlaneServerType": "xc33"},
+            "raya:controlPlaneServerType is 'xc33', of no Hetzner server family; accepted: a "
+            "type of cx, cpx, cax, ccx",
         ),
         (
             {"authorizedUsers": []},
@@ -515,3 +518,37 @@ def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
         for server in (*(server_name(name, node) for node in cluster.nodes), longest):
             assert label.fullmatch(server), server
     assert server_name("raya", cluster.control_plane) == "raya-control-plane"
+
+
+@pytest.mark.parametrize(("value", "count"), [(None, 1), (1, 1), (3, 3), (5, 5), ("3", 3)])
+def test_control_planes(value: Any, count: int) -> None:
+    assert parse(controlPlanes=value).control_planes == count
+
+
+@pytest.mark.parametrize("value", [0, 2, 4, 6, 7, -1, "two", True, 3.0, "03x"])
+def test_control_planes_other_than_one_three_or_five_are_refused(value: Any) -> None:
+    message = error_of(controlPlanes=value)
+    assert message.startswith(f"{SOURCE}: raya:controlPlanes is {value!r}; accepted: 1, 3 or 5")
+    assert "etcd needs a majority" in message
+
+
+def test_several_control_planes_need_room_for_their_load_balancer() -> None:
+    # Five control planes and the load balancer: 10.0.1.10 to 10.0.1.15 by default.
+    assert [str(ip) for ip in parse(controlPlanes=5).reserved_ips] == [
+        f"10.0.1.{host}" for host in range(10, 16)
+    ]
+    assert str(parse(controlPlanes=3).registration_ip) == "10.0.1.15"
+    assert str(parse().registration_ip) == "10.0.1.10"
+    # 10.0.1.250 + 5 is the subnet's broadcast address: refused, even for three.
+    assert error_of(controlPlanes=3, controlPlaneIp="10.0.1.250") == (
+        f"{SOURCE}: raya:controlPlanes is 3, which needs 10.0.1.250-10.0.1.255 (the control "
+        "planes and their private load balancer), but 10.0.1.255 is not a host address of "
+        "nodesSubnet 10.0.1.0/24; accepted: a lower raya:controlPlaneIp or fewer control planes"
+    )
+    assert parse(controlPlanes=3, controlPlaneIp="10.0.1.249").registration_ip == (
+        ipaddress.IPv4Address("10.0.1.254")
+    )
+    # One control plane holds its own address only, as before.
+    assert parse(controlPlaneIp="10.0.1.254").reserved_ips == (
+        ipaddress.IPv4Address("10.0.1.254"),
+    )

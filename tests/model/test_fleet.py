@@ -13,7 +13,14 @@ import pytest
 
 from raya.errors import ConfigError
 from raya.model.config import parse_stack_config
-from raya.model.fleet import Node, build_cluster, fleet_file, load_fleet, node_password
+from raya.model.fleet import (
+    Fleet,
+    Node,
+    build_cluster,
+    fleet_file,
+    load_fleet,
+    node_password,
+)
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, find_root, load_cluster
 from tests.support import REPO
 
@@ -139,8 +146,8 @@ def test_control_plane_inside_the_agents_range_is_an_error() -> None:
 
 
 def test_load_fleet(tmp_path: Path) -> None:
-    assert load_fleet(write(tmp_path, {"agents": ["cx23", "cx33"]})) == ("cx23", "cx33")
-    assert load_fleet(write(tmp_path, {"agents": []})) == ()
+    assert load_fleet(write(tmp_path, {"agents": ["cx23", "cx33"]})) == Fleet(("cx23", "cx33"))
+    assert load_fleet(write(tmp_path, {"agents": []})) == Fleet(())
 
 
 @pytest.mark.parametrize(
@@ -148,12 +155,12 @@ def test_load_fleet(tmp_path: Path) -> None:
     [
         (None, "fleet file not found"),
         ("{", "not JSON: "),
-        (["cx23"], 'expected {"agents": ["cx23", ...]}'),
-        ({}, 'expected {"agents": ["cx23", ...]}'),
+        (["cx23"], 'expected {"agents": ["cx23", ...]} or {"pools": [{"name": ...}]}'),
+        ({}, 'expected {"agents": ["cx23", ...]} or {"pools": [{"name": ...}]}'),
         ({"agents": "cx23"}, "'agents' must be a list of Hetzner server types"),
         (
             {"agents": [], "nodes": [], "comment": "x"},
-            "unknown top-level key(s) comment, nodes; accepted: agents",
+            "unknown top-level key(s) comment, nodes; accepted: agents, pools",
         ),
         ({"agents": ["cx23", ""]}, "agents[1] is ''; accepted: a Hetzner server type such as cx23"),
         ({"agents": ["cx23", None]}, "agents[1] is None; accepted: a Hetzner server type"),
@@ -162,8 +169,9 @@ def test_load_fleet(tmp_path: Path) -> None:
         ({"agents": [" cx23"]}, "agents[0] is ' cx23'; accepted: a Hetzner server type"),
         ({"agents": ["CX23"]}, "agents[0] is 'CX23'; accepted: a Hetzner server type"),
         (
-            {"agents": ["cx23", "cax11"]},
-            "agents[1] is 'cax11', an ARM type; accepted: an x86 type, the image is x86 only",
+            {"agents": ["cx23", "ax41"]},
+            "agents[1] is 'ax41', of no Hetzner server family; accepted: a type of cx, cpx, "
+            "cax, ccx such as cx23 or cax21",
         ),
     ],
 )
@@ -222,3 +230,309 @@ def test_load_cluster_names_the_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_cluster(tmp_path, "dev")
     assert str(caught.value).startswith(f"{fleet}: 12 agents, but nodesSubnet 10.0.1.0/27")
+
+
+@pytest.mark.parametrize("count", [1, 3, 5])
+def test_control_planes_grow_after_the_first(count: int) -> None:
+    cluster = build_cluster(config(controlPlanes=count), ("cx23",), "agents.json")
+    # The first keeps its name, address and record at every size: growing renames nothing.
+    expected = [("control-plane", "10.0.1.10", "cp")] + [
+        (f"control-plane-{k}", f"10.0.1.{10 + k}", f"cp{k}") for k in range(1, count)
+    ]
+    assert [
+        (node.name, str(node.private_ip), node.dns_label) for node in cluster.control_planes
+    ] == expected
+    assert {(node.role, node.index) for node in cluster.control_planes} == {("control-plane", None)}
+    assert cluster.control_plane.name == "control-plane"
+    assert [node.name for node in cluster.nodes][count:] == ["agent-0"]
+    assert str(cluster.agents[0].private_ip) == "10.0.1.20"
+
+
+def test_agents_may_not_take_the_control_planes_block() -> None:
+    below = config(controlPlanes=3, controlPlaneIp="10.0.1.16")  # block .16-.21
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(below, ("cx23",), "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: agents take 10.0.1.20-10.0.1.20, which overlaps "
+        "10.0.1.16-10.0.1.21, held by raya:controlPlanes 3 (the control planes and their "
+        "private load balancer)"
+    )
+    # .14-.19 ends just below the first agent's address.
+    highest = config(controlPlanes=5, controlPlaneIp="10.0.1.14")
+    assert len(build_cluster(highest, ("cx23",), "f").agents) == 1
+
+
+# A mixed fleet: the list form kept, an x86 pool with labels and taints, an ARM pool in
+# another location of the network zone (eu-central).
+MIXED: dict[str, Any] = {
+    "agents": ["cx23", "cx23"],
+    "pools": [
+        {
+            "name": "web",
+            "type": "cx33",
+            "count": 2,
+            "addresses": "10.0.1.64/28",
+            "labels": {"tier": "web", "example.com/team": "shop"},
+            "taints": ["dedicated=web:NoSchedule"],
+        },
+        {
+            "name": "arm",
+            "type": "cax21",
+            "count": 3,
+            "addresses": "10.0.1.128/27",
+            "location": "fsn1",
+        },
+    ],
+}
+
+
+def identities(cluster: Any) -> dict[str, tuple[str, str, str]]:
+    """Every node's name -> (address, DNS label, node password): what must never move."""
+    return {
+        node.name: (str(node.private_ip), node.dns_label, node_password("s3cret", node.name))
+        for node in cluster.nodes
+    }
+
+
+def test_pool_nodes_have_their_own_names_addresses_and_records(tmp_path: Path) -> None:
+    cluster = build_cluster(config(), load_fleet(write(tmp_path, MIXED)), "agents.json")
+    table = {
+        node.name: (
+            str(node.private_ip),
+            node.dns_label,
+            node.server_type,
+            node.architecture,
+            node.location,
+            node.labels,
+            node.taints,
+        )
+        for node in cluster.agents
+    }
+    web = ((("example.com/team", "shop"), ("tier", "web")), ("dedicated=web:NoSchedule",))
+    assert table == {
+        "agent-0": ("10.0.1.20", "a0", "cx23", "x86", None, (), ()),
+        "agent-1": ("10.0.1.21", "a1", "cx23", "x86", None, (), ()),
+        "web-0": ("10.0.1.64", "web-0", "cx33", "x86", None, *web),
+        "web-1": ("10.0.1.65", "web-1", "cx33", "x86", None, *web),
+        "arm-0": ("10.0.1.128", "arm-0", "cax21", "arm", "fsn1", (), ()),
+        "arm-1": ("10.0.1.129", "arm-1", "cax21", "arm", "fsn1", (), ()),
+        "arm-2": ("10.0.1.130", "arm-2", "cax21", "arm", "fsn1", (), ()),
+    }
+    assert {node.pool for node in cluster.agents} == {None, "web", "arm"}
+    assert cluster.control_plane.architecture == "x86"
+
+
+def test_growing_adding_and_removing_pools_moves_no_node_that_stays(tmp_path: Path) -> None:
+    before_file: dict[str, Any] = {
+        "agents": ["cx23"],
+        "pools": [
+            {"name": "web", "type": "cx33", "count": 2, "addresses": "10.0.1.64/28"},
+            {"name": "batch", "type": "cx43", "count": 2, "addresses": "10.0.1.96/28"},
+            {"name": "arm", "type": "cax21", "count": 1, "addresses": "10.0.1.128/27"},
+        ],
+    }
+    # arm grows to 3 and moves to the front, batch is removed, gpu is added between them.
+    after_file: dict[str, Any] = {
+        "agents": ["cx23"],
+        "pools": [
+            {"name": "arm", "type": "cax21", "count": 3, "addresses": "10.0.1.128/27"},
+            {"name": "gpu", "type": "ccx33", "count": 1, "addresses": "10.0.1.80/28"},
+            {"name": "web", "type": "cx33", "count": 2, "addresses": "10.0.1.64/28"},
+        ],
+    }
+    before = identities(build_cluster(config(), load_fleet(write(tmp_path, before_file)), "f"))
+    after = identities(build_cluster(config(), load_fleet(write(tmp_path, after_file)), "f"))
+    assert {name: value[0] for name, value in before.items()} == {
+        "control-plane": "10.0.1.10",
+        "agent-0": "10.0.1.20",
+        "web-0": "10.0.1.64",
+        "web-1": "10.0.1.65",
+        "batch-0": "10.0.1.96",
+        "batch-1": "10.0.1.97",
+        "arm-0": "10.0.1.128",
+    }
+    assert {name: value[0] for name, value in after.items()} == {
+        "control-plane": "10.0.1.10",
+        "agent-0": "10.0.1.20",
+        "arm-0": "10.0.1.128",
+        "arm-1": "10.0.1.129",
+        "arm-2": "10.0.1.130",
+        "gpu-0": "10.0.1.80",
+        "web-0": "10.0.1.64",
+        "web-1": "10.0.1.65",
+    }
+    stayed = before.keys() & after.keys()
+    assert stayed == {"control-plane", "agent-0", "web-0", "web-1", "arm-0"}
+    assert all(before[name] == after[name] for name in stayed)
+
+
+def test_the_list_form_is_the_fleet_it_always_was(tmp_path: Path) -> None:
+    listed = build_cluster(config(), load_fleet(write(tmp_path, {"agents": ["cx23"] * 3})), "f")
+    assert listed == build_cluster(config(), ("cx23",) * 3, "f")
+    assert [(n.name, str(n.private_ip), n.dns_label) for n in listed.agents] == [
+        ("agent-0", "10.0.1.20", "a0"),
+        ("agent-1", "10.0.1.21", "a1"),
+        ("agent-2", "10.0.1.22", "a2"),
+    ]
+    assert all(n.pool is None and n.labels == () and n.taints == () for n in listed.agents)
+
+
+def pool(**changes: Any) -> dict[str, Any]:
+    return {"name": "web", "type": "cx33", "count": 1, "addresses": "10.0.1.64/28", **changes}
+
+
+@pytest.mark.parametrize(
+    ("pools", "message"),
+    [
+        ("web", "'pools' must be a list of pools"),
+        (["web"], "pools[0]: expected an object with name, type, count, addresses"),
+        ([pool(), pool(addresses="10.0.1.96/28")], "pools[1] (web): field 'name' is used twice"),
+        (
+            [pool(size=3)],
+            "pools[0] (web): field 'size' is not a pool field; accepted: name, type, count, "
+            "addresses, labels, taints, location",
+        ),
+        ([{"name": "web", "type": "cx33", "count": 1}], "pools[0] (web): field 'addresses' is "
+         "required"),
+        ([pool(name="Web")], "pools[0]: field 'name' is 'Web'; accepted: 1-20 lowercase"),
+        ([pool(name="web-")], "pools[0]: field 'name' is 'web-'; accepted: 1-20 lowercase"),
+        ([pool(name="w" * 21)], "pools[0]: field 'name' is 'wwwwwwwwwwwwwwwwwwwww'; accepted"),
+        ([pool(name="agent")], "pools[0] (agent): field 'name' is 'agent', reserved"),
+        ([pool(name="control-plane")], "pools[0] (control-plane): field 'name' is"),
+        ([pool(type="cx 33")], "pools[0] (web): field 'type' is 'cx 33'; accepted: a Hetzner"),
+        ([pool(type="zz9")], "pools[0] (web): field 'type' is 'zz9', of no Hetzner server family"),
+        ([pool(count=-1)], "pools[0] (web): field 'count' is -1; accepted: a whole number, 0 or"),
+        ([pool(count=1.5)], "pools[0] (web): field 'count' is 1.5; accepted: a whole number"),
+        ([pool(count=True)], "pools[0] (web): field 'count' is True; accepted: a whole number"),
+        ([pool(count="2")], "pools[0] (web): field 'count' is '2'; accepted: a whole number"),
+        ([pool(addresses="10.0.1.65/28")], "pools[0] (web): field 'addresses' is '10.0.1.65/28'"
+         "; accepted: an IPv4 CIDR without host bits"),
+        ([pool(addresses="10.0.1.64")], "pools[0] (web): field 'addresses' is '10.0.1.64'"),
+        ([pool(location="fra1")], "pools[0] (web): field 'location' is 'fra1'; accepted: fsn1, "
+         "nbg1, hel1, ash, hil, sin"),
+        ([pool(labels=["tier=web"])], "pools[0] (web): field 'labels' is ['tier=web']; accepted"),
+        ([pool(labels={"tier": 3})], "pools[0] (web): field 'labels' value 3 is not text"),
+        ([pool(labels={"-tier": "web"})], "pools[0] (web): field 'labels' key '-tier': its name"),
+        ([pool(labels={"t" * 64: "x"})], "pools[0] (web): field 'labels' key 'tttttttttttt"),
+        ([pool(labels={"Example.com/tier": "x"})], "pools[0] (web): field 'labels' key "
+         "'Example.com/tier': its prefix must be a lowercase DNS subdomain"),
+        ([pool(labels={"tier": "web app"})], "pools[0] (web): field 'labels' value 'web app':"),
+        ([pool(labels={"tier": "v" * 64})], "pools[0] (web): field 'labels' value 'vvvvvv"),
+        ([pool(labels={"node-role.kubernetes.io/worker": "true"})], "pools[0] (web): field "
+         "'labels' key 'node-role.kubernetes.io/worker': a kubelet may set no such label"),
+        ([pool(labels={"k8s.io/x": ""})], "pools[0] (web): field 'labels' key 'k8s.io/x': a"),
+        ([pool(taints="a:NoSchedule")], "pools[0] (web): field 'taints' is 'a:NoSchedule'"),
+        ([pool(taints=["dedicated=web"])], "pools[0] (web): field 'taints' 'dedicated=web' is "
+         "not key[=value]:Effect"),
+        ([pool(taints=["dedicated=web:NoSchedul"])], "pools[0] (web): field 'taints' "
+         "'dedicated=web:NoSchedul': effect 'NoSchedul'; accepted: NoSchedule, "
+         "PreferNoSchedule, NoExecute"),
+        ([pool(taints=["=web:NoSchedule"])], "pools[0] (web): field 'taints' '=web:NoSchedule':"
+         " key '': its name"),
+        ([pool(taints=["a=b c:NoExecute"])], "pools[0] (web): field 'taints' 'a=b c:NoExecute':"
+         " value 'b c'"),
+        ([pool(taints=["a=1:NoSchedule", "a=2:NoSchedule"])], "pools[0] (web): field 'taints' "
+         "has key and effect of 'a=2:NoSchedule' twice"),
+    ],
+)
+def test_bad_pools(tmp_path: Path, pools: object, message: str) -> None:
+    path = write(tmp_path, {"pools": pools})
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(path)
+    assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_good_labels_and_taints_pass(tmp_path: Path) -> None:
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            {
+                "pools": [
+                    pool(
+                        labels={
+                            "node.kubernetes.io/pool": "web",
+                            "topology.kubernetes.io/zone": "fsn1",
+                            "example.com/empty": "",
+                            "A_b.c-1": "X_y.z-9",
+                        },
+                        taints=["a:NoSchedule", "a:NoExecute", "b=:PreferNoSchedule"],
+                    )
+                ]
+            },
+        )
+    )
+    assert fleet.pools[0].taints == ("a:NoSchedule", "a:NoExecute", "b=:PreferNoSchedule")
+
+
+@pytest.mark.parametrize(
+    ("pools", "stack", "message"),
+    [
+        (
+            [pool(location="ash")],
+            {},
+            "pools[0] (web): field 'location' is 'ash', in network zone us-east, but the "
+            "cluster's network is in eu-central; accepted: fsn1, nbg1, hel1",
+        ),
+        (
+            [pool(addresses="10.0.2.0/28")],
+            {},
+            "pools[0] (web): field 'addresses' is 10.0.2.0/28, outside nodesSubnet 10.0.1.0/24",
+        ),
+        (
+            [pool(addresses="10.0.1.0/27")],
+            {},
+            "pools[0] (web): field 'addresses' is 10.0.1.0/27, which takes from the first 20 "
+            "addresses of nodesSubnet (the control planes'); accepted: a block from 10.0.1.20",
+        ),
+        (
+            [pool(addresses="10.0.1.240/28")],
+            {},
+            "pools[0] (web): field 'addresses' is 10.0.1.240/28, which holds nodesSubnet's "
+            "broadcast address 10.0.1.255",
+        ),
+        (
+            [pool(addresses="10.0.1.64/28")],
+            {"controlPlaneIp": "10.0.1.70"},
+            "pools[0] (web): field 'addresses' is 10.0.1.64/28, which holds "
+            "raya:controlPlaneIp 10.0.1.70",
+        ),
+        (
+            [pool(addresses="10.0.0.0/28")],
+            {"nodesSubnet": "10.0.0.0/24", "controlPlaneIp": "10.0.0.10"},
+            "pools[0] (web): field 'addresses' is 10.0.0.0/28, which takes from the first 20 "
+            "addresses of nodesSubnet (the control planes'); accepted: a block from 10.0.0.20",
+        ),
+        (
+            [pool(), pool(name="db", addresses="10.0.1.64/26")],
+            {},
+            "pools[1] (db): field 'addresses' is 10.0.1.64/26, which overlaps pool web's "
+            "10.0.1.64/28",
+        ),
+        (
+            [pool(addresses="10.0.1.32/28")],
+            {},
+            "pools[0] (web): field 'addresses' is 10.0.1.32/28, which holds 10.0.1.32, an "
+            "address of the agents list (agent-12)",
+        ),
+        (
+            [pool(count=17)],
+            {},
+            "pools[0] (web): field 'count' is 17, but its addresses 10.0.1.64/28 hold at most 16",
+        ),
+    ],
+)
+def test_pools_that_do_not_fit_the_cluster(
+    tmp_path: Path, pools: list[Any], stack: dict[str, Any], message: str
+) -> None:
+    fleet = load_fleet(write(tmp_path, {"agents": ["cx23"] * 13, "pools": pools}))
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(config(**stack), fleet, "deploy/fleet/agents.json")
+    assert str(caught.value) == f"deploy/fleet/agents.json: {message}"
+
+
+def test_a_pool_fills_its_block_and_no_more(tmp_path: Path) -> None:
+    fleet = load_fleet(write(tmp_path, {"pools": [pool(count=16), pool(name="db", count=0,
+                                                                        addresses="10.0.1.80/28")]}))
+    cluster = build_cluster(config(), fleet, "f")
+    assert [str(n.private_ip) for n in cluster.agents][-1] == "10.0.1.79"
+    assert len(cluster.agents) == 16

@@ -60,6 +60,19 @@ def test_every_stream_is_accepted(tmp_path: Path, stream: str) -> None:
     assert load_pins(write(tmp_path, fcos={**FCOS, "stream": stream})).fcos.stream == stream
 
 
+def test_the_aarch64_sha256_is_optional_and_round_trips(tmp_path: Path) -> None:
+    """Pin files written before ARM support stay valid, and keep their bytes when dumped."""
+    assert load_pins(write(tmp_path)).fcos.aarch64_sha256 is None
+    pins = Pins(
+        FcosPin("stable", "44.20260720.3.1", FCOS_SHA, aarch64_sha256="1" * 64),
+        K3sPin("v1.36.5+k3s1", K3S_SHA, aarch64_sha256="2" * 64),
+    )
+    root = write(tmp_path, fcos=dump_pin(pins.fcos), k3s=dump_pin(pins.k3s))
+    assert load_pins(root) == pins
+    assert json.loads(dump_pin(pins.k3s)) == {**K3S, "aarch64_sha256": "2" * 64}
+    assert (pins.fcos.sha256_for("x86"), pins.fcos.sha256_for("arm")) == (FCOS_SHA, "1" * 64)
+
+
 def test_dump_round_trips(tmp_path: Path) -> None:
     pins = Pins(FcosPin("next", "45.20261001.1.0", "a" * 64), K3sPin("v1.37.0+k3s2", "0" * 64))
     root = write(tmp_path, fcos=dump_pin(pins.fcos), k3s=dump_pin(pins.k3s))
@@ -94,7 +107,18 @@ def test_dump_round_trips(tmp_path: Path) -> None:
             {**FCOS, "sha256": FCOS_SHA[:-1] + "g"},
             f"field 'sha256' is '{FCOS_SHA[:-1]}g'; accepted: 64 lowercase hex digits",
         ),
-        ({**FCOS, "arch": "x86_64"}, "unknown field(s) arch; accepted: stream, version, sha256"),
+        (
+            {**FCOS, "arch": "x86_64"},
+            "unknown field(s) arch; accepted: stream, version, sha256, aarch64_sha256",
+        ),
+        (
+            {**FCOS, "aarch64_sha256": "A" * 64},
+            f"field 'aarch64_sha256' is '{'A' * 64}'; accepted: 64 lowercase hex digits",
+        ),
+        (
+            {**FCOS, "aarch64_sha256": None},
+            "field 'aarch64_sha256' is required and must be a string",
+        ),
         ([], "expected a JSON object with stream, version, sha256"),
         ("{", "not JSON: "),
     ],
@@ -114,7 +138,11 @@ def test_bad_fcos_pin(tmp_path: Path, fcos: object, message: str) -> None:
         ({**K3S, "version": "v1.36.5+k3s1 "}, "field 'version' is 'v1.36.5+k3s1 '; accepted"),
         ({**K3S, "sha256": ""}, "field 'sha256' is ''; accepted: 64 lowercase hex digits"),
         ({"version": "v1.36.5+k3s1"}, "field 'sha256' is required and must be a string"),
-        ({**K3S, "stream": "stable"}, "unknown field(s) stream; accepted: version, sha256"),
+        (
+            {**K3S, "stream": "stable"},
+            "unknown field(s) stream; accepted: version, sha256, aarch64_sha256",
+        ),
+        ({**K3S, "aarch64_sha256": "9" * 63}, f"field 'aarch64_sha256' is '{'9' * 63}'"),
     ],
 )
 def test_bad_k3s_pin(tmp_path: Path, k3s: object, message: str) -> None:

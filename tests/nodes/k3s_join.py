@@ -52,8 +52,9 @@ def serving_certificate(
     dns_names: Sequence[str] = (),
     valid: datetime.timedelta = datetime.timedelta(days=1),
 ) -> tuple[Path, Path]:
-    """A serving certificate for `address` (and `dns_names`, as k3s' `tls-san`) signed by
-    `ca`, as k3s' dynamiclistener makes, valid for `valid` from now."""
+    """A serving certificate for `address` (and `dns_names`, as k3s' `tls-san`: a name, or an
+    address given as text) signed by `ca`, as k3s' dynamiclistener makes, valid for `valid`
+    from now."""
     ca_key = serialization.load_pem_private_key(ca.key_pem.encode(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.encode())
@@ -71,7 +72,7 @@ def serving_certificate(
             x509.SubjectAlternativeName(
                 [
                     x509.IPAddress(ipaddress.ip_address(address)),
-                    *(x509.DNSName(name) for name in dns_names),
+                    *(_alternative_name(name) for name in dns_names),
                 ]
             ),
             critical=False,
@@ -91,6 +92,13 @@ def serving_certificate(
     return cert_path, key_path
 
 
+def _alternative_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 AGENT_PATHS = ("/v1-k3s/config", "/v1-k3s/client-kubelet.crt")
 SERVER_PATHS = ("/v1-k3s/server-bootstrap", "/v1-k3s/token", "/v1-k3s/encrypt/status")
 
@@ -101,8 +109,11 @@ def k3s_like_server(
     server_secret: str,
     agent_secret: str,
     address: tuple[str, int] = ("127.0.0.1", 0),
+    name: str = "",
 ) -> contextlib.AbstractContextManager[str]:
-    """HTTPS on `address` with k3s' two users and the roles its endpoints require."""
+    """HTTPS on `address` with k3s' two users and the roles its endpoints require; `name`,
+    the server's node name, ends its welcome (so a join through a load balancer tells which
+    server answered)."""
     users = {"server": (server_secret, "k3s:server"), "node": (agent_secret, "k3s:agent")}
 
     def guarded(role: str) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
@@ -113,7 +124,7 @@ def k3s_like_server(
                 return 401, b"not authorized"
             if users[user][1] != role:
                 return 403, b"forbidden"
-            return 200, f"welcome to {request.path}".encode()
+            return 200, f"welcome to {request.path}{f' from {name}' if name else ''}".encode()
 
         return respond
 

@@ -152,13 +152,16 @@ def test_control_plane_config(
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
     assert yaml.safe_load(files[K3S_CONFIG]) == {
+        # Embedded etcd at every size (docs/control-plane.md): one control plane starts it.
+        "cluster-init": True,
         "token": secrets.join_secret,
         "agent-token": secrets.agent_secret,
         "node-name": "control-plane",
         "node-ip": "10.0.1.10",
         "advertise-address": "10.0.1.10",
         "flannel-iface": "enp7s0",
-        "tls-san": ["cp.raya.example.com"],
+        # The API name, and where the registration balancer of several would be.
+        "tls-san": ["cp.raya.example.com", "10.0.1.15"],
         # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
         "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
         # Hetzner's cloud controller initialises the nodes, its load balancers replace

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from raya.files import write_atomically
 from raya.model.config import StackConfig
 from raya.model.pins import (
     CHART_VERSION,
+    FCOS_ARCHITECTURES,
+    K3S_ARCHITECTURES,
     ChartPin,
     ChartPins,
     FcosPin,
@@ -49,8 +51,7 @@ FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
 K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
 K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
 K3S_CHANNEL = "stable"
-# The template builds on an x86 server type; Hetzner calls that architecture `x86`.
-FCOS_ARCH = "x86_64"
+# Architectures by Hetzner's names (`x86`, `arm`); FCOS and k3s name them their own way.
 HCLOUD_ARCH = "x86"
 # `packer init` and `required_plugins` arrived in Packer 1.7.
 MIN_PACKER = (1, 7)
@@ -123,24 +124,31 @@ def template_path(root: Path) -> Path:
 
 
 # The Packer template derives the same URLs from the same pins; a test holds them equal.
-def fcos_image_name(version: str) -> str:
-    return f"fedora-coreos-{version}-hetzner.{FCOS_ARCH}.raw.xz"
+def fcos_image_name(version: str, architecture: str = HCLOUD_ARCH) -> str:
+    return f"fedora-coreos-{version}-hetzner.{FCOS_ARCHITECTURES[architecture]}.raw.xz"
 
 
-def fcos_build_url(builds_url: str, pin: FcosPin) -> str:
-    return f"{builds_url}/prod/streams/{pin.stream}/builds/{pin.version}/{FCOS_ARCH}"
+def fcos_build_url(builds_url: str, pin: FcosPin, architecture: str = HCLOUD_ARCH) -> str:
+    fcos_arch = FCOS_ARCHITECTURES[architecture]
+    return f"{builds_url}/prod/streams/{pin.stream}/builds/{pin.version}/{fcos_arch}"
 
 
-def fcos_image_url(builds_url: str, pin: FcosPin) -> str:
-    return f"{fcos_build_url(builds_url, pin)}/{fcos_image_name(pin.version)}"
+def fcos_image_url(builds_url: str, pin: FcosPin, architecture: str = HCLOUD_ARCH) -> str:
+    image = fcos_image_name(pin.version, architecture)
+    return f"{fcos_build_url(builds_url, pin, architecture)}/{image}"
 
 
-def k3s_binary_url(releases_url: str, version: str) -> str:
-    return f"{releases_url}/{version}/k3s"
+def k3s_binary_name(architecture: str) -> str:
+    """k3s' release asset: `k3s` for amd64, `k3s-arm64` for arm64."""
+    return "k3s" if architecture == HCLOUD_ARCH else f"k3s-{K3S_ARCHITECTURES[architecture]}"
 
 
-def k3s_checksums_url(releases_url: str, version: str) -> str:
-    return f"{releases_url}/{version}/sha256sum-amd64.txt"
+def k3s_binary_url(releases_url: str, version: str, architecture: str = HCLOUD_ARCH) -> str:
+    return f"{releases_url}/{version}/{k3s_binary_name(architecture)}"
+
+
+def k3s_checksums_url(releases_url: str, version: str, architecture: str = HCLOUD_ARCH) -> str:
+    return f"{releases_url}/{version}/sha256sum-{K3S_ARCHITECTURES[architecture]}.txt"
 
 
 def _fetch(url: str) -> bytes:
@@ -180,35 +188,44 @@ def _sha256(value: str, where: str) -> str:
 
 
 def latest_fcos(stream: str, builds_url: str = FCOS_BUILDS_URL) -> FcosPin:
-    """The newest release of `stream`: its Hetzner `raw.xz` artifact, from the stream metadata."""
+    """The newest release of `stream`: its Hetzner `raw.xz` artifacts (x86_64 and aarch64),
+    from the stream metadata."""
     url = f"{builds_url}/streams/{stream}.json"
     data = _fetch_json(url)
-    artifact = ("architectures", FCOS_ARCH, "artifacts", "hetzner")
-    disk = (*artifact, "formats", "raw.xz", "disk")
-    pin = FcosPin(
-        stream=stream,
-        version=_text(data, (*artifact, "release"), url),
-        sha256=_sha256(_text(data, (*disk, "sha256"), url), url),
-    )
-    location = _text(data, (*disk, "location"), url)
-    expected = fcos_image_url(builds_url, pin)
-    if location != expected:
+    found: dict[str, tuple[str, str]] = {}  # architecture -> release, sha256
+    for architecture, fcos_arch in FCOS_ARCHITECTURES.items():
+        artifact = ("architectures", fcos_arch, "artifacts", "hetzner")
+        disk = (*artifact, "formats", "raw.xz", "disk")
+        release = _text(data, (*artifact, "release"), url)
+        found[architecture] = release, _sha256(_text(data, (*disk, "sha256"), url), url)
+        location = _text(data, (*disk, "location"), url)
+        expected = fcos_image_url(builds_url, FcosPin(stream, release, ""), architecture)
+        if location != expected:
+            raise ImageError(
+                f"{url}: the {fcos_arch} hetzner raw.xz artifact is at {location}, "
+                f"not at {expected} where the Packer template downloads it from"
+            )
+    (version, x86), (arm_version, arm) = found["x86"], found["arm"]
+    if arm_version != version:
         raise ImageError(
-            f"{url}: the hetzner raw.xz artifact is at {location}, "
-            f"not at {expected} where the Packer template downloads it from"
+            f"{url}: the aarch64 hetzner artifact is of release {arm_version}, the x86_64 one "
+            f"of {version}; one pin holds both, so wait for the stream to agree"
         )
-    return pin
+    return FcosPin(stream=stream, version=version, sha256=x86, aarch64_sha256=arm)
 
 
-def upstream_fcos_sha256(pin: FcosPin, builds_url: str = FCOS_BUILDS_URL) -> str:
+def upstream_fcos_sha256(
+    pin: FcosPin, builds_url: str = FCOS_BUILDS_URL, architecture: str = HCLOUD_ARCH
+) -> str:
     """The sha256 of the pinned release's Hetzner image, from its build metadata."""
-    url = f"{fcos_build_url(builds_url, pin)}/meta.json"
+    url = f"{fcos_build_url(builds_url, pin, architecture)}/meta.json"
     data = _fetch_json(url)
     path = _text(data, ("images", "hetzner", "path"), url)
-    if path != fcos_image_name(pin.version):
+    expected = fcos_image_name(pin.version, architecture)
+    if path != expected:
         raise ImageError(
-            f"{url}: the hetzner image is {path}, not {fcos_image_name(pin.version)} "
-            "which the Packer template downloads"
+            f"{url}: the hetzner image is {path}, not {expected} which the Packer template "
+            "downloads"
         )
     return _sha256(_text(data, ("images", "hetzner", "sha256"), url), url)
 
@@ -223,14 +240,18 @@ def latest_k3s(channels_url: str = K3S_CHANNELS_URL, channel: str = K3S_CHANNEL)
     raise ImageError(f"{channels_url}: no channel {channel!r} in data[]")
 
 
-def upstream_k3s_sha256(version: str, releases_url: str = K3S_RELEASES_URL) -> str:
-    """The sha256 of release `version`'s amd64 `k3s` binary, from its `sha256sum-amd64.txt`."""
-    url = k3s_checksums_url(releases_url, version)
+def upstream_k3s_sha256(
+    version: str, releases_url: str = K3S_RELEASES_URL, architecture: str = HCLOUD_ARCH
+) -> str:
+    """The sha256 of release `version`'s binary for `architecture` (`k3s` for amd64,
+    `k3s-arm64`), from its `sha256sum-<amd64|arm64>.txt`."""
+    url = k3s_checksums_url(releases_url, version, architecture)
+    binary = k3s_binary_name(architecture)
     for line in _fetch(url).decode("utf-8", "replace").splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[1] == "k3s":
+        if len(fields) == 2 and fields[1] == binary:
             return _sha256(fields[0], url)
-    raise ImageError(f"{url}: no line for the k3s binary")
+    raise ImageError(f"{url}: no line for the {binary} binary")
 
 
 def _release(version: str) -> tuple[int, int, int] | None:
@@ -295,27 +316,44 @@ def chart_updates(
 
 def latest_pins(stream: str, endpoints: Endpoints) -> Pins:
     version = latest_k3s(endpoints.k3s_channels)
+    k3s = {
+        architecture: upstream_k3s_sha256(version, endpoints.k3s_releases, architecture)
+        for architecture in K3S_ARCHITECTURES
+    }
     return Pins(
         fcos=latest_fcos(stream, endpoints.fcos_builds),
-        k3s=K3sPin(version=version, sha256=upstream_k3s_sha256(version, endpoints.k3s_releases)),
+        k3s=K3sPin(version=version, sha256=k3s["x86"], aarch64_sha256=k3s["arm"]),
     )
 
 
-def check_pins(root: Path, pins: Pins, endpoints: Endpoints) -> None:
-    """Raise if a pinned sha256 differs from what upstream publishes for that release."""
+def check_pins(
+    root: Path, pins: Pins, endpoints: Endpoints, architecture: str = HCLOUD_ARCH
+) -> None:
+    """Raise if a pinned sha256 of `architecture`'s artefacts is missing or differs from what
+    upstream publishes for that release."""
+    field = "sha256" if architecture == HCLOUD_ARCH else "aarch64_sha256"
     problems = []
-    fcos = upstream_fcos_sha256(pins.fcos, endpoints.fcos_builds)
-    if fcos != pins.fcos.sha256:
-        problems.append(
-            f"{fcos_pin_path(root)}: sha256 is {pins.fcos.sha256} but FCOS {pins.fcos.version} "
-            f"is published with {fcos}"
-        )
-    k3s = upstream_k3s_sha256(pins.k3s.version, endpoints.k3s_releases)
-    if k3s != pins.k3s.sha256:
-        problems.append(
-            f"{k3s_pin_path(root)}: sha256 is {pins.k3s.sha256} but k3s {pins.k3s.version} "
-            f"is published with {k3s}"
-        )
+
+    def compare(path: Path, what: str, pinned: str | None, upstream: Callable[[], str]) -> None:
+        if pinned is None:
+            problems.append(
+                f"{path}: no {field} pinned for {what}; `raya image pins --update` records it"
+            )
+        elif (published := upstream()) != pinned:
+            problems.append(f"{path}: {field} is {pinned} but {what} is published with {published}")
+
+    compare(
+        fcos_pin_path(root),
+        f"FCOS {pins.fcos.version} {FCOS_ARCHITECTURES[architecture]}",
+        pins.fcos.sha256_for(architecture),
+        lambda: upstream_fcos_sha256(pins.fcos, endpoints.fcos_builds, architecture),
+    )
+    compare(
+        k3s_pin_path(root),
+        f"k3s {pins.k3s.version} {K3S_ARCHITECTURES[architecture]}",
+        pins.k3s.sha256_for(architecture),
+        lambda: upstream_k3s_sha256(pins.k3s.version, endpoints.k3s_releases, architecture),
+    )
     if problems:
         raise ImageError("; ".join(problems) + "; not building")
 
@@ -351,15 +389,18 @@ def hcloud_client(token: str, endpoint: str, timeout: float = HTTP_TIMEOUT) -> C
 
 
 def find_snapshots(
-    token: str, labels: Mapping[str, str], endpoint: str = HCLOUD_API_URL
+    token: str,
+    labels: Mapping[str, str],
+    endpoint: str = HCLOUD_API_URL,
+    architecture: str = HCLOUD_ARCH,
 ) -> tuple[Snapshot, ...]:
-    """The x86 snapshots carrying exactly these labels, oldest first."""
+    """The snapshots of `architecture` carrying exactly these labels, oldest first."""
     client = hcloud_client(token, endpoint)
     try:
         images = client.images.get_all(
             type=["snapshot"],
             label_selector=label_selector(dict(labels)),
-            architecture=[HCLOUD_ARCH],
+            architecture=[architecture],
         )
     except (HCloudException, requests.RequestException) as error:
         raise ImageError(f"Hetzner API {endpoint}: {error}") from None
@@ -394,9 +435,13 @@ def find_packer() -> str:
     return packer
 
 
-def packer_variables(config: StackConfig, endpoints: Endpoints) -> dict[str, str]:
-    """The template's variables: the cluster (its label) and where the artifacts come from."""
+def packer_variables(
+    config: StackConfig, endpoints: Endpoints, architecture: str = HCLOUD_ARCH
+) -> dict[str, str]:
+    """The template's variables: the cluster (its label), the architecture to build and where
+    the artifacts come from."""
     return {
+        "architecture": architecture,
         "cluster_name": config.cluster_name,
         "location": config.location,
         "fcos_builds_url": endpoints.fcos_builds,

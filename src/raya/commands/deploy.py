@@ -93,7 +93,7 @@ def up(
             "--replace",
             help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
             "render, applying its drift: the old server is shut down and deleted first. "
-            "Repeat for more; `raya roll` drains agents first.",
+            "Repeat for more; `raya roll` also drains an agent first.",
         ),
     ] = None,
 ) -> None:

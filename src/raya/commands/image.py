@@ -32,7 +32,6 @@ from raya.cloud.image import (
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import ImageError
-from raya.model.config import load_stack_config, stack_file
 from raya.model.pins import (
     FCOS_STREAMS,
     ChartPin,
@@ -44,7 +43,7 @@ from raya.model.pins import (
     load_pins,
     snapshot_labels,
 )
-from raya.model.project import DEFAULT_STACK
+from raya.model.project import DEFAULT_STACK, load_cluster
 from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM
 
 image = typer.Typer(
@@ -102,50 +101,65 @@ def build(
     fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
     k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
 ) -> None:
-    """Build the FCOS snapshot with Packer, unless Hetzner already has one with its labels.
+    """Build the FCOS snapshot of each architecture the fleet uses (x86, and arm for cax*
+    types) with Packer, skipping each that Hetzner already has with its labels.
 
     Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
     """
     root = project_root(root)
-    config = load_stack_config(stack_file(root, stack))
+    cluster = load_cluster(root, stack)
     pins = load_pins(root)
     template = template_path(root)
     if not template.is_file():
         raise ImageError(f"{template}: the Packer template is missing")
-    labels = snapshot_labels(pins, config.cluster_name)
+    labels = snapshot_labels(pins, cluster.config.cluster_name)
     token = os.environ.get("HCLOUD_TOKEN", "")
     if not token:
         raise ImageError(
             "HCLOUD_TOKEN is not set: export a read and write API token of the Hetzner Cloud "
             "project (Security > API tokens in the Hetzner console)"
         )
-    with err.status("asking Hetzner for the snapshot..."):
-        snapshots = find_snapshots(token, labels, hcloud_endpoint)
-    if snapshots:
+    missing = []
+    for architecture in sorted({node.architecture for node in cluster.nodes}):
+        with err.status(f"asking Hetzner for the {architecture} snapshot..."):
+            snapshots = find_snapshots(token, labels, hcloud_endpoint, architecture)
         for snapshot in snapshots:
             _say(
-                f"snapshot {snapshot.id} ({snapshot.description}, {snapshot.status}, created "
-                f"{snapshot.created}) already has the labels {label_selector(labels)}"
+                f"{architecture} snapshot {snapshot.id} ({snapshot.description}, "
+                f"{snapshot.status}, created {snapshot.created}) already has the labels "
+                f"{label_selector(labels)}"
             )
+        if not snapshots:
+            _say(f"no {architecture} snapshot has the labels {label_selector(labels)}")
+            missing.append(architecture)
+    if not missing:
         _say("nothing to build")
         return
-    _say(f"no snapshot has the labels {label_selector(labels)}")
     packer = find_packer()
     endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
-    with err.status("checking the pins against upstream..."):
-        check_pins(root, pins, endpoints)
-    _say(f"pins match upstream: FCOS {pins.fcos.version}, k3s {pins.k3s.version}")
-    commands = packer_commands(packer, template, packer_variables(config, endpoints))
-    if dry_run:
-        _say("would run (HCLOUD_TOKEN and HCLOUD_ENDPOINT in the environment):")
+    for architecture in missing:
+        with err.status(f"checking the {architecture} pins against upstream..."):
+            check_pins(root, pins, endpoints, architecture)
+        _say(
+            f"{architecture} pins match upstream: FCOS {pins.fcos.version}, "
+            f"k3s {pins.k3s.version}"
+        )
+    for architecture in missing:
+        variables = packer_variables(cluster.config, endpoints, architecture)
+        commands = packer_commands(packer, template, variables)
+        if dry_run:
+            _say(
+                f"would run for {architecture} (HCLOUD_TOKEN and HCLOUD_ENDPOINT in the "
+                "environment):"
+            )
+            for argv in commands:
+                _say(f"  {shlex.join(argv)}")
+            continue
+        env = packer_environment(token, hcloud_endpoint)
         for argv in commands:
-            _say(f"  {shlex.join(argv)}")
-        return
-    env = packer_environment(token, hcloud_endpoint)
-    for argv in commands:
-        _say(f"$ {shlex.join(argv)}")
-        run_packer(argv, env, root)
-    _say(f"built the snapshot labelled {label_selector(labels)}")
+            _say(f"$ {shlex.join(argv)}")
+            run_packer(argv, env, root)
+        _say(f"built the {architecture} snapshot labelled {label_selector(labels)}")
 
 
 def _describe_chart(name: str, pin: ChartPin) -> str:

@@ -16,12 +16,13 @@ from raya.model.project import DEFAULT_STACK, load_cluster
 from raya.nodes.identity import generate_example_secrets
 from raya.nodes.render import IGNITION_LIMIT, RenderedNode, render_cluster
 
-# Stands for the control plane's volume, whose id Hetzner decides when it is created.
+# Stands for the first control plane's volume (the next ones count up from it), whose id
+# Hetzner decides when it is created.
 EXAMPLE_VOLUME_ID = "100000001"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    "keys, the cluster's Hetzner token, SSH host keys), and a made-up volume id "
-    f"({EXAMPLE_VOLUME_ID}); these configs show what the nodes get but cannot join a real "
+    "keys, the cluster's Hetzner token, SSH host keys), and made-up volume ids (from "
+    f"{EXAMPLE_VOLUME_ID}); these configs show what the nodes get but cannot join a real "
     "cluster. `raya up` renders with the stack's own."
 )
 
@@ -50,7 +51,10 @@ def render(
     err.print(THROWAWAY, markup=False, soft_wrap=True)
     secrets = generate_example_secrets(node.name for node in cluster.nodes)
     charts = load_chart_pins(root)
-    rendered = render_cluster(cluster, secrets, charts=charts, volume_id=EXAMPLE_VOLUME_ID)
+    volumes = {
+        node.name: str(int(EXAMPLE_VOLUME_ID) + k) for k, node in enumerate(cluster.control_planes)
+    }
+    rendered = render_cluster(cluster, secrets, charts=charts, volume_id=volumes)
     _write(out_dir, rendered)
 
     rows = [("node", "role", "private address", "DNS name", f"Ignition / {IGNITION_LIMIT:,} B")]

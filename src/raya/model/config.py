@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "sshSources": ["0.0.0.0/0", "::/0"],
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
+    "controlPlanes": 1,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
@@ -66,10 +67,19 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # `<clusterName>-agent-<i>`, which must be hostnames (RFC 1123 labels, at most 63 characters):
 # 32 characters leave room for 9-digit agent numbers.
 _CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]")
+# etcd commits a write once a majority of its members has it: n members survive (n - 1) // 2
+# losses, so an even count survives no more than the odd count below it, and more than five
+# members slow every write for no gain (etcd's FAQ, "cluster size"; k3s' HA embedded etcd docs).
+CONTROL_PLANE_COUNTS = (1, 3, 5)
+# With several control planes, a private load balancer takes the address after the last one
+# they may ever hold, so growing from 3 to 5 moves nothing (docs/control-plane.md).
+CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
 # Hetzner's volume sizes, in GB.
 VOLUME_SIZES = range(10, 10241)
-_SERVER_TYPE = re.compile(r"[a-z]+[0-9]+[a-z]*")
-_ARM_PREFIX = "cax"
+_SERVER_TYPE = re.compile(r"([a-z]+)[0-9]+[a-z]*")
+# Hetzner's server families and the architecture of each (`x86` or `arm`, as Hetzner names
+# them in its images' `architecture`): shared vCPU Intel/AMD, AMD, Ampere, dedicated vCPU.
+FAMILIES = {"cx": "x86", "cpx": "x86", "cax": "arm", "ccx": "x86"}
 # The older generations CX*1 and CCX*1 name the private NIC ens10; the node configs are for
 # enp7s0, the name on every current type (Hetzner's networks documentation).
 _ENS10_TYPE = re.compile(r"c?cx[0-9]1")
@@ -99,6 +109,32 @@ class StackConfig:
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
+    control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
+
+    @property
+    def control_plane_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
+        """The control planes' private addresses: controlPlaneIp and the ones after it."""
+        return tuple(self.control_plane_ip + k for k in range(self.control_planes))
+
+    @property
+    def balancer_ip(self) -> ipaddress.IPv4Address:
+        """The private load balancer's address once there are several control planes; every
+        server's certificate names it from the start, so growing changes no existing one."""
+        return self.control_plane_ip + CONTROL_PLANE_BLOCK - 1
+
+    @property
+    def registration_ip(self) -> ipaddress.IPv4Address:
+        """Where agents and joining servers register: the one control plane, or the private
+        load balancer in front of several (k3s' "fixed registration address")."""
+        return self.control_plane_ip if self.control_planes == 1 else self.balancer_ip
+
+    @property
+    def reserved_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
+        """What the control plane side holds in nodesSubnet: its servers' addresses and, with
+        several, the whole block up to the load balancer's."""
+        if self.control_planes == 1:
+            return (self.control_plane_ip,)
+        return tuple(self.control_plane_ip + k for k in range(CONTROL_PLANE_BLOCK))
 
     @property
     def zone_dns_name(self) -> str:
@@ -118,16 +154,27 @@ class StackConfig:
 
 def server_type_problem(value: object) -> str | None:
     """What is wrong with `value` as the server type of a node, or None if nothing."""
-    if not isinstance(value, str) or not _SERVER_TYPE.fullmatch(value):
+    match = _SERVER_TYPE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
         return f"is {value!r}; accepted: a Hetzner server type such as cx23"
-    if value.startswith(_ARM_PREFIX):
-        return f"is {value!r}, an ARM type; accepted: an x86 type, the image is x86 only"
-    if _ENS10_TYPE.fullmatch(value):
+    if match[1] not in FAMILIES:
+        return (
+            f"is {value!r}, of no Hetzner server family; accepted: a type of "
+            f"{', '.join(FAMILIES)} such as cx23 or cax21"
+        )
+    if _ENS10_TYPE.fullmatch(match[0]):
         return (
             f"is {value!r}, an older type whose private NIC is ens10; accepted: a current "
             "type (private NIC enp7s0) such as cx23"
         )
     return None
+
+
+def architecture(server_type: str) -> str:
+    """The architecture (`x86`, `arm`) of a server type `server_type_problem` accepts."""
+    match = _SERVER_TYPE.fullmatch(server_type)
+    assert match is not None, server_type
+    return FAMILIES[match[1]]
 
 
 def stack_file(root: Path, stack: str) -> Path:
@@ -311,6 +358,26 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"to {VOLUME_SIZES.stop - 1}",
         )
 
+    count = merged["controlPlanes"]
+    if isinstance(count, str) and count.isdigit():  # Pulumi hands a number over as text
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int) or count not in CONTROL_PLANE_COUNTS:
+        raise fail(
+            "controlPlanes",
+            f"is {count!r}; accepted: 1, 3 or 5 (every control plane is an etcd member, and "
+            "etcd needs a majority of them up: 3 survive the loss of 1, 5 of 2, while an even "
+            "count survives no more losses than the odd count below it)",
+        )
+    block = [cp_ip + k for k in range(CONTROL_PLANE_BLOCK if count > 1 else 1)]
+    outside = [ip for ip in block if ip not in subnet or ip == subnet.broadcast_address]
+    if outside:
+        raise fail(
+            "controlPlanes",
+            f"is {count}, which needs {block[0]}-{block[-1]} (the control planes and their "
+            f"private load balancer), but {outside[0]} is not a host address of nodesSubnet "
+            f"{subnet}; accepted: a lower raya:controlPlaneIp or fewer control planes",
+        )
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -327,4 +394,5 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         api_sources=sources("apiSources"),
         control_plane_volume_size=size,
         acme_email=acme_email,
+        control_planes=count,
     )

@@ -1,8 +1,20 @@
 """The fleet: `deploy/fleet/agents.json` and every node's identity derived from it.
 
-An agent is fully specified by its position `i` in the list: name `agent-i`, private
-address `<subnet> + 20 + i`, DNS label `a<i>`, and a node password derived from the
+The file holds the list form `{"agents": ["cx23", ...]}`, pools
+`{"pools": [{"name", "type", "count", "addresses", ...}]}`, or both.
+
+An agent of the list is fully specified by its position `i` in the list: name `agent-i`,
+private address `<subnet> + 20 + i`, DNS label `a<i>`, and a node password derived from the
 cluster's join secret and its name. Its Hetzner server is `<clusterName>-agent-<i>`.
+
+Control plane `k` (0 to raya:controlPlanes - 1) is `control-plane` at raya:controlPlaneIp for
+k = 0, which growing never renames, and `control-plane-<k>` at controlPlaneIp + k with DNS
+label `cp<k>` after it.
+
+Node `i` of pool `p` is `p-i` (name and DNS label) at address `i` of the pool's own block
+(`addresses`, a CIDR the user declares inside nodesSubnet): nothing of it depends on the
+pool's position in the file nor on any other pool, so growing a pool, adding one or
+removing another leaves every other node as it was (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -10,13 +22,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from raya.errors import ConfigError
-from raya.model.config import StackConfig, server_type_problem
+from raya.model.config import LOCATIONS, StackConfig, architecture, server_type_problem
 from raya.model.jsonfile import read_json
+from raya.model.kube import label_problem, taint_identity, taint_problem
 
 AGENT_HOST_OFFSET = 20
 CONTROL_PLANE_NAME = "control-plane"
@@ -29,10 +43,36 @@ Role = Literal["control-plane", "agent"]
 class Node:
     name: str
     role: Role
-    index: int | None  # position in agents.json; None for the control plane
+    index: int | None  # position in agents.json; None for a control plane
     private_ip: ipaddress.IPv4Address
     dns_label: str
     server_type: str
+    pool: str | None = None  # None: the control plane or an agent of the list form
+    location: str | None = None  # None: the cluster's raya:location
+    labels: tuple[tuple[str, str], ...] = ()  # k3s node-label, sorted by key
+    taints: tuple[str, ...] = ()  # k3s node-taint, as declared
+
+    @property
+    def architecture(self) -> str:
+        """Hetzner's name of its architecture (`x86`, `arm`): which snapshot it boots."""
+        return architecture(self.server_type)
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    server_type: str
+    count: int
+    addresses: ipaddress.IPv4Network  # its block: node i takes its i-th address
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[str, ...] = ()
+    location: str | None = None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    agents: tuple[str, ...]  # the list form's server types, in position order
+    pools: tuple[Pool, ...] = ()
 
 
 def server_name(cluster_name: str, node: Node) -> str:
@@ -44,12 +84,17 @@ def server_name(cluster_name: str, node: Node) -> str:
 @dataclass(frozen=True)
 class Cluster:
     config: StackConfig
-    control_plane: Node
+    control_planes: tuple[Node, ...]  # the first one started the cluster (cluster-init)
     agents: tuple[Node, ...]
 
     @property
+    def control_plane(self) -> Node:
+        """The first control plane: the one that starts the cluster."""
+        return self.control_planes[0]
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
-        return (self.control_plane, *self.agents)
+        return (*self.control_planes, *self.agents)
 
     def dns_name(self, node: Node) -> str:
         return f"{node.dns_label}.{self.config.zone_dns_name}"
@@ -59,37 +104,126 @@ def fleet_file(root: Path) -> Path:
     return root / "deploy" / "fleet" / "agents.json"
 
 
-def load_fleet(path: Path) -> tuple[str, ...]:
-    """The agents' server types, in position order."""
+POOL_KEYS = ("name", "type", "count", "addresses", "labels", "taints", "location")
+_POOL_REQUIRED = ("name", "type", "count", "addresses")
+# A DNS label short enough that `<clusterName>-<pool>-<i>` stays a hostname (63 characters:
+# 32 for the cluster, 20 for the pool, 9 for the node's number).
+_POOL_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?")
+# Names whose nodes would look like the control plane's or the list form's, or whose
+# placement group would take the name of theirs.
+_RESERVED_POOLS = ("agent", "agents", "control-plane", "control-planes")
+
+
+def load_fleet(path: Path) -> Fleet:
+    """The list form's server types, in position order, and the pools, as declared."""
     data = read_json(path, "fleet", ConfigError)
-    if not isinstance(data, dict) or "agents" not in data:
-        raise ConfigError(f'{path}: expected {{"agents": ["cx23", ...]}}')
-    unknown = sorted(set(data) - {"agents"})
+    if not isinstance(data, dict) or not {"agents", "pools"} & set(data):
+        raise ConfigError(
+            f'{path}: expected {{"agents": ["cx23", ...]}} or {{"pools": [{{"name": ...}}]}}'
+        )
+    unknown = sorted(set(data) - {"agents", "pools"})
     if unknown:
         raise ConfigError(
-            f"{path}: unknown top-level key(s) {', '.join(unknown)}; accepted: agents"
+            f"{path}: unknown top-level key(s) {', '.join(unknown)}; accepted: agents, pools"
         )
-    agents = data["agents"]
+    agents = data.get("agents", [])
     if not isinstance(agents, list):
         raise ConfigError(f"{path}: 'agents' must be a list of Hetzner server types")
     for i, server_type in enumerate(agents):
         problem = server_type_problem(server_type)
         if problem:
             raise ConfigError(f"{path}: agents[{i}] {problem}")
-    return tuple(agents)
+    pools = data.get("pools", [])
+    if not isinstance(pools, list):
+        raise ConfigError(f"{path}: 'pools' must be a list of pools ({{\"name\": ...}})")
+    parsed: dict[str, Pool] = {}
+    for k, entry in enumerate(pools):
+        pool = _parse_pool(path, k, entry)
+        if pool.name in parsed:
+            raise ConfigError(f"{path}: pools[{k}] ({pool.name}): field 'name' is used twice")
+        parsed[pool.name] = pool
+    return Fleet(agents=tuple(agents), pools=tuple(parsed.values()))
 
 
-def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> Cluster:
-    """Every node's name, address and DNS label; `source` names the fleet file in errors."""
-    # The add-ons' install jobs carry no toleration of the control plane's taint (only
-    # `spec.bootstrap` charts do: k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`),
-    # nor do the add-ons' own pods: with no agent they would never be scheduled.
-    if not agents and not config.control_plane_schedulable:
-        raise ConfigError(
-            f"{source}: no agents, and the control plane is tainted "
-            "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
-            "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+def _parse_pool(path: Path, k: int, entry: object) -> Pool:
+    where = f"{path}: pools[{k}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected an object with {', '.join(_POOL_REQUIRED)}")
+    name = entry.get("name")
+    if isinstance(name, str) and _POOL_NAME.fullmatch(name):
+        where = f"{where} ({name})"
+
+    def fail(field: str, problem: str) -> ConfigError:
+        return ConfigError(f"{where}: field '{field}' {problem}")
+
+    unknown = sorted(set(entry) - set(POOL_KEYS))
+    if unknown:
+        raise fail(unknown[0], f"is not a pool field; accepted: {', '.join(POOL_KEYS)}")
+    missing = [field for field in _POOL_REQUIRED if field not in entry]
+    if missing:
+        raise fail(missing[0], "is required")
+    if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
+        raise fail(
+            "name",
+            f"is {name!r}; accepted: 1-20 lowercase letters, digits or '-', a letter first, "
+            "no '-' last",
         )
+    if name in _RESERVED_POOLS:
+        raise fail("name", f"is {name!r}, reserved; accepted: any other name")
+    problem = server_type_problem(entry["type"])
+    if problem:
+        raise fail("type", problem)
+    count = entry["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise fail("count", f"is {count!r}; accepted: a whole number, 0 or more")
+    addresses = entry["addresses"]
+    try:
+        if not isinstance(addresses, str) or "/" not in addresses:
+            raise ValueError
+        block = ipaddress.IPv4Network(addresses)  # strict: no host bits
+    except ValueError:
+        raise fail(
+            "addresses",
+            f"is {addresses!r}; accepted: an IPv4 CIDR without host bits such as 10.0.1.64/27",
+        ) from None
+    labels = entry.get("labels", {})
+    if not isinstance(labels, dict):
+        raise fail("labels", f"is {labels!r}; accepted: an object of label keys to values")
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem:
+            raise fail("labels", problem)
+    taints = entry.get("taints", [])
+    if not isinstance(taints, list):
+        raise fail("taints", f"is {taints!r}; accepted: a list of key[=value]:Effect")
+    seen: set[tuple[str, str]] = set()
+    for taint in taints:
+        problem = taint_problem(taint)
+        if problem:
+            raise fail("taints", problem)
+        if taint_identity(taint) in seen:
+            raise fail("taints", f"has key and effect of {taint!r} twice")
+        seen.add(taint_identity(taint))
+    location = entry.get("location")
+    if location is not None and location not in LOCATIONS:
+        raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
+    return Pool(
+        name=name,
+        server_type=entry["type"],
+        count=count,
+        addresses=block,
+        labels=tuple(sorted(labels.items())),
+        taints=tuple(taints),
+        location=location,
+    )
+
+
+def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: str) -> Cluster:
+    """Every node's name, address and DNS label; `source` names the fleet file in errors.
+    A bare tuple is the list form's server types."""
+    if not isinstance(fleet, Fleet):
+        fleet = Fleet(agents=fleet)
+    agents = fleet.agents
     subnet = config.nodes_subnet
     first = subnet.network_address + AGENT_HOST_OFFSET
     capacity = max(0, int(subnet.broadcast_address) - int(first))
@@ -109,20 +243,133 @@ def build_cluster(config: StackConfig, agents: tuple[str, ...], source: str) -> 
         )
         for i, server_type in enumerate(agents)
     )
-    if any(node.private_ip == config.control_plane_ip for node in nodes):
-        raise ConfigError(
-            f"{source}: agents take {first}-{first + len(agents) - 1}, which overlaps "
+    reserved = config.reserved_ips
+    if any(node.private_ip in reserved for node in nodes):
+        held = (
             f"raya:controlPlaneIp {config.control_plane_ip}"
+            if len(reserved) == 1
+            else f"{reserved[0]}-{reserved[-1]}, held by raya:controlPlanes "
+            f"{config.control_planes} (the control planes and their private load balancer)"
         )
-    control_plane = Node(
-        name=CONTROL_PLANE_NAME,
-        role="control-plane",
-        index=None,
-        private_ip=config.control_plane_ip,
-        dns_label=CONTROL_PLANE_LABEL,
-        server_type=config.control_plane_server_type,
+        raise ConfigError(
+            f"{source}: agents take {first}-{first + len(agents) - 1}, which overlaps {held}"
+        )
+    control_planes = tuple(
+        Node(
+            name=CONTROL_PLANE_NAME if k == 0 else f"{CONTROL_PLANE_NAME}-{k}",
+            role="control-plane",
+            index=None,
+            private_ip=address,
+            dns_label=CONTROL_PLANE_LABEL if k == 0 else f"{CONTROL_PLANE_LABEL}{k}",
+            server_type=config.control_plane_server_type,
+        )
+        for k, address in enumerate(config.control_plane_ips)
     )
-    return Cluster(config=config, control_plane=control_plane, agents=nodes)
+    pooled = _pool_nodes(config, fleet.pools, {node.private_ip for node in nodes}, source)
+    cluster = Cluster(config=config, control_planes=control_planes, agents=(*nodes, *pooled))
+    _check_unique(cluster, source)
+    # The add-ons' install jobs carry no toleration of the control plane's taint (only
+    # `spec.bootstrap` charts do: k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`),
+    # nor do the add-ons' own pods: with no agent they would never be scheduled.
+    if not cluster.agents and not config.control_plane_schedulable:
+        raise ConfigError(
+            f"{source}: no agents, and the control plane is tainted "
+            "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
+            "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+        )
+    return cluster
+
+
+def _pool_nodes(
+    config: StackConfig,
+    pools: tuple[Pool, ...],
+    taken: set[ipaddress.IPv4Address],
+    source: str,
+) -> list[Node]:
+    """The pools' nodes, each pool in its own block of addresses."""
+    subnet = config.nodes_subnet
+    # The first addresses are the control planes' (raya:controlPlaneIp and its peers), and the
+    # gateway's when nodesSubnet starts the network.
+    reserved = {
+        **{address: f"an address held by raya:controlPlanes {config.control_planes}"
+           for address in config.reserved_ips},
+        config.control_plane_ip: "raya:controlPlaneIp",
+        subnet.broadcast_address: "nodesSubnet's broadcast address",
+    }  # fmt: skip
+    reserved_below = subnet.network_address + AGENT_HOST_OFFSET
+    nodes: list[Node] = []
+    for k, pool in enumerate(pools):
+
+        def fail(field: str, problem: str, pool: Pool = pool, k: int = k) -> ConfigError:
+            return ConfigError(f"{source}: pools[{k}] ({pool.name}): field '{field}' {problem}")
+
+        location = pool.location or config.location
+        if LOCATIONS[location] != config.network_zone:
+            raise fail(
+                "location",
+                f"is {location!r}, in network zone {LOCATIONS[location]}, but the cluster's "
+                f"network is in {config.network_zone}; accepted: "
+                + ", ".join(name for name, z in LOCATIONS.items() if z == config.network_zone),
+            )
+        block = pool.addresses
+        if not block.subnet_of(subnet):
+            raise fail("addresses", f"is {block}, outside nodesSubnet {subnet}")
+        if block.network_address < reserved_below:
+            raise fail(
+                "addresses",
+                f"is {block}, which takes from the first {AGENT_HOST_OFFSET} addresses of "
+                f"nodesSubnet (the control planes'); accepted: a block from {reserved_below}",
+            )
+        for address, what in reserved.items():
+            if address in block:
+                raise fail("addresses", f"is {block}, which holds {what} {address}")
+        for other in pools[:k]:
+            if block.overlaps(other.addresses):
+                raise fail(
+                    "addresses",
+                    f"is {block}, which overlaps pool {other.name}'s {other.addresses}",
+                )
+        clash = sorted(address for address in taken if address in block)
+        if clash:
+            raise fail(
+                "addresses",
+                f"is {block}, which holds {clash[0]}, an address of the agents list "
+                f"(agent-{int(clash[0]) - int(reserved_below)})",
+            )
+        if pool.count > block.num_addresses:
+            raise fail(
+                "count",
+                f"is {pool.count}, but its addresses {block} hold at most {block.num_addresses}",
+            )
+        nodes.extend(
+            Node(
+                name=f"{pool.name}-{i}",
+                role="agent",
+                index=i,
+                private_ip=block.network_address + i,
+                dns_label=f"{pool.name}-{i}",
+                server_type=pool.server_type,
+                pool=pool.name,
+                location=pool.location,
+                labels=pool.labels,
+                taints=pool.taints,
+            )
+            for i in range(pool.count)
+        )
+    return nodes
+
+
+def _check_unique(cluster: Cluster, source: str) -> None:
+    """No two nodes share a name, a DNS label or an address, whoever declared them."""
+    for field in ("name", "dns_label", "private_ip"):
+        seen: dict[object, str] = {}
+        for node in cluster.nodes:
+            value = getattr(node, field)
+            if value in seen:
+                raise ConfigError(
+                    f"{source}: nodes {seen[value]} and {node.name} share the {field} {value}"
+                )
+            seen[value] = node.name
 
 
 def node_password(agent_secret: str, node_name: str) -> str:

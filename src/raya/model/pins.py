@@ -27,17 +27,34 @@ CHART_NAMES = ("cert-manager", "external-dns", "hcloud-cloud-controller-manager"
 _LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
 
 
+# Hetzner's architectures (as its images name them) and what FCOS and k3s call them.
+FCOS_ARCHITECTURES = {"x86": "x86_64", "arm": "aarch64"}
+K3S_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
+# The pins' optional field for the aarch64 artefact; `sha256` stays the x86 one, so pin files
+# written before ARM support stay valid.
+ARM_SHA256 = "aarch64_sha256"
+
+
 @dataclass(frozen=True)
 class FcosPin:
     stream: str
     version: str
-    sha256: str
+    sha256: str  # the x86_64 Hetzner image
+    aarch64_sha256: str | None = None  # the aarch64 one; None: not pinned, no ARM build
+
+    def sha256_for(self, architecture: str) -> str | None:
+        """The pinned sha256 of the artefact for Hetzner architecture `architecture`."""
+        return self.sha256 if architecture == "x86" else self.aarch64_sha256
 
 
 @dataclass(frozen=True)
 class K3sPin:
     version: str
-    sha256: str
+    sha256: str  # the amd64 binary
+    aarch64_sha256: str | None = None  # the arm64 binary
+
+    def sha256_for(self, architecture: str) -> str | None:
+        return self.sha256 if architecture == "x86" else self.aarch64_sha256
 
 
 @dataclass(frozen=True)
@@ -92,19 +109,28 @@ def chart_pins_path(root: Path) -> Path:
 
 
 def _read_object(path: Path, fields: tuple[str, ...]) -> dict[str, str]:
-    return _fields(path, read_json(path, "pin", ConfigError), fields)
+    return _fields(path, read_json(path, "pin", ConfigError), fields, optional=(ARM_SHA256,))
 
 
-def _fields(path: Path, data: object, fields: tuple[str, ...], where: str = "") -> dict[str, str]:
-    """`data` as an object of exactly `fields`, all strings; `where` names it inside `path`."""
+def _fields(
+    path: Path,
+    data: object,
+    fields: tuple[str, ...],
+    where: str = "",
+    optional: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """`data` as an object of exactly `fields` and maybe `optional`, all strings; `where`
+    names it inside `path`."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: {where}expected a JSON object with {', '.join(fields)}")
-    unknown = sorted(set(data) - set(fields))
+    accepted = (*fields, *optional)
+    unknown = sorted(set(data) - set(accepted))
     if unknown:
         raise ConfigError(
-            f"{path}: {where}unknown field(s) {', '.join(unknown)}; accepted: {', '.join(fields)}"
+            f"{path}: {where}unknown field(s) {', '.join(unknown)}; "
+            f"accepted: {', '.join(accepted)}"
         )
-    for field in fields:
+    for field in (*fields, *(field for field in optional if field in data)):
         if not isinstance(data.get(field), str):
             raise ConfigError(f"{path}: {where}field '{field}' is required and must be a string")
     return data
@@ -125,14 +151,28 @@ def parse_fcos_pin(path: Path) -> FcosPin:
         path, "version", data["version"], _FCOS_VERSION, "an FCOS version such as 44.20260720.3.1"
     )
     _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
-    return FcosPin(stream=data["stream"], version=data["version"], sha256=data["sha256"])
+    return FcosPin(
+        stream=data["stream"],
+        version=data["version"],
+        sha256=data["sha256"],
+        aarch64_sha256=_arm_sha256(path, data),
+    )
 
 
 def parse_k3s_pin(path: Path) -> K3sPin:
     data = _read_object(path, ("version", "sha256"))
     _check(path, "version", data["version"], _K3S_VERSION, "a k3s release such as v1.36.5+k3s1")
     _check(path, "sha256", data["sha256"], _SHA256, "64 lowercase hex digits")
-    return K3sPin(version=data["version"], sha256=data["sha256"])
+    return K3sPin(
+        version=data["version"], sha256=data["sha256"], aarch64_sha256=_arm_sha256(path, data)
+    )
+
+
+def _arm_sha256(path: Path, data: dict[str, str]) -> str | None:
+    if ARM_SHA256 not in data:
+        return None
+    _check(path, ARM_SHA256, data[ARM_SHA256], _SHA256, "64 lowercase hex digits")
+    return data[ARM_SHA256]
 
 
 def parse_chart_pins(path: Path) -> ChartPins:
@@ -181,8 +221,10 @@ def load_pins(root: Path) -> Pins:
 
 
 def dump_pin(pin: FcosPin | K3sPin) -> str:
-    """The pin file's text: the same pin always gives the same bytes."""
-    return json.dumps(pin.__dict__, indent=2) + "\n"
+    """The pin file's text: the same pin always gives the same bytes (no aarch64 field when
+    none is pinned, so a pin file without one keeps its bytes)."""
+    fields = {key: value for key, value in pin.__dict__.items() if value is not None}
+    return json.dumps(fields, indent=2) + "\n"
 
 
 def label_value(value: str) -> str:

@@ -72,6 +72,14 @@ def agent_token(server_ca_cert_pem: str, agent_secret: str) -> str:
     return f"K10{digest}::node:{agent_secret}"
 
 
+def server_token(server_ca_cert_pem: str, join_secret: str) -> str:
+    """A joining server's full token (k3s' `K10<hash>::server:<secret>`): k3s checks the CA it
+    is served against the hash, and keeps the secret alone as the cluster's token
+    (k3s `pkg/cluster/storage.go`, `normalizeToken`)."""
+    digest = hashlib.sha256(server_ca_cert_pem.encode()).hexdigest()
+    return f"K10{digest}::server:{join_secret}"
+
+
 def check_server_secrets(value: ClusterSecrets) -> None:
     """The control plane's two join secrets: each usable, and not the same one (the agent
     token would then be the server token)."""

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from raya.nodes.identity import (
     check_server_secrets,
     check_service_account_key,
     load_ca_certificate,
+    server_token,
 )
 
 # Hetzner's `user_data` limit.
@@ -87,19 +88,33 @@ def render_node(
 
 
 def render_cluster(
-    cluster: Cluster, secrets: ClusterSecrets, *, charts: ChartPins, volume_id: str
+    cluster: Cluster,
+    secrets: ClusterSecrets,
+    *,
+    charts: ChartPins,
+    volume_id: str | Mapping[str, str],
 ) -> tuple[RenderedNode, ...]:
-    """Every node's config, control plane first, then the agents in fleet order."""
-    _check_inputs(cluster.nodes, secrets, volume_id)
-    return tuple(_render(cluster, node, secrets, volume_id, charts) for node in cluster.nodes)
+    """Every node's config, control planes first, then the agents in fleet order.
+    `volume_id`: each control plane's volume id by node name, or the one id of a cluster
+    with one control plane."""
+    ids = (
+        {cluster.control_plane.name: volume_id} if isinstance(volume_id, str) else volume_id
+    )
+    for node in cluster.control_planes:
+        _check_inputs((node,), secrets, ids.get(node.name))
+    _check_inputs(cluster.agents, secrets, None)
+    return tuple(
+        _render(cluster, node, secrets, ids.get(node.name, ""), charts) for node in cluster.nodes
+    )
 
 
 def _check_inputs(nodes: Sequence[Node], secrets: ClusterSecrets, volume_id: str | None) -> None:
     if any(node.role == "control-plane" for node in nodes) and not (
         volume_id and volume_id.isdigit()
     ):
+        name = next(node.name for node in nodes if node.role == "control-plane")
         raise RenderError(
-            f"control-plane: volume_id is {volume_id!r}; accepted: a Hetzner volume id (digits)"
+            f"{name}: volume_id is {volume_id!r}; accepted: a Hetzner volume id (digits)"
         )
     for node in nodes:
         check_host_key(node.name, secrets.host_keys)
@@ -189,7 +204,9 @@ def _context(
         "k3s_config": "/etc/rancher/k3s/config.yaml",
         "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
     }
+    registration = f"https://{config.registration_ip}:{K3S_PORT}"
     if node.role == "control-plane":
+        first = node == cluster.control_plane
         return {
             **common,
             "k3s": {
@@ -200,10 +217,29 @@ def _context(
                 # The datastore is on the volume: k3s must never start on the bare root disk.
                 "mounts": [_mount_unit(K3S_SERVER_DIR)],
             },
-            "join_secret": secrets.join_secret,
             "agent_secret": secrets.agent_secret,
             "schedulable": config.control_plane_schedulable,
-            "tls_san": cluster.dns_name(node).rstrip("."),
+            # Every server runs embedded etcd: the first starts it (and converts a SQLite
+            # datastore it finds), the others join through the registration address, with
+            # the full server token so that they check the CA they are served. k3s ignores
+            # both settings once its volume holds an etcd datastore.
+            "cluster_init": first,
+            "server_url": None if first else registration,
+            "token": secrets.join_secret
+            if first
+            else server_token(secrets.server_ca.cert_pem, secrets.join_secret),
+            # The API name (all control planes answer it), this server's own name, and the
+            # registration balancer's address, which any of them may be behind (named from
+            # the start: growing from one control plane changes nothing of the first's).
+            "tls_san": list(
+                dict.fromkeys(
+                    [
+                        cluster.dns_name(cluster.control_plane).rstrip("."),
+                        cluster.dns_name(node).rstrip("."),
+                        str(config.balancer_ip),
+                    ]
+                )
+            ),
             "volume": {
                 "device": volume_device(volume_id),
                 "label": VOLUME_LABEL,
@@ -246,7 +282,7 @@ def _context(
             "restart_sec": "10s",
             "mounts": [],
         },
-        "server_url": f"https://{config.control_plane_ip}:{K3S_PORT}",
+        "server_url": registration,
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
     }
 

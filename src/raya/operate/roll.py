@@ -49,18 +49,24 @@ class Step:
         return f"{self.node}: replace onto its volume, wait until back from a new boot"
 
 
+def is_control_plane(name: str) -> bool:
+    """`control-plane` and `control-plane-<k>` (raya.model.fleet)."""
+    return name == CONTROL_PLANE or name.startswith(f"{CONTROL_PLANE}-")
+
+
 def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -> list[Step]:
-    """The steps: `wanted` nodes, or else the `drifting` ones; the control plane first, then
-    the agents in fleet order (`nodes`' order). Unknown names are an error."""
+    """The steps: `wanted` nodes, or else the `drifting` ones; the control planes first, one at
+    a time in their order, then the agents in fleet order (`nodes`' order). Unknown names are
+    an error."""
     unknown = [name for name in wanted if name not in nodes]
     if unknown:
         raise RollError(
             f"no node {', '.join(unknown)} in the cluster; accepted: {', '.join(nodes)}"
         )
-    chosen = set(wanted or drifting)
-    agents = [n for n in nodes if n in chosen and n != CONTROL_PLANE]
-    ordered = [CONTROL_PLANE, *agents] if CONTROL_PLANE in chosen else agents
-    return [Step(node, drain=node != CONTROL_PLANE) for node in ordered]
+    chosen = [n for n in nodes if n in set(wanted or drifting)]
+    # Stable: each part keeps `nodes`' order.
+    ordered = sorted(chosen, key=lambda name: not is_control_plane(name))
+    return [Step(node, drain=not is_control_plane(node)) for node in ordered]
 
 
 @dataclass

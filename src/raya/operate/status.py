@@ -132,13 +132,16 @@ def drift_check(drift: Mapping[str, Sequence[str]] | str | None, node: str) -> C
     return bad(f"{', '.join(parts)} differ") if parts else ok("none")
 
 
-def dns_check(answer: Sequence[str] | str, expected: str | None) -> Check:
+def dns_check(answer: Sequence[str] | str, expected: Sequence[str | None]) -> Check:
+    """`expected`: the addresses the record should hold (the first control plane's, `cp`,
+    holds every control plane's); None for one the stack does not know."""
     if isinstance(answer, str):
         return unknown(answer)
-    if expected is None:
+    if None in expected:
         return unknown(f"-> {', '.join(answer) or 'nothing'} (address unknown)")
     text = f"-> {', '.join(answer) or 'nothing'}"
-    return ok(text) if list(answer) == [expected] else bad(f"{text}, expected {expected}")
+    want = sorted(str(address) for address in expected)
+    return ok(text) if sorted(answer) == want else bad(f"{text}, expected {', '.join(want)}")
 
 
 def delegation_check(answer: Sequence[str] | str, name_servers: Sequence[str]) -> Check:
@@ -183,7 +186,9 @@ def assess(
 ) -> Report:
     """The report from the facts; `outputs` are the stack's (what should be)."""
     rows = []
-    for name, entry in sorted(outputs.get("servers", {}).items(), key=_node_order):
+    servers_out = outputs.get("servers", {})
+    control_planes = [entry.get("ipv4") for n, entry in servers_out.items() if _order(n)[0] == 0]
+    for name, entry in sorted(servers_out.items(), key=_node_order):
         server = servers.get(name)
         node = nodes if isinstance(nodes, str) else nodes.get(name)
         rows.append(
@@ -193,7 +198,10 @@ def assess(
                     "server": server_check(server),
                     "image": image_check(server, pins, cluster_name),
                     "drift": drift_check(drift, name),
-                    "dns": dns_check(records.get(name, "not asked"), entry.get("ipv4")),
+                    "dns": dns_check(
+                        records.get(name, "not asked"),
+                        control_planes if name == "control-plane" else [entry.get("ipv4")],
+                    ),
                     "kubernetes": kubernetes_check(node, pins.k3s.version),
                 },
             )
@@ -204,11 +212,15 @@ def assess(
 
 
 def _node_order(item: tuple[str, Any]) -> tuple[int, int, str]:
-    """The control plane first, then the agents in fleet order."""
-    name = item[0]
+    """The control planes first, then the agents in fleet order."""
+    return _order(item[0])
+
+
+def _order(name: str) -> tuple[int, int, str]:
     if name.startswith("agent-") and name[6:].isdigit():
         return (1, int(name[6:]), name)
-    return (0, 0, name)
+    k = name.removeprefix("control-plane-")
+    return (0, int(k) if k.isdigit() else 0, name)
 
 
 # --- Sources ---------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ from tests.support import http_server
 REPO = Path(__file__).resolve().parents[3]
 IMAGE_DIR = REPO / "image"
 
-FCOS = FcosPin(stream="stable", version="44.20260720.3.1", sha256="a" * 64)
-K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64)
+FCOS = FcosPin(
+    stream="stable", version="44.20260720.3.1", sha256="a" * 64, aarch64_sha256="8" * 64
+)
+K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64, aarch64_sha256="9" * 64)
 PINS = Pins(fcos=FCOS, k3s=K3S)
 CHARTS = ChartPins(
     cert_manager=ChartPin(version="v1.18.2", digest="1" * 64),
@@ -84,42 +86,45 @@ class FakeWeb:
         self.files[path] = json.dumps(data).encode()
 
     def publish_fcos(self, pin: FcosPin, *, latest: bool = True, meta_sha256: str = "") -> None:
-        """The stream metadata (if `latest`) and build metadata of FCOS release `pin`."""
-        build = f"/fcos/prod/streams/{pin.stream}/builds/{pin.version}/x86_64"
-        name = fcos_image_name(pin.version)
-        self.serve_json(
-            f"{build}/meta.json",
-            {
-                "buildid": pin.version,
-                "images": {
-                    "hetzner": {"path": name, "sha256": meta_sha256 or pin.sha256, "size": 1},
-                    "metal": {"path": name.replace("hetzner", "metal"), "sha256": "c" * 64},
+        """The stream metadata (if `latest`) and build metadata of FCOS release `pin`, for
+        x86_64 (`meta_sha256` replaces its published sha256) and aarch64 (as the real
+        stream publishes both: `streams/stable.json`, `architectures.<arch>`)."""
+        architectures = {}
+        for architecture, fcos_arch, sha256 in (
+            ("x86", "x86_64", meta_sha256 or pin.sha256),
+            ("arm", "aarch64", pin.aarch64_sha256 or "0" * 64),
+        ):
+            build = f"/fcos/prod/streams/{pin.stream}/builds/{pin.version}/{fcos_arch}"
+            name = fcos_image_name(pin.version, architecture)
+            self.serve_json(
+                f"{build}/meta.json",
+                {
+                    "buildid": pin.version,
+                    "images": {
+                        "hetzner": {"path": name, "sha256": sha256, "size": 1},
+                        "metal": {"path": name.replace("hetzner", "metal"), "sha256": "c" * 64},
+                    },
                 },
-            },
-        )
-        if latest:
+            )
             disk = {
                 "location": f"{self.url}{build}/{name}",
                 "signature": f"{self.url}{build}/{name}.sig",
-                "sha256": pin.sha256,
+                "sha256": pin.sha256_for(architecture) or "0" * 64,
                 "uncompressed-sha256": "d" * 64,
             }
+            architectures[fcos_arch] = {
+                "artifacts": {
+                    "hetzner": {"release": pin.version, "formats": {"raw.xz": {"disk": disk}}},
+                    "metal": {"release": pin.version, "formats": {}},
+                }
+            }
+        if latest:
             self.serve_json(
                 f"/fcos/streams/{pin.stream}.json",
                 {
                     "stream": pin.stream,
                     "metadata": {"last-modified": "2026-07-21T00:00:00Z"},
-                    "architectures": {
-                        "x86_64": {
-                            "artifacts": {
-                                "hetzner": {
-                                    "release": pin.version,
-                                    "formats": {"raw.xz": {"disk": disk}},
-                                },
-                                "metal": {"release": pin.version, "formats": {}},
-                            }
-                        }
-                    },
+                    "architectures": architectures,
                 },
             )
 
@@ -129,6 +134,11 @@ class FakeWeb:
             f"{'e' * 64}  k3s-airgap-images-amd64.tar.gz\n"
             f"{listed_sha256 or pin.sha256}  k3s\n"
             f"{'f' * 64}  k3s-images.txt\n"
+        ).encode()
+        # As k3s releases publish it: the arm64 binary is the asset `k3s-arm64`.
+        self.files[f"/k3s/releases/download/{pin.version}/sha256sum-arm64.txt"] = (
+            f"{'e' * 64}  k3s-airgap-images-arm64.tar.gz\n"
+            f"{pin.aarch64_sha256 or '0' * 64}  k3s-arm64\n"
         ).encode()
         if stable:
             channel = "/k3s/v1-release/channels"
@@ -293,10 +303,19 @@ config:
 
 
 def make_project(
-    root: Path, pins: Pins = PINS, cluster: str = "raya-test", charts: ChartPins = CHARTS
+    root: Path,
+    pins: Pins = PINS,
+    cluster: str = "raya-test",
+    charts: ChartPins = CHARTS,
+    fleet: object = None,
 ) -> Path:
-    """A raya project: Pulumi.yaml, stack `test`, the real template and `pins`."""
+    """A raya project: Pulumi.yaml, stack `test`, the real template, `pins` and the fleet
+    (`fleet`, two x86 agents by default)."""
     (root / "image").mkdir(parents=True)
+    (root / "deploy" / "fleet").mkdir(parents=True)
+    (root / "deploy" / "fleet" / "agents.json").write_text(
+        json.dumps({"agents": ["cx23", "cx23"]} if fleet is None else fleet)
+    )
     (root / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
     (root / "Pulumi.test.yaml").write_text(STACK.format(cluster=cluster))
     for name in ("fcos.pkr.hcl", "install.sh"):

@@ -19,6 +19,10 @@ _COUNT_MATCHES = re.compile(
     r'length\(regexall\("(?P<pattern>[^"]*)", (?P<arg>[^()]+)\)\) == (?P<count>[0-9]+)'
 )
 _TRAVERSAL = re.compile(r"(?:var|local)(?:\.[a-z_0-9]+)+")
+# `X[Y]`, both traversals: an element chosen by a value.
+_INDEX = re.compile(rf"(?P<base>{_TRAVERSAL.pattern})\[(?P<key>{_TRAVERSAL.pattern})\]")
+# `contains(["a", "b"], X)`.
+_CONTAINS = re.compile(r'contains\(\[(?P<items>"[^"]*"(?:, "[^"]*")*)\], (?P<arg>[^()]+)\)')
 _INTERPOLATION = re.compile(r"\$\{([^${}]+)\}")
 
 
@@ -75,6 +79,11 @@ class Evaluator:
         if match := _COUNT_MATCHES.fullmatch(text):
             found = re.findall(match["pattern"], str(self.expression(match["arg"])))
             return len(found) == int(match["count"])
+        if match := _INDEX.fullmatch(text):
+            return self.expression(match["base"])[self.expression(match["key"])]
+        if match := _CONTAINS.fullmatch(text):
+            items = [item.strip('"') for item in match["items"].split(", ")]
+            return self.expression(match["arg"]) in items
         if match := _CALL_REPLACE.fullmatch(text):
             return str(self.expression(match["arg"])).replace(match["old"], match["new"])
         if text.startswith('"') and text.endswith('"') and '"' not in text[1:-1]:

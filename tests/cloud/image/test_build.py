@@ -14,7 +14,7 @@ import pytest
 
 from raya.cloud.image import MIN_PACKER, find_packer
 from raya.errors import ImageError
-from raya.model.pins import label_selector, snapshot_labels
+from raya.model.pins import FcosPin, K3sPin, Pins, label_selector, snapshot_labels
 from tests.cloud.image import hcl
 from tests.cloud.image.conftest import FCOS, IMAGE_DIR, K3S, PINS, FakeWeb, Snapshot, make_project
 from tests.support import require_tool
@@ -101,7 +101,7 @@ def test_an_existing_snapshot_means_no_build(project: Path, web: FakeWeb, bin_di
     web.snapshots = [Snapshot(4711, dict(LABELS))]
     run = raya(project, web, bin_dir)
     assert run.code == 0, run.stderr
-    assert "snapshot 4711 (raya-fcos-4711, available" in run.stdout
+    assert "x86 snapshot 4711 (raya-fcos-4711, available" in run.stdout
     assert "nothing to build" in run.stdout
     assert run.calls == []  # packer is not even asked its version
     assert [path for path in web.paths() if path != "/v1/images"] == []  # nor upstream checked
@@ -134,6 +134,7 @@ def test_a_missing_snapshot_is_built_once(project: Path, web: FakeWeb, bin_dir: 
     assert run.calls[1]["argv"] == ["init", template]
     assert run.calls[2]["argv"] == [
         "build",
+        "-var", "architecture=x86",
         "-var", f"cluster_name={CLUSTER}",
         "-var", f"fcos_builds_url={web.fcos}",
         "-var", f"k3s_releases_url={web.k3s_releases}",
@@ -147,7 +148,7 @@ def test_a_missing_snapshot_is_built_once(project: Path, web: FakeWeb, bin_dir: 
     # Packer's output reaches the user as it comes, between raya's own lines.
     assert "standin packer init running" in run.stdout
     assert run.stdout.index("init running") < run.stdout.index("build running")
-    assert "built the snapshot" in run.stdout
+    assert "built the x86 snapshot" in run.stdout
     assert asked_selectors(web) == [label_selector(LABELS)]
     assert "token" not in run.stdout + run.stderr
 
@@ -288,3 +289,69 @@ def test_a_missing_template_is_reported_before_asking_hetzner(
     assert run.code == 1
     assert "fcos.pkr.hcl: the Packer template is missing" in run.stderr
     assert web.requests == [] and run.calls == []
+
+
+ARM_FLEET = {
+    "agents": ["cx23"],
+    "pools": [{"name": "arm", "type": "cax21", "count": 2, "addresses": "10.0.1.128/27"}],
+}
+
+
+def built_architectures(run: Run) -> list[str]:
+    return [
+        arg.removeprefix("architecture=")
+        for call in run.calls
+        if call["argv"][0] == "build"
+        for arg in call["argv"]
+        if arg.startswith("architecture=")
+    ]
+
+
+def test_each_architecture_the_fleet_uses_is_built_unless_it_exists(
+    web: FakeWeb, bin_dir: Path, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project", fleet=ARM_FLEET)
+    web.publish(PINS)
+    web.snapshots = [Snapshot(7, dict(LABELS), architecture="x86")]
+    run = raya(project, web, bin_dir)
+    assert run.code == 0, run.stderr
+    assert "x86 snapshot 7 (" in run.stdout
+    assert "no arm snapshot has the labels" in run.stdout
+    assert run.commands == ["version", "init", "build"]
+    assert built_architectures(run) == ["arm"]
+    # The arm pins were checked against their own upstream files, the x86 ones not needed.
+    assert f"/k3s/releases/download/{K3S.version}/sha256sum-arm64.txt" in web.paths()
+    assert f"/fcos/prod/streams/stable/builds/{FCOS.version}/aarch64/meta.json" in web.paths()
+    assert not any(path.endswith("sha256sum-amd64.txt") for path in web.paths())
+    queried = [query["architecture"] for path, query, _ in web.requests if path == "/v1/images"]
+    assert queried == [["arm"], ["x86"]]
+
+    web.snapshots = []
+    run = raya(project, web, bin_dir)
+    assert run.code == 0, run.stderr
+    assert built_architectures(run) == ["arm", "x86"]
+
+    web.snapshots = [Snapshot(7, dict(LABELS)), Snapshot(8, dict(LABELS), architecture="arm")]
+    run = raya(project, web, bin_dir)
+    assert (run.code, run.calls) == (0, [])
+    assert "nothing to build" in run.stdout
+
+
+def test_an_arm_fleet_without_arm_pins_stops_before_packer(
+    web: FakeWeb, bin_dir: Path, tmp_path: Path
+) -> None:
+    """Pin files written before ARM support have no aarch64 field: still valid, but an ARM
+    snapshot cannot be built from them."""
+    x86_only = Pins(
+        fcos=FcosPin(FCOS.stream, FCOS.version, FCOS.sha256),
+        k3s=K3sPin(K3S.version, K3S.sha256),
+    )
+    project = make_project(tmp_path / "project", pins=x86_only, fleet=ARM_FLEET)
+    web.publish(PINS)
+    web.snapshots = [Snapshot(7, dict(LABELS))]
+    run = raya(project, web, bin_dir)
+    assert run.code == 1
+    assert "fcos.pin: no aarch64_sha256 pinned for FCOS 44.20260720.3.1 aarch64" in run.stderr
+    assert "k3s.pin: no aarch64_sha256 pinned for k3s v1.36.5+k3s1 arm64" in run.stderr
+    assert "raya image pins --update" in run.stderr and "Traceback" not in run.stderr
+    assert "build" not in run.commands

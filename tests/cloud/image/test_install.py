@@ -23,6 +23,9 @@ MiB = 1024 * 1024
 SECTOR = 512
 # A layout shaped like FCOS's: BIOS-BOOT, EFI-SYSTEM, boot, root (root neither first nor last).
 LAYOUT = [("BIOS-BOOT", 2048, 2048), ("EFI-SYSTEM", 4096, 4096), ("boot", 8192, 8192)]
+# FCOS' aarch64 image: no BIOS on ARM, its first partition is a `reserved` placeholder that
+# keeps root the fourth partition (coreos-assembler's create_disk.sh).
+AARCH64_LAYOUT = [("reserved", 2048, 2048), ("EFI-SYSTEM", 4096, 4096), ("boot", 8192, 8192)]
 ROOT_START, ROOT_SIZE = 16384, 40960  # sectors: 8 MiB in, 20 MiB long
 IMAGE_SIZE = 32 * MiB
 K3S_PATH = "ostree/deploy/fedora-coreos/var/usrlocal/bin/k3s"
@@ -54,7 +57,9 @@ class Artifacts:
     k3s: Path
 
 
-def fcos_like_image(folder: Path, tree: Path) -> tuple[Path, Path]:
+def fcos_like_image(
+    folder: Path, tree: Path, layout: list[tuple[str, int, int]] = LAYOUT
+) -> tuple[Path, Path]:
     """A GPT disk image shaped like FCOS's whose `root` partition holds `tree`, and its .xz."""
     folder.mkdir(parents=True, exist_ok=True)
     root_fs = folder / "root.ext4"
@@ -65,12 +70,12 @@ def fcos_like_image(folder: Path, tree: Path) -> tuple[Path, Path]:
     with image.open("wb") as handle:
         handle.truncate(IMAGE_SIZE)
     table = ["label: gpt"] + [
-        f'start={start}, size={size}, name="{name}"' for name, start, size in LAYOUT
+        f'start={start}, size={size}, name="{name}"' for name, start, size in layout
     ]
     table.append(f'start={ROOT_START}, size={ROOT_SIZE}, name="root"')
     run("sfdisk", "-q", str(image), input="\n".join(table) + "\n")
     with image.open("r+b") as handle:
-        for name, start, size in LAYOUT:  # recognisable bytes in the other partitions
+        for name, start, size in layout:  # recognisable bytes in the other partitions
             handle.seek(start * SECTOR)
             handle.write((name.encode() * (size * SECTOR // len(name) + 1))[: size * SECTOR])
         handle.seek(ROOT_START * SECTOR)
@@ -79,18 +84,30 @@ def fcos_like_image(folder: Path, tree: Path) -> tuple[Path, Path]:
     return image, folder / "fcos.raw.xz"
 
 
-@pytest.fixture(scope="module")
-def artifacts(tools: None, tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
-    folder = tmp_path_factory.mktemp("artifacts")
+def make_artifacts(
+    folder: Path, layout: list[tuple[str, int, int]], elf_machine: bytes
+) -> Artifacts:
     tree = folder / "tree"
     (tree / "ostree/deploy/fedora-coreos/var").mkdir(parents=True)
     (tree / "ostree/deploy/fedora-coreos/deploy").mkdir(parents=True)
     (tree / "ostree/deploy/fedora-coreos/deploy/marker").write_text("an FCOS deployment\n")
-    image, xz = fcos_like_image(folder / "image", tree)
+    image, xz = fcos_like_image(folder / "image", tree, layout)
     k3s = folder / "k3s"
-    k3s.write_bytes(b"\x7fELF fake k3s\n" + os.urandom(64 * 1024))
+    # An ELF header up to e_machine (x86-64 0x3e, AArch64 0xb7), then noise.
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00" + elf_machine
+    k3s.write_bytes(header + os.urandom(64 * 1024))
     k3s.chmod(0o600)  # install.sh, not the download, decides the mode
     return Artifacts(image=image, xz=xz, k3s=k3s)
+
+
+@pytest.fixture(scope="module")
+def artifacts(tools: None, tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
+    return make_artifacts(tmp_path_factory.mktemp("artifacts"), LAYOUT, b"\x3e\x00")
+
+
+@pytest.fixture(scope="module")
+def aarch64_artifacts(tools: None, tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
+    return make_artifacts(tmp_path_factory.mktemp("aarch64"), AARCH64_LAYOUT, b"\xb7\x00")
 
 
 @dataclass
@@ -197,13 +214,29 @@ def mounts_under(prefix: str) -> list[str]:
             if line.split()[1].startswith(prefix)]  # fmt: skip
 
 
+@pytest.mark.parametrize("architecture", ["x86_64", "aarch64"])
 def test_k3s_lands_in_the_deployed_system(
     disk: Disk,
-    served: dict[str, str],
-    artifacts: Artifacts,
+    web: FakeWeb,
+    request: pytest.FixtureRequest,
     mounted_root: Callable[[Path], Path],
     tmp_path: Path,
+    architecture: str,
 ) -> None:
+    """For each FCOS architecture's layout, served under the names the template downloads
+    (`fedora-coreos-<v>-hetzner.<arch>.raw.xz`, `k3s` / `k3s-arm64`)."""
+    fixture = "artifacts" if architecture == "x86_64" else "aarch64_artifacts"
+    artifacts: Artifacts = request.getfixturevalue(fixture)
+    binary = "k3s" if architecture == "x86_64" else "k3s-arm64"
+    image_name = f"fedora-coreos-44.20260720.3.1-hetzner.{architecture}.raw.xz"
+    web.files[f"/fcos/{architecture}/{image_name}"] = artifacts.xz.read_bytes()
+    web.files[f"/k3s/{binary}"] = artifacts.k3s.read_bytes()
+    served = {
+        "FCOS_IMAGE_URL": f"{web.url}/fcos/{architecture}/{image_name}",
+        "FCOS_SHA256": sha256(artifacts.xz),
+        "K3S_BINARY_URL": f"{web.url}/k3s/{binary}",
+        "K3S_SHA256": sha256(artifacts.k3s),
+    }
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     result = install(served, disk.device, scratch)

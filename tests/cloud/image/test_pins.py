@@ -37,10 +37,12 @@ from raya.model.pins import (
     load_chart_pins,
     load_pins,
 )
-from tests.cloud.image.conftest import CHARTS, FCOS, K3S, PINS, FakeWeb
+from tests.cloud.image.conftest import CHARTS, FCOS, K3S, PINS, FakeWeb, make_project
 
-NEW_FCOS = FcosPin(stream="stable", version="44.20260810.3.0", sha256="3" * 64)
-NEW_K3S = K3sPin(version="v1.36.6+k3s1", sha256="4" * 64)
+NEW_FCOS = FcosPin(
+    stream="stable", version="44.20260810.3.0", sha256="3" * 64, aarch64_sha256="ab" * 32
+)
+NEW_K3S = K3sPin(version="v1.36.6+k3s1", sha256="4" * 64, aarch64_sha256="cd" * 32)
 
 
 def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess[str]:
@@ -141,7 +143,7 @@ def test_update_touches_only_the_pin_that_changed(project: Path, web: FakeWeb) -
 
 
 def test_update_follows_another_stream(project: Path, web: FakeWeb) -> None:
-    testing = FcosPin(stream="testing", version="44.20260805.2.0", sha256="5" * 64)
+    testing = FcosPin("testing", "44.20260805.2.0", sha256="5" * 64, aarch64_sha256="ef" * 32)
     web.publish(PINS)
     web.publish_fcos(testing)
     result = pins(project, web, "--update", "--stream", "testing")
@@ -392,3 +394,58 @@ def test_a_chart_repository_failure_changes_nothing(project: Path, web: FakeWeb)
     assert result.returncode == 1
     assert f"{web.url}/charts/external-dns/index.yaml: HTTP 404" in result.stderr
     assert snapshot(project) == before
+
+
+def test_update_adds_the_aarch64_sha256s_to_pins_that_had_none(
+    tmp_path: Path, web: FakeWeb
+) -> None:
+    """A pin file from before ARM support (no aarch64_sha256) stays valid; an update records
+    the aarch64 artefacts' sha256 beside the x86 ones, from their own upstream files."""
+    old = Pins(FcosPin(FCOS.stream, FCOS.version, FCOS.sha256), K3sPin(K3S.version, K3S.sha256))
+    project = make_project(tmp_path / "project", pins=old)
+    assert load_pins(project) == old
+    assert "aarch64" not in (project / "image" / "fcos.pin").read_text()
+    web.publish(PINS)
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert load_pins(project) == PINS
+    assert load_pins(project).fcos.aarch64_sha256 == "8" * 64
+    assert load_pins(project).k3s.aarch64_sha256 == "9" * 64
+    for architecture in ("x86", "arm"):
+        check_pins(project, load_pins(project), endpoints(web), architecture)
+
+
+def test_the_arm_readers_take_the_aarch64_and_arm64_files(web: FakeWeb) -> None:
+    web.publish(PINS)
+    assert upstream_fcos_sha256(FCOS, web.fcos, "arm") == "8" * 64
+    assert upstream_k3s_sha256(K3S.version, web.k3s_releases, "arm") == "9" * 64
+    assert f"/fcos/prod/streams/stable/builds/{FCOS.version}/aarch64/meta.json" in web.paths()
+    path = f"/k3s/releases/download/{K3S.version}/sha256sum-arm64.txt"
+    web.files[path] = f"{'1' * 64}  k3s\n".encode()  # the amd64 name is not the arm64 binary
+    with pytest.raises(ImageError, match="no line for the k3s-arm64 binary"):
+        upstream_k3s_sha256(K3S.version, web.k3s_releases, "arm")
+
+
+def test_check_pins_of_arm_compares_the_aarch64_values(project: Path, web: FakeWeb) -> None:
+    web.publish(dataclasses.replace(PINS, k3s=dataclasses.replace(K3S, aarch64_sha256="7" * 64)))
+    check_pins(project, PINS, endpoints(web), "x86")
+    with pytest.raises(ImageError) as caught:
+        check_pins(project, PINS, endpoints(web), "arm")
+    assert str(caught.value) == (
+        f"{project / 'image' / 'k3s.pin'}: aarch64_sha256 is {'9' * 64} but k3s "
+        f"{K3S.version} arm64 is published with {'7' * 64}; not building"
+    )
+
+
+def test_latest_fcos_wants_both_architectures_of_one_release(web: FakeWeb) -> None:
+    web.publish_fcos(NEW_FCOS)
+    stream = web.files["/fcos/streams/stable.json"]
+    web.files["/fcos/streams/stable.json"] = stream.replace(
+        b'"release": "44.20260810.3.0", "formats": {"raw.xz": {"disk": {"location": "'
+        + f"{web.url}/fcos/prod/streams/stable/builds/44.20260810.3.0/aarch64".encode(),
+        b'"release": "44.20260811.3.0", "formats": {"raw.xz": {"disk": {"location": "'
+        + f"{web.url}/fcos/prod/streams/stable/builds/44.20260811.3.0/aarch64".encode(),
+    ).replace(b"44.20260810.3.0-hetzner.aarch64", b"44.20260811.3.0-hetzner.aarch64")
+    assert web.files["/fcos/streams/stable.json"] != stream
+    with pytest.raises(ImageError, match=r"aarch64 hetzner artifact is of release 44\.20260811"):
+        latest_fcos("stable", web.fcos)

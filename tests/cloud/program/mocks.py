@@ -280,7 +280,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
             outputs["certRequestPem"] = _cert_request(inputs)
         elif typ == "tls:index/locallySignedCert:LocallySignedCert":
             outputs["certPem"] = _locally_signed(inputs)
-        elif typ == "hcloud:index/network:Network":
+        elif typ in ("hcloud:index/network:Network", "hcloud:index/placementGroup:PlacementGroup"):
             return str(serial), outputs
         elif typ == "hcloud:index/networkSubnet:NetworkSubnet":
             network = ipaddress.IPv4Network(inputs["ipRange"])
@@ -291,6 +291,11 @@ class ProviderMocks(pulumi.runtime.Mocks):
             outputs["ipv6Address"] = f"2001:db8:{serial:x}::1"
             outputs["status"] = "running"
             return str(serial), outputs
+        elif typ in (
+            "hcloud:index/placementGroup:PlacementGroup",
+            "hcloud:index/loadBalancer:LoadBalancer",
+        ):
+            return str(serial), outputs  # Hetzner numbers them, as it does servers
         elif typ == "hcloud:index/volume:Volume":
             outputs["linuxDevice"] = f"/dev/disk/by-id/scsi-0HC_Volume_{serial}"
             return str(serial), outputs

@@ -88,7 +88,10 @@ def test_the_control_plane_and_its_volume_are_protected() -> None:
     protected = sorted(name for name, r in result.resources.items() if r.options.protect)
     assert protected == ["control-plane", "control-plane-state"]
     # What would re-create a server, and the digests that tell what it runs (docs/deploy.md).
-    ignored = ("userData", "image", 'labels["raya-users"]', 'labels["raya-config"]')
+    # A server joins its placement group when created: an existing one never moves.
+    ignored = (
+        "userData", "image", 'labels["raya-users"]', 'labels["raya-config"]', "placementGroupId"
+    )
     for name in NODES:
         assert result.resources[name].options.ignore_changes == ignored
 

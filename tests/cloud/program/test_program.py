@@ -109,6 +109,8 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             *[(RECORD, label) for label in ("cp", "a0", "a1", "a2")],
             *[(SERVER, name) for name in ("control-plane", "agent-0", "agent-1", "agent-2")],
             ("hcloud:index/volume:Volume", "control-plane-state"),
+            # One control plane has no group: a group of one spreads nothing.
+            ("hcloud:index/placementGroup:PlacementGroup", "agents"),
             ("hcloud:index/volumeAttachment:VolumeAttachment", "control-plane-volume"),
             ("gcp:serviceaccount/account:Account", "external-dns"),
             ("gcp:serviceaccount/account:Account", "cert-manager"),

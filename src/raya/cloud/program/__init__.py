@@ -18,6 +18,7 @@ from raya.cloud.program.cluster import Renderer, define_server, define_volume, f
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
 from raya.cloud.program.network import define_network
+from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import define_identity
 from raya.errors import DeployError
 from raya.model.config import CLUSTER_HCLOUD_TOKEN, KEYS, NAMESPACE, parse_stack_config
@@ -73,25 +74,31 @@ def define(
         )
     # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
     # missing snapshot or parent zone must fail before the first declaration.
-    image = find_snapshot(pins, config.cluster_name)
+    images = {
+        architecture: find_snapshot(pins, config.cluster_name, architecture)
+        for architecture in sorted({node.architecture for node in cluster.nodes})
+    }
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(config, [node.name for node in cluster.nodes], hcloud_token)
-    volume = define_volume(cluster)
+    volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
+    groups = define_placement_groups(cluster)
+    define_registration_balancer(cluster, network)
     defined = {
         node.name: define_server(
             cluster,
             node,
-            image,
+            images[node.architecture],
             network,
             firewall,
             identity.control_plane_secrets(node.name)
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),
             render,
-            volume=volume if node.role == "control-plane" else None,
+            volume=volumes.get(node.name),
+            placement_group=groups.get(node.name),
             replace=node.name in replace,
         )
         for node in cluster.nodes

@@ -23,7 +23,14 @@ CLUSTER_LABEL = "managed_by"
 # What the engine keeps from the state instead of applying: a change to any of these would
 # re-create the VM (the control plane and its datastore with it). `raya.cloud.deploy.run(replace=)`
 # lifts them for the nodes it replaces: a forced replacement reuses ignored inputs otherwise.
-IGNORED = ("userData", "image", *(f'labels["{label}"]' for label in drift.DIGEST_LABELS.values()))
+# A server joins its placement group when it is created: Hetzner adds a running server to
+# none, so an existing one takes its group when it is next replaced.
+IGNORED = (
+    "userData",
+    "image",
+    *(f'labels["{label}"]' for label in drift.DIGEST_LABELS.values()),
+    "placementGroupId",
+)
 
 
 class Renderer(Protocol):
@@ -38,18 +45,19 @@ class Server:
     drift: pulumi.Output[tuple[str, ...]]  # the parts it runs that differ from the inputs
 
 
-def find_snapshot(pins: Pins, cluster_name: str) -> str:
-    """The id of the newest available x86 snapshot the image build stamped for these pins."""
+def find_snapshot(pins: Pins, cluster_name: str, architecture: str = ARCHITECTURE) -> str:
+    """The id of the newest available snapshot of `architecture` (`x86`, `arm`) the image
+    build stamped for these pins."""
     selector = label_selector(snapshot_labels(pins, cluster_name))
     images = hcloud.get_images(
         with_selector=selector,
-        with_architectures=[ARCHITECTURE],
+        with_architectures=[architecture],
         with_statuses=["available"],  # not one still being written by a build
         most_recent=True,
     ).images
     if not images:
         raise DeployError(
-            f"image/fcos.pin, image/k3s.pin: no available {ARCHITECTURE} snapshot labelled "
+            f"image/fcos.pin, image/k3s.pin: no available {architecture} snapshot labelled "
             f"{selector} in the Hetzner project; run `raya image build` first"
         )
     # The provider's sort order is not documented: choose by creation time explicitly.
@@ -61,12 +69,13 @@ def server_labels(cluster_name: str, node: Node) -> dict[str, str]:
     return {CLUSTER_LABEL: cluster_name, "role": node.role}
 
 
-def define_volume(cluster: Cluster) -> hcloud.Volume:
-    """The control plane's k3s state: outlives its VM, protected from deletion."""
+def define_volume(cluster: Cluster, node: Node) -> hcloud.Volume:
+    """Control plane `node`'s k3s state (its etcd member's data): outlives its VM, protected
+    from deletion. The first's keeps the name it had before there were several."""
     config = cluster.config
     return hcloud.Volume(
-        "control-plane-state",
-        name=f"{server_name(config.cluster_name, cluster.control_plane)}-state",
+        f"{node.name}-state",
+        name=f"{server_name(config.cluster_name, node)}-state",
         size=config.control_plane_volume_size,
         location=config.location,
         labels={"managed_by": config.cluster_name, "role": "control-plane-state"},
@@ -84,6 +93,7 @@ def define_server(
     render: Renderer,
     *,
     volume: hcloud.Volume | None = None,
+    placement_group: hcloud.PlacementGroup | None = None,
     replace: bool = False,
 ) -> Server:
     """Node `node`'s server. It ignores changes to what it was created with (`IGNORED`) and
@@ -118,7 +128,8 @@ def define_server(
         name=server_name(cluster.config.cluster_name, node),
         image=image,
         server_type=node.server_type,
-        location=cluster.config.location,
+        location=node.location or cluster.config.location,
+        placement_group_id=placement_group.id.apply(int) if placement_group else None,
         labels=labels,
         networks=[
             hcloud.ServerNetworkArgs(

@@ -67,13 +67,18 @@ def define_zone(cluster: Cluster, parent: str) -> gcp.dns.ManagedZone:
 def define_records(
     cluster: Cluster, zone: gcp.dns.ManagedZone, servers: Mapping[str, hcloud.Server]
 ) -> None:
-    """An A record per node (`cp`, `a<i>`) to its server's public IPv4 address."""
+    """A record per node (`cp`, `cp<k>`, `a<i>`, `<pool>-<i>`) to its server's public IPv4
+    address; `cp`, the API's name, holds every control plane's: clients (Go's and urllib3's
+    dialers) try the next address when one does not answer, so the name works while any one
+    is down. Each record's resource is named by its label, but a pool node's label is its node
+    name, which its server's resource has already: its record's is `<label>-record`."""
     for node in cluster.nodes:
+        holders = cluster.control_planes if node == cluster.control_plane else (node,)
         gcp.dns.RecordSet(
-            node.dns_label,
+            node.dns_label if node.pool is None else f"{node.dns_label}-record",
             managed_zone=zone.name,
             name=cluster.dns_name(node),
             type="A",
             ttl=TTL,
-            rrdatas=[servers[node.name].ipv4_address],
+            rrdatas=[servers[holder.name].ipv4_address for holder in holders],
         )
