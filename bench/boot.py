@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.boot.scenarios import FLEET, boot_fleet, boot_impostor, timings
+from tests.boot.scenarios import FLEET, VOLUMES, boot_everything, timings
 from tests.boot.sim import BootedNode, debian_root
 
 
@@ -22,7 +22,10 @@ def _k3s_said(node: BootedNode, prefix: str) -> str:
 
 
 def _table(nodes: dict[str, BootedNode], what: dict[str, str]) -> None:
-    print(f"{'node':14} {'scenario':38} {'online':>7} {'ipv4':>7} {'k3s':>7}  k3s saw enp7s0")
+    print(
+        f"{'node':14} {'scenario':38} {'online':>7} {'ipv4':>7} {'keys':>7} {'k3s':>7}"
+        "  k3s saw enp7s0"
+    )
     for name, node in nodes.items():
         steps = timings(node)
         cells = " ".join(f"{'-' if v is None else f'{v:.2f}':>7}" for v in steps.values())
@@ -30,7 +33,7 @@ def _table(nodes: dict[str, BootedNode], what: dict[str, str]) -> None:
         print(f"{name:14} {what.get(name, ''):38} {cells}  {seen}")
         joined = _k3s_said(node, "joined")
         refused = _k3s_said(node, "join refused by")
-        if name != "control-plane":
+        if node.plan.volume is None:
             print(f"{'':14} join: {joined if joined != '-' else refused}")
 
 
@@ -39,13 +42,11 @@ def main() -> None:
     debian_root()
     print(f"Debian root ready in {time.monotonic() - started:.1f} s")
     begun = time.monotonic()
-    with boot_fleet() as nodes:
-        print(f"fleet booted and stopped in {time.monotonic() - begun:.1f} s")
-        _table(nodes, {scenario.node: scenario.what for scenario in FLEET})
-    begun = time.monotonic()
-    with boot_impostor() as nodes:
-        print(f"impostor scenario in {time.monotonic() - begun:.1f} s")
-        _table(nodes, {"control-plane": "control plane with another CA"})
+    with boot_everything() as boots:
+        print(f"every scenario booted (at once) and stopped in {time.monotonic() - begun:.1f} s")
+        _table(boots.fleet, {scenario.node: scenario.what for scenario in FLEET})
+        _table(boots.impostor, {"control-plane": "control plane with another CA"})
+        _table(boots.volumes, {scenario.node: scenario.what for scenario in VOLUMES})
     print(f"total {time.monotonic() - started:.1f} s (seconds are after each node's launch)")
 
 

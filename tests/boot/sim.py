@@ -23,13 +23,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sysconfig
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -37,9 +38,15 @@ from typing import Any, Literal
 
 from raya.model.project import EXAMPLE_KEYS
 from raya.nodes.github_keys import GITHUB_URL, load_keys_file
-from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE
+from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE, volume_device
 from tests.boot.balancer import Balancer
-from tests.nodes.tools import SELINUX_STUB, apply_ignition, fcos_layout
+from tests.nodes.tools import (
+    SELINUX_STUB,
+    apply_ignition,
+    device_files,
+    fcos_layout,
+    probe_device,
+)
 from tests.support import REPO, Reply, http_server, require_tool, routes
 
 # What the Debian root holds besides minbase: what FCOS has that the configs rely on, and
@@ -55,6 +62,7 @@ PACKAGES = (
     "iproute2",
     "python3",
     "nftables",  # the metadata guard's rule set (raya-metadata-guard.service)
+    "openssh-server",  # what "reachable over SSH" is checked against
 )
 ROOT_CACHE = Path("/var/cache/raya-boot-root")
 PUBLIC_INTERFACE = "enp1s0"  # Hetzner's public NIC on FCOS
@@ -70,6 +78,8 @@ EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
 CLONE_NEWNET = 0x40000000
 
 Attachment = Literal["present", "late-link", "hot-plug"]
+MiB = 1024 * 1024
+FOREIGN_LABEL = "someone-else"
 
 
 def _run(*command: str, timeout: float = 60) -> str:
@@ -172,9 +182,20 @@ def ip(namespace: str, *arguments: str) -> str:
     return _run(require_tool("ip"), "-n", namespace, *arguments)
 
 
+@dataclass(frozen=True)
+class VolumePlan:
+    """The control plane's Hetzner volume: a loop device of its own, attached (its device
+    node and by-id link made in the node's /dev, as udev would) at boot or later."""
+
+    id: str
+    attach_after: float | None = 0.0  # seconds after launch; 0: present at boot; None: never
+    foreign: bool = False  # holds another ext4 filesystem (FOREIGN_LABEL) from the start
+
+
 @dataclass
 class NodePlan:
-    """One node of a scenario: its name and config, and how its private NIC arrives."""
+    """One node of a scenario: its name and config, how its private NIC arrives, its volume
+    (the control plane's), and how long the metadata service and GitHub fail at first."""
 
     name: str
     ignition: bytes
@@ -183,6 +204,40 @@ class NodePlan:
     delay: float = 0.0  # seconds after launch, for late-link and hot-plug
     metadata_unavailable_for: float = 0.0  # seconds of 503 from the metadata service
     held: bool = False  # launched by the scenario's step (Fleet.start), not at once
+    github_unavailable_for: float = 0.0  # seconds of 503 from GitHub's key pages
+    volume: VolumePlan | None = None
+
+
+@dataclass
+class SimVolume:
+    """A volume's loop device and backing file, and its digest before the boot."""
+
+    loop: str
+    backing: Path
+    before: str
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.backing.read_bytes()).hexdigest()
+
+    def probe(self) -> dict[str, str]:
+        return probe_device(self.loop)
+
+    def files(self) -> dict[str, bytes]:
+        return device_files(self.loop)
+
+
+def make_volume(plan: VolumePlan, stack: contextlib.ExitStack) -> SimVolume:
+    """An empty 64 MiB volume on a loop device (ext4 of another label if `foreign`)."""
+    folder = Path(tempfile.mkdtemp(prefix="raya-boot-volume-"))
+    stack.callback(shutil.rmtree, folder, ignore_errors=True)
+    backing = folder / "volume.img"
+    with backing.open("wb") as handle:
+        handle.truncate(64 * MiB)
+    loop = _run(require_tool("losetup"), "--find", "--show", str(backing)).strip()
+    stack.callback(_run, "losetup", "--detach", loop)
+    if plan.foreign:
+        _run(require_tool("mkfs.ext4"), "-q", "-F", "-L", FOREIGN_LABEL, loop)
+    return SimVolume(loop, backing, hashlib.sha256(backing.read_bytes()).hexdigest())
 
 
 class Hetzner:
@@ -191,7 +246,9 @@ class Hetzner:
     def __init__(self, tag: str, stack: contextlib.ExitStack) -> None:
         self.namespace = f"raya-{tag}-hz"
         self.metadata_log: list[tuple[float, str, int]] = []
+        self.github_log: list[tuple[float, str, int]] = []
         self._unavailable_until: dict[str, float] = {}
+        self._github_unavailable_until: dict[str, float] = {}
         self._leases: list[str] = []
         self._stack = stack
         _run(require_tool("ip"), "netns", "add", self.namespace)
@@ -212,7 +269,7 @@ class Hetzner:
                         {
                             METADATA_PATH: self._metadata,
                             INSTANCE_ID_PATH: self._metadata,
-                            **github_pages(),
+                            **{path: self._github(page) for path, page in github_pages().items()},
                         }
                     ),
                     address=(METADATA_ADDRESS, 80),
@@ -232,13 +289,34 @@ class Hetzner:
             return (200, str(self.server_id(index)).encode())
         return (200, client.encode())
 
+    def _github(self, page: bytes) -> Callable[[BaseHTTPRequestHandler], Reply]:
+        def respond(request: BaseHTTPRequestHandler) -> Reply:
+            client = request.client_address[0]
+            down = time.monotonic() < self._github_unavailable_until.get(client, 0)
+            self.github_log.append((time.monotonic(), client, 503 if down else 200))
+            return (503, b"unavailable") if down else (200, page)
+
+        return respond
+
+    def ssh_banner(self, address: ipaddress.IPv4Address) -> str:
+        """The first line a node's SSH port sends, as seen from the internet side ('' when
+        nothing answers)."""
+        with in_namespace(self.namespace):
+            try:
+                with socket.create_connection((str(address), 22), timeout=5) as connection:
+                    return connection.recv(256).decode(errors="replace").splitlines()[0]
+            except (OSError, IndexError):
+                return ""
+
     def public_address(self, index: int) -> ipaddress.IPv4Address:
         return PUBLIC_GATEWAY + 10 + index
 
     def server_id(self, index: int) -> int:
         return SERVER_IDS + index
 
-    def attach_public(self, namespace: str, index: int, unavailable_until: float) -> None:
+    def attach_public(
+        self, namespace: str, index: int, unavailable_until: float, github_until: float
+    ) -> None:
         """The node's public NIC, up before boot (else NetworkManager's first DHCP request
         may be lost), with a fixed lease."""
         mac = f"02:00:00:00:01:{index:02x}"
@@ -249,6 +327,7 @@ class Hetzner:
         ip(namespace, "link", "set", PUBLIC_INTERFACE, "up")
         self._leases.append(f"{mac},{self.public_address(index)}")
         self._unavailable_until[str(self.public_address(index))] = unavailable_until
+        self._github_unavailable_until[str(self.public_address(index))] = github_until
 
     def start_dhcp(self) -> None:
         dnsmasq = subprocess.Popen(
@@ -328,6 +407,7 @@ class BootedNode:
     launched: float = 0.0
     process: subprocess.Popen[bytes] | None = None
     state: dict[str, Any] = field(default_factory=dict)
+    volume: SimVolume | None = None
 
     @property
     def root(self) -> Path:
@@ -386,18 +466,33 @@ class BootedNode:
         self.state = {
             "addresses": json.loads(ip(self.namespace, "-j", "address", "show")),
             "routes": json.loads(ip(self.namespace, "-j", "-4", "route", "show", "table", "main")),
+            # [] when the node has no route there: one node's failure, not the run's.
             "route_to_control_plane": json.loads(
-                ip(self.namespace, "-j", "route", "get", "10.0.1.10")
+                subprocess.run(
+                    [require_tool("ip"), "-n", self.namespace, "-j", "route", "get", "10.0.1.10"],
+                    capture_output=True, text=True, timeout=60, check=False,
+                ).stdout or "[]"
             ),
             "failed": self.inside(
                 "systemctl", "list-units", "--state=failed", "--plain", "--no-legend"
             ).split("\n"),
+            "active": {
+                unit: self.inside_status("systemctl", "is-active", unit)
+                for unit in ("k3s.service", "k3s-agent.service", "ssh.service",
+                             "emergency.target", "rescue.target")
+            },
             "connection": self.inside(
                 "nmcli", "-g", "GENERAL.CONNECTION,GENERAL.STATE", "device", "show",
                 PRIVATE_INTERFACE,
             ).splitlines() if self.has_private_nic() else [],
         }  # fmt: skip
         self.state["failed"] = [line for line in self.state["failed"] if line.strip()]
+
+    def inside_status(self, *command: str) -> str:
+        """What a command inside the node prints, whatever its exit status."""
+        command = ("nsenter", "-t", str(self.leader()), "-a", *command)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        return result.stdout.strip()
 
     def has_private_nic(self) -> bool:
         return PRIVATE_INTERFACE in ip(self.namespace, "-o", "link", "show")
@@ -431,8 +526,11 @@ def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
         str(node.root),
     )  # fmt: skip
     fcos_layout(node.root)
+    # FCOS' image has no SSH host keys (sshd-keygen makes the missing ones at boot); Debian's
+    # openssh-server made some at install.
+    for key in (node.root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
     apply_ignition(plan.ignition, node.root)
-    stand_in_volumes(node.root)
     stand_in_github(node.root)
     for name in SELINUX_STUB:
         (node.root / name).unlink()
@@ -469,29 +567,6 @@ def stand_in_github(root: Path) -> None:
     dropin.write_text(f"[Service]\nExecStart=\n{command.replace(GITHUB_URL, SIM_GITHUB)}\n")
 
 
-def stand_in_volumes(root: Path) -> None:
-    """A Hetzner volume cannot be attached to a container: each mount unit of one (as Butane
-    generates it) becomes a bind mount of a folder standing for the volume, holding what
-    Ignition wrote onto it. What is booted keeps the unit's name, place and ordering (k3s
-    requires it), not the ext4 device and its fsck."""
-    for unit in sorted((root / "etc/systemd/system").glob("*.mount")):
-        fields = dict(
-            line.split("=", 1) for line in unit.read_text().splitlines() if "=" in line
-        )
-        if not fields.get("What", "").startswith("/dev/disk/by-id/scsi-0HC_Volume_"):
-            continue
-        where = root / fields["Where"].lstrip("/")
-        volume = root / "var/lib/raya-boot-volumes" / unit.stem
-        volume.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(where, volume)
-        where.mkdir()
-        unit.write_text(
-            "# The boot test's stand-in for a Hetzner volume (tests/boot/sim.py)\n"
-            f"[Mount]\nWhat=/{volume.relative_to(root)}\nWhere={fields['Where']}\n"
-            "Type=none\nOptions=bind\n\n[Install]\nRequiredBy=local-fs.target\n"
-        )
-
-
 def _own_cgroups(name: str) -> Callable[[], None]:
     """Put the nspawn process in a cgroup of its own in both hierarchies: with --keep-unit
     nspawn uses the one it was started in, and two nodes would otherwise share it."""
@@ -523,6 +598,20 @@ def _nspawn_run_dir() -> None:
         _run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(path))
 
 
+def attach_volume(node: BootedNode) -> None:
+    """Attach the node's volume as Hetzner and udev would: its device node and the by-id link
+    appear in the running node's /dev."""
+    assert node.volume is not None and node.plan.volume is not None
+    loop = node.volume.loop
+    kind = os.stat(loop).st_rdev
+    link = volume_device(node.plan.volume.id)
+    node.inside(
+        "sh", "-c",
+        f"mknod {loop} b {os.major(kind)} {os.minor(kind)} && mkdir -p {Path(link).parent}"
+        f" && ln -s {loop} {link}",
+    )  # fmt: skip
+
+
 def launch(node: BootedNode) -> None:
     _nspawn_run_dir()
     log = open(node.folder / "console.log", "wb")  # noqa: SIM115 (closed with the process)
@@ -536,6 +625,7 @@ def launch(node: BootedNode) -> None:
             f"--network-namespace-path=/run/netns/{node.namespace}",
             "--capability=CAP_NET_ADMIN",
             f"--bind-ro={REPO}",
+            *_volume_at_boot(node),
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -544,6 +634,14 @@ def launch(node: BootedNode) -> None:
         preexec_fn=_own_cgroups(node.namespace),
     )  # fmt: skip
     log.close()
+
+
+def _volume_at_boot(node: BootedNode) -> list[str]:
+    """nspawn's bind of a volume present at boot, at its by-id path."""
+    plan = node.plan.volume
+    if plan is None or plan.attach_after != 0 or node.volume is None:
+        return []
+    return [f"--bind={node.volume.loop}:{volume_device(plan.id)}"]
 
 
 def shutdown(node: BootedNode) -> None:
@@ -592,12 +690,17 @@ def booted(
             ip(namespace, "link", "set", "lo", "up")
             node = prepare_node(base, plan, namespace)
             stack.callback(shutdown, node)
+            if plan.volume is not None:
+                node.volume = make_volume(plan.volume, stack)
             nodes[plan.name] = node
             hetzner.prepare_private(namespace, index, plan.attachment)
         start = time.monotonic()
         for index, plan in enumerate(plans):
             hetzner.attach_public(
-                nodes[plan.name].namespace, index, start + plan.metadata_unavailable_for
+                nodes[plan.name].namespace,
+                index,
+                start + plan.metadata_unavailable_for,
+                start + plan.github_unavailable_for,
             )
         hetzner.start_dhcp()
         if balancer is not None:
@@ -613,6 +716,10 @@ def booted(
             launch(node)
             if node.plan.attachment != "present":
                 timer = threading.Timer(node.plan.delay, hetzner.connect_private, arguments)
+                timer.start()
+                timers.append(timer)
+            if node.plan.volume is not None and node.plan.volume.attach_after:
+                timer = threading.Timer(node.plan.volume.attach_after, attach_volume, (node,))
                 timer.start()
                 timers.append(timer)
 
@@ -632,10 +739,12 @@ def booted(
         for node in waiting.values():
             node.snapshot()
         for index, node in enumerate(nodes.values()):
+            node.state["ssh"] = hetzner.ssh_banner(hetzner.public_address(index))
             public = str(hetzner.public_address(index))
             node.state["public_address"] = public
             node.state["server_id"] = hetzner.server_id(index)
             node.state["metadata"] = [e for e in hetzner.metadata_log if e[1] == public]
+            node.state["github"] = [e for e in hetzner.github_log if e[1] == public]
         for timer in timers:
             timer.cancel()
         for node in nodes.values():
@@ -645,3 +754,48 @@ def booted(
             if node.process is not None:
                 _stop_process(node.process)
         yield nodes
+
+
+# Every booted node's systemd (its .path units, journald, udev's stand-ins) holds inotify
+# instances from root's one quota, fs.inotify.max_user_instances (128 by default): about a
+# dozen nodes at once exhaust it, and the last to start fail their .path units.
+INOTIFY_INSTANCES = 1024
+
+
+def _inotify_room(instances: int) -> None:
+    """Raise root's inotify instance quota to `instances` (never lower it)."""
+    limit = Path("/proc/sys/fs/inotify/max_user_instances")
+    if int(limit.read_text()) < instances:
+        limit.write_text(f"{instances}\n")
+
+
+@contextlib.contextmanager
+def booted_at_once(
+    managers: Sequence[contextlib.AbstractContextManager[dict[str, BootedNode]]],
+) -> Iterator[list[dict[str, BootedNode]]]:
+    """Several `booted` fleets, each on a separate simulated network, booting at the same time
+    (the boot test's wall time is that of its slowest fleet, not their sum)."""
+    _nspawn_run_dir()
+    _inotify_room(INOTIFY_INSTANCES)
+    entered: list[dict[str, BootedNode] | None] = [None] * len(managers)
+    errors: list[BaseException] = []
+
+    def enter(index: int) -> None:
+        try:
+            entered[index] = managers[index].__enter__()
+        except BaseException as error:  # re-raised below, in the caller
+            errors.append(error)
+
+    threads = [threading.Thread(target=enter, args=(i,)) for i in range(len(managers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        if errors:
+            raise errors[0]
+        yield [nodes for nodes in entered if nodes is not None]
+    finally:
+        for manager, nodes in zip(managers, entered, strict=True):
+            if nodes is not None:
+                manager.__exit__(None, None, None)

@@ -11,36 +11,58 @@ import pytest
 from raya.nodes.github_keys import authorized_keys
 from raya.nodes.identity import ClusterSecrets
 from tests.boot.balancer import Balancer
-from tests.boot.scenarios import FLEET, Scenario, boot_fleet, boot_ha, boot_impostor, k3s_unit
-from tests.boot.sim import EXAMPLE_USERS, BootedNode, Event
+from tests.boot.scenarios import (
+    FLEET,
+    GITHUB_UNAVAILABLE_FOR,
+    NEVER_WATCHED,
+    Boots,
+    Scenario,
+    boot_everything,
+    k3s_unit,
+)
+from tests.boot.sim import EXAMPLE_USERS, FOREIGN_LABEL, BootedNode, Event
+from tests.nodes.conftest import VOLUME_ID
+from tests.nodes.tools import ignition_files
 from tests.support import require_root, require_tool
 
 CONTROL_PLANE = "https://10.0.1.10:6443"
+DEVICE = f"/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}"
+SERVER_DIR = "/var/lib/rancher/k3s/server"
+SEED = "var/lib/raya/k3s-server-seed"
 
 
 @pytest.fixture(scope="module")
 def tools() -> None:
-    for tool in ("debootstrap", "systemd-nspawn", "ip", "dnsmasq", "nsenter", "journalctl"):
+    for tool in ("debootstrap", "systemd-nspawn", "ip", "dnsmasq", "nsenter", "journalctl",
+                 "losetup", "mkfs.ext4", "blkid"):  # fmt: skip
         require_tool(tool)
-    require_root("the boot tests (namespaces, mounts, nspawn)")
+    require_root("the boot tests (namespaces, mounts, nspawn, loop devices)")
 
 
 @pytest.fixture(scope="module")
-def fleet(tools: None) -> Iterator[dict[str, BootedNode]]:
-    with boot_fleet() as nodes:
-        yield nodes
+def boots(tools: None) -> Iterator[Boots]:
+    with boot_everything() as everything:
+        yield everything
 
 
 @pytest.fixture(scope="module")
-def ha(tools: None) -> Iterator[tuple[dict[str, BootedNode], Balancer, ClusterSecrets]]:
-    with boot_ha() as booted:
-        yield booted
+def fleet(boots: Boots) -> dict[str, BootedNode]:
+    return boots.fleet
 
 
 @pytest.fixture(scope="module")
-def impostor(tools: None) -> Iterator[dict[str, BootedNode]]:
-    with boot_impostor() as nodes:
-        yield nodes
+def impostor(boots: Boots) -> dict[str, BootedNode]:
+    return boots.impostor
+
+
+@pytest.fixture(scope="module")
+def volumes(boots: Boots) -> dict[str, BootedNode]:
+    return boots.volumes
+
+
+@pytest.fixture(scope="module")
+def ha(boots: Boots) -> tuple[dict[str, BootedNode], Balancer, ClusterSecrets]:
+    return boots.ha
 
 
 def _first(events: list[Event], text: str) -> Event:
@@ -96,11 +118,20 @@ def _assert_booted(node: BootedNode) -> None:
             "storageclass.kubernetes.io/is-default-class=false: done",
         )
     assert node.state["failed"] == []
+    _assert_reachable(node)
     # core's keys, fetched at boot from (the stand-in for) GitHub, for the handles only.
     keys = node.root / "home/core/.ssh/authorized_keys.d/raya"
     assert keys.read_text().splitlines() == list(authorized_keys(EXAMPLE_USERS))
     assert keys.stat().st_mode & 0o777 == 0o600
     assert node.job_done("raya-ssh-keys.service") is not None
+
+
+def _assert_reachable(node: BootedNode) -> None:
+    """Up, not in the emergency or rescue shell, and sshd answering on the public address."""
+    assert node.state["ssh"].startswith("SSH-2.0-OpenSSH"), node.state["ssh"]
+    assert node.state["active"]["ssh.service"] == "active"
+    assert node.state["active"]["emergency.target"] == "inactive"
+    assert node.state["active"]["rescue.target"] == "inactive"
 
 
 @pytest.mark.parametrize("scenario", FLEET, ids=[f"{s.node}: {s.what}" for s in FLEET])
@@ -139,6 +170,113 @@ def test_an_agent_refuses_a_control_plane_with_another_ca(
         f"join refused by {CONTROL_PLANE}: token CA hash does not match",
     )
     assert agent.job_done("k3s-agent.service") is None
+
+
+def _assert_volume_mounted_and_seeded(node: BootedNode) -> None:
+    """The volume carries raya's ext4 with the CA pairs and manifests Ignition seeded (then
+    removed from the root disk), mounted before the seeding and k3s."""
+    assert node.volume is not None
+    probe = node.volume.probe()
+    assert (probe["TYPE"], probe["LABEL"]) == ("ext4", "raya-k3s-server")
+    seeded = {
+        path.removeprefix(f"/{SEED}/"): data
+        for path, data in ignition_files(node.plan.ignition).items()
+        if path.startswith(f"/{SEED}/")
+    }
+    assert {"tls/server-ca.crt", "tls/server-ca.key", "tls/client-ca.key"} <= set(seeded)
+    on_volume = node.volume.files()
+    assert {path: on_volume.get(path) for path in seeded} == seeded
+    assert not (node.root / SEED).exists()
+    mounted = node.job_done("var-lib-rancher-k3s-server.mount")
+    seed = node.job_done("raya-k3s-seed.service")
+    k3s = node.job_done("k3s.service")
+    assert mounted and seed and k3s, (mounted, seed, k3s)
+    assert mounted.at <= seed.at <= k3s.at
+    # The stand-in k3s read its CA from the volume (it serves with it: agents joined).
+    _first(node.logged("k3s"), "serving https://10.0.1.10:6443")
+
+
+def test_a_blank_volume_present_at_boot_is_formatted_and_seeded(
+    fleet: dict[str, BootedNode],
+) -> None:
+    node = fleet["control-plane"]
+    _first(node.logged("raya-k3s-volume"), f"{DEVICE} is blank: formatting it ext4")
+    assert not [e for e in node.logged("raya-k3s-volume") if "waiting for" in e.message]
+    _assert_volume_mounted_and_seeded(node)
+
+
+@pytest.mark.parametrize("name", ["late", "very-late"])
+def test_a_late_volume_is_waited_for_without_a_deadline(
+    volumes: dict[str, BootedNode], name: str
+) -> None:
+    node = volumes[name]
+    assert node.plan.volume is not None and node.plan.volume.attach_after
+    late = node.plan.volume.attach_after
+    waiting = _first(node.logged("raya-k3s-volume"), f"waiting for {DEVICE}")
+    assert waiting.at < 15
+    _first(node.logged("raya-k3s-volume"), f"{DEVICE} attached after")
+    _assert_booted(node)
+    _assert_volume_mounted_and_seeded(node)
+    k3s = node.job_done("k3s.service")
+    assert k3s is not None and k3s.at >= late
+
+
+def test_a_volume_that_never_comes_leaves_the_node_up_with_k3s_stopped(
+    volumes: dict[str, BootedNode],
+) -> None:
+    node = volumes["never"]
+    waiting = _first(node.logged("raya-k3s-volume"), f"waiting for {DEVICE}")
+    assert waiting.at < 15
+    last = node.journal()[-1].at
+    assert last >= NEVER_WATCHED - 5, last  # past systemd's 90 s device timeout
+    assert node.job_done("k3s.service") is None
+    assert not node.logged("k3s")
+    assert node.state["active"]["k3s.service"] == "inactive"
+    assert node.state["failed"] == []
+    _assert_reachable(node)
+    assert node.volume is not None and node.volume.digest() == node.volume.before
+
+
+def test_a_volume_holding_a_foreign_filesystem_is_refused_and_untouched(
+    volumes: dict[str, BootedNode],
+) -> None:
+    node = volumes["foreign"]
+    assert node.journal()[-1].at >= NEVER_WATCHED - 5  # watched long enough for k3s to start
+    refusal = _first(node.logged("raya-k3s-volume"), "left untouched; k3s stays stopped")
+    assert f"{DEVICE} holds something else, not an ext4 labelled raya-k3s-server" in (
+        refusal.message
+    )
+    assert node.job_done("k3s.service") is None
+    assert not node.logged("k3s")
+    assert node.state["failed"] == [
+        "raya-k3s-volume.service loaded failed failed "
+        "Wait for the control plane's volume and format it if blank"
+    ]
+    _assert_reachable(node)
+    assert node.volume is not None
+    assert node.volume.digest() == node.volume.before
+    assert node.volume.probe()["LABEL"] == FOREIGN_LABEL
+
+
+def test_the_key_fetch_retries_within_seconds_until_github_answers(
+    fleet: dict[str, BootedNode],
+) -> None:
+    """GitHub answers 503 for the first 15 s: the fetch is tried again 2, 4, 8... s apart
+    (never left to the 15-minute timer), the keys land soon after GitHub is back, and no
+    unit is failed (_assert_booted)."""
+    node = fleet["agent-1"]
+    statuses = [status for _, _, status in node.state["github"]]
+    assert statuses[0] == 503 and statuses[-1] == 200, statuses
+    delays = [
+        int(event.message.split("trying again in ")[1].split()[0])
+        for event in node.logged("raya-ssh-keys")
+        if "trying again in" in event.message
+    ]
+    assert len(delays) >= 2 and delays == [2 * 2**i for i in range(len(delays))], delays
+    keys = node.job_done("raya-ssh-keys.service")
+    assert keys is not None
+    # Back at 15 s after the start of the boot; the longest wait it can be in is 16 s.
+    assert keys.at < GITHUB_UNAVAILABLE_FOR + 16 + 5, keys.at
 
 
 REGISTRATION = "https://10.0.1.15:6443"  # the private load balancer of three control planes

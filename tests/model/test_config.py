@@ -13,6 +13,7 @@ from raya.errors import ConfigError
 from raya.model.config import (
     KEYS,
     LOCATIONS,
+    BackupS3,
     check_secret_settings,
     load_stack_config,
     parse_stack_config,
@@ -80,6 +81,9 @@ def test_every_setting_can_be_given() -> None:
         controlPlaneVolumeSize=20,
         controlPlanes=3,
         acmeEmail="Certs+lab@Corp.Example.org",
+        backupSchedule="@daily",
+        backupRetention=14,
+        backupS3={"endpoint": "minio.lab:9000", "bucket": "lab-backups"},
     )
     # The settings docs/config.md lists: the call above gives each of them.
     assert (
@@ -89,6 +93,9 @@ def test_every_setting_can_be_given() -> None:
             "acmeEmail",
             "apiSources",
             "authorizedUsers",
+            "backupRetention",
+            "backupS3",
+            "backupSchedule",
             "clusterName",
             "controlPlaneIp",
             "controlPlaneSchedulable",
@@ -122,6 +129,8 @@ def test_every_setting_can_be_given() -> None:
     assert config.acme_email == "Certs+lab@Corp.Example.org"
     assert config.control_plane_volume_size == 20
     assert config.control_planes == 3
+    assert (config.backup_schedule, config.backup_retention) == ("@daily", 14)
+    assert config.backup_s3 == BackupS3("minio.lab:9000", "lab-backups", "us-east-1", "lab-2")
 
 
 # Hetzner's locations and their network zones (Hetzner Cloud API, GET /locations).
@@ -146,7 +155,8 @@ def test_network_zone_follows_the_location(location: str, zone: str) -> None:
 
 
 def test_unknown_setting() -> None:
-    accepted = ", ".join(sorted([*KEYS, "clusterHcloudToken"]))
+    secret = ["clusterHcloudToken", "backupS3AccessKey", "backupS3SecretKey"]
+    accepted = ", ".join(sorted([*KEYS, *secret]))
     assert error_of(clusterNmae="x") == (
         f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {accepted}"
     )

@@ -45,7 +45,8 @@ from tests.nodes.conftest import CHARTS as PINNED
 from tests.nodes.tools import ignition_files
 from tests.support import REPO, http_server
 
-MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+# Seeded on the root disk, copied onto the control plane's volume at boot.
+MANIFESTS = "/var/lib/raya/k3s-server-seed/manifests"
 DATA = REPO / "tests" / "data"
 # The Kubernetes API the pinned k3s serves: kubernetes-validate's schemas of that minor.
 K8S_VERSION = ".".join(load_pins(REPO).k3s.version.lstrip("v").split(".")[:2]) + ".0"
@@ -129,12 +130,14 @@ def test_each_manifest_validates_against_the_schema_of_its_kind(
 ) -> None:
     found = documents(ignition_files(rendered["control-plane"].ignition))
     kinds = sorted(doc["kind"] for docs in found.values() for doc in docs)
+    # The Secrets: two service account keys, the cluster's Hetzner token, the snapshots' S3
+    # settings.
     assert kinds == [
         "ClusterIssuer",
         "ClusterIssuer",
         *["HelmChart"] * 4,
         "HelmChartConfig",
-        *["Secret"] * 3,
+        *["Secret"] * 4,
     ]
     for name, docs in found.items():
         for doc in docs:

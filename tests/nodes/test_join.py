@@ -23,7 +23,7 @@ from tests.nodes.k3s_join import (
 )
 from tests.nodes.tools import ignition_files
 
-TLS = "/var/lib/rancher/k3s/server/tls"
+TLS = "/var/lib/raya/k3s-server-seed/tls"  # copied onto the volume at boot
 CONFIG = "/etc/rancher/k3s/config.yaml"
 
 

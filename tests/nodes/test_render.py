@@ -42,8 +42,9 @@ from tests.nodes.conftest import CHARTS, VOLUME_ID
 from tests.nodes.fakes import many_users, with_users
 from tests.nodes.tools import ignition_files
 
-TLS = "/var/lib/rancher/k3s/server/tls"
-MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+# Seeded on the root disk, copied onto the volume by raya-k3s-seed.service.
+TLS = "/var/lib/raya/k3s-server-seed/tls"
+MANIFESTS = "/var/lib/raya/k3s-server-seed/manifests"
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 # Hetzner Cloud API, POST /servers: `user_data` holds at most 32 KiB.
 USER_DATA_LIMIT = 32 * 1024
@@ -169,6 +170,12 @@ def test_control_plane_config(
         "kubelet-arg": ["cloud-provider=external"],
         "disable-cloud-controller": True,
         "disable": ["servicelb"],
+        # Snapshots every 6 hours, 28 kept (docs/backups.md), uploaded with the settings of a
+        # Secret: no S3 key here.
+        "etcd-snapshot-schedule-cron": "0 */6 * * *",
+        "etcd-snapshot-retention": 28,
+        "etcd-s3": True,
+        "etcd-s3-config-secret": "raya-etcd-s3",
     }
     assert files["/etc/hostname"] == b"control-plane\n"
     for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca)):
@@ -293,7 +300,7 @@ def test_no_key_travels_in_any_config_only_the_handles(
         assert units["raya-ssh-keys.timer"]["enabled"] is True
         assert "OnUnitActiveSec=15min" in units["raya-ssh-keys.timer"]["contents"]
         assert units["raya-ssh-keys.service"]["contents"].count(
-            "ExecStart=/usr/local/bin/raya-ssh-keys https://github.com "
+            "ExecStart=/usr/local/bin/raya-ssh-keys --retry https://github.com "
             f"{SSH_HANDLES_FILE} /home/core/.ssh/authorized_keys.d/raya\n"
         ) == 1
 
@@ -326,34 +333,73 @@ def test_part_digests_tell_users_from_config(
 def test_the_control_plane_keeps_its_state_on_its_volume(
     secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
+    """The volume is waited for, checked and mounted by units, not by Ignition (whose
+    initramfs wait ends in the emergency shell when Hetzner attaches it late); what goes
+    onto it is seeded on the root disk."""
     config = json.loads(rendered["control-plane"].ignition)
-    assert config["storage"]["filesystems"] == [
-        {
-            "device": f"/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}",
-            "format": "ext4",
-            "label": "raya-k3s-server",
-            "wipeFilesystem": False,
-            "path": "/var/lib/rancher/k3s/server",
-        }
-    ]
-    units = {unit["name"]: unit["contents"] for unit in config["systemd"]["units"]}
+    assert "filesystems" not in config["storage"]
+    device = f"/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}"
+    units = {u["name"]: u["contents"] for u in config["systemd"]["units"] if "contents" in u}
     mount = units["var-lib-rancher-k3s-server.mount"].splitlines()
-    assert "Where=/var/lib/rancher/k3s/server" in mount
-    assert f"What=/dev/disk/by-id/scsi-0HC_Volume_{VOLUME_ID}" in mount
+    assert {"Where=/var/lib/rancher/k3s/server", f"What={device}", "Type=ext4"} <= set(mount)
+    # Not ordered before local-fs.target: a missing volume must not hold the boot.
+    assert "DefaultDependencies=no" in mount
+    assert "Requires=raya-k3s-volume.service" in mount
+    # The mount binds to the device: its start job waits for a late attach without the
+    # default 90 s deadline.
+    (device_unit,) = [u for u in config["systemd"]["units"] if u["name"].endswith(".device")]
+    assert device_unit["name"] == f"dev-disk-by\\x2did-scsi\\x2d0HC_Volume_{VOLUME_ID}.device"
+    (dropin,) = device_unit["dropins"]
+    assert "JobRunningTimeoutSec=infinity" in dropin["contents"].splitlines()
+    volume = units["raya-k3s-volume.service"].splitlines()
+    assert "TimeoutStartSec=infinity" in volume
+    assert f"ExecStart=/usr/local/bin/raya-k3s-volume {device} raya-k3s-server" in volume
     k3s = units["k3s.service"].splitlines()
-    assert "Requires=var-lib-rancher-k3s-server.mount" in k3s
-    assert "After=var-lib-rancher-k3s-server.mount" in k3s
-    # A replacement VM finds these on the volume and must rewrite them, not fail.
-    on_volume = [
-        entry
+    assert "RequiresMountsFor=/var/lib/rancher/k3s/server" in k3s
+    assert {"Requires=raya-k3s-seed.service", "After=raya-k3s-seed.service"} <= set(k3s)
+    seeded = [
+        entry["path"]
         for entry in config["storage"]["files"]
-        if entry["path"].startswith("/var/lib/rancher/k3s/server/")
+        if entry["path"].startswith("/var/lib/raya/k3s-server-seed/")
     ]
-    # The four CA files and the five manifests (three Secrets, the charts, the issuers).
-    assert len(on_volume) == 9 and all(entry["overwrite"] for entry in on_volume)
+    # The four CA files and the six manifests (the two service account Secrets, the cluster's
+    # Hetzner token's Secret, the snapshots' S3 Secret, the HelmCharts, the issuers).
+    assert len(seeded) == 10
+    on_volume = "/var/lib/rancher/k3s/server"
+    assert not [e for e in config["storage"]["files"] if e["path"].startswith(on_volume)]
     files = ignition_files(rendered["control-plane"].ignition)
     password = files["/etc/rancher/node/password"].decode()
     assert password == node_password(secrets.agent_secret, "control-plane") + "\n"
+
+
+def test_certificate_checks_are_staggered_by_node(rendered: dict[str, RenderedNode]) -> None:
+    """Each node checks k3s' certificates daily in a slot of its own, 30 minutes apart
+    (control plane 03:00 UTC, agent-i at 03:30 + 30 min * i), with a random delay of at most
+    15 minutes, so no two nodes restart k3s within the same quarter hour; the check uses
+    k3s' 90-day renewal window against what each node serves."""
+    slots = {}
+    for name, node in rendered.items():
+        config = json.loads(node.ignition)
+        units = {u["name"]: u.get("contents", "") for u in config["systemd"]["units"]}
+        timer = units["raya-k3s-certs.timer"].splitlines()
+        assert {"RandomizedDelaySec=15min", "FixedRandomDelay=true"} <= set(timer)
+        (calendar,) = [line for line in timer if line.startswith("OnCalendar=")]
+        slots[name] = calendar.removeprefix("OnCalendar=")
+        (command,) = [
+            line for line in units["raya-k3s-certs.service"].splitlines()
+            if line.startswith("ExecStart=")
+        ]  # fmt: skip
+        k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
+        served = ["https://127.0.0.1:10250"]
+        if name == "control-plane":
+            served.insert(0, "https://127.0.0.1:6444")
+        assert command.split()[1:] == [k3s, "90", *served]
+    assert slots == {
+        "control-plane": "*-*-* 03:00:00 UTC",
+        "agent-0": "*-*-* 03:30:00 UTC",
+        "agent-1": "*-*-* 04:00:00 UTC",
+        "agent-2": "*-*-* 04:30:00 UTC",
+    }
 
 
 @pytest.mark.parametrize("volume_id", [None, "", "vol-1"])
@@ -375,7 +421,7 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > 6000
     assert "over Hetzner's user_data limit of 6000" in message
-    assert "/var/lib/rancher/k3s/server/manifests/* (5 entries, " in message
+    assert "/var/lib/raya/k3s-server-seed/manifests/* (6 entries, " in message
 
 
 @pytest.mark.parametrize(

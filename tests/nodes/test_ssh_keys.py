@@ -57,10 +57,14 @@ class GitHub:
     def __init__(self) -> None:
         self.pages: dict[str, Reply] = {"octo-alice": (200, ALICE.encode())}
         self.asked: list[str] = []
+        self.unavailable = 0  # how many next requests get a 503, whatever the page
 
     def respond(self, request: BaseHTTPRequestHandler) -> Reply:
         handle = request.path.removeprefix("/").removesuffix(".keys")
         self.asked.append(handle)
+        if self.unavailable > 0:
+            self.unavailable -= 1
+            return 503, b"Service Unavailable"
         page = self.pages.get(handle, (404, b"Not Found"))
         if page is None:
             time.sleep(3)  # longer than the script's max time in these tests, then nothing
@@ -96,16 +100,29 @@ def node(tmp_path: Path) -> Path:
     return folder
 
 
-def fetch(script: Path, url: str, node: Path) -> subprocess.CompletedProcess[str]:
+def fetch(
+    script: Path, url: str, node: Path, *options: str, path: str = os.environ["PATH"]
+) -> subprocess.CompletedProcess[str]:
     require_tool("curl")
     return subprocess.run(
-        ["bash", str(script), url, str(node.parent / "handles"), str(node / "raya")],
+        ["bash", str(script), *options, url, str(node.parent / "handles"), str(node / "raya")],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        env={"PATH": os.environ["PATH"], "RAYA_SSH_KEYS_MAX_TIME": "1"},
+        env={"PATH": path, "RAYA_SSH_KEYS_MAX_TIME": "1"},
     )
+
+
+def recording_sleep(folder: Path) -> tuple[str, Path]:
+    """A PATH whose `sleep` records its argument and returns at once, and its record."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    record = folder / "slept"
+    sleep = bin_dir / "sleep"
+    sleep.write_text(f'#!/bin/sh\necho "$1" >>{record}\n')
+    sleep.chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", record
 
 
 def check_file(node: Path, expected: str) -> None:
@@ -179,6 +196,38 @@ def test_without_a_previous_file_a_failure_writes_none(
     assert list(node.iterdir()) == []
 
 
+def test_a_first_boot_retries_within_seconds_backing_off_until_github_answers(
+    script: Path, github: tuple[GitHub, str], node: Path, tmp_path: Path
+) -> None:
+    """The unit's way (--retry), no keys yet: 2 s after the first failure, twice as long after
+    each next one, never more than 60 s apart, until GitHub answers; then exit 0."""
+    fake, url = github
+    fake.unavailable = 8
+    path, slept = recording_sleep(tmp_path)
+    result = fetch(script, url, node, "--retry", path=path)
+    assert result.returncode == 0, result.stderr
+    assert slept.read_text().split() == ["2", "4", "8", "16", "32", "60", "60", "60"]
+    assert "no keys yet: trying again in 2 s" in result.stderr
+    assert len(fake.asked) == 9
+    check_file(node, ALICE)
+
+
+def test_with_keys_in_place_a_failure_is_left_to_the_timer_and_is_no_failure(
+    script: Path, github: tuple[GitHub, str], node: Path, tmp_path: Path
+) -> None:
+    """After the first success: one try, the keys kept, exit 75 (the unit's
+    SuccessExitStatus: a transient outage leaves no failed unit), no retry loop."""
+    fake, url = github
+    assert fetch(script, url, node).returncode == 0
+    fake.unavailable = 1
+    path, slept = recording_sleep(tmp_path)
+    result = fetch(script, url, node, "--retry", path=path)
+    assert result.returncode == 75
+    assert f"keeping {node / 'raya'} as it is" in result.stderr
+    assert not slept.exists()
+    check_file(node, ALICE)
+
+
 def test_the_script_and_raya_keys_agree_on_every_line() -> None:
     """What the fetcher refuses, `raya keys` / `raya up` refuse too (they check first)."""
     why = {
@@ -207,6 +256,10 @@ def test_the_units_fetch_at_boot_then_every_15_minutes(
     }
     service = units["raya-ssh-keys.service"].splitlines()
     assert "Wants=network-online.target" in service and "After=network-online.target" in service
+    # Retries until the first success (no deadline), and a kept-keys failure is no failure.
+    assert {"TimeoutStartSec=infinity", "SuccessExitStatus=75"} <= set(service)
+    (command,) = [line for line in service if line.startswith("ExecStart=")]
+    assert command.split()[:2] == [f"ExecStart={SCRIPT}", "--retry"]
     timer = units["raya-ssh-keys.timer"].splitlines()
     assert {"OnBootSec=0", "OnUnitActiveSec=15min", "WantedBy=timers.target"} <= set(timer)
     root = tmp_path / "root"

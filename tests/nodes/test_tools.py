@@ -19,6 +19,7 @@ import yaml
 from raya.model.fleet import Cluster
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import RenderedNode
+from tests.nodes.conftest import VOLUME_ID
 from tests.nodes.tools import (
     apply_ignition,
     ignition_files,
@@ -36,7 +37,14 @@ KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
 WAIT_UNIT = "raya-private-network.service"
 KEY_DIR = "/home/core/.ssh/authorized_keys.d"
 # What the image itself provides to the units (k3s is put there by Packer).
-IMAGE_EXECUTABLES = ["/var/usrlocal/bin/k3s", "/sbin/modprobe", "/usr/sbin/nft", "/bin/sh"]
+IMAGE_EXECUTABLES = [
+    "/var/usrlocal/bin/k3s",
+    "/sbin/modprobe",
+    "/usr/sbin/nft",
+    "/bin/sh",
+    "/usr/bin/cp",
+    "/usr/bin/rm",
+]
 GUARD = "raya-metadata-guard.service"
 # The units every node's config carries, besides its k3s unit (and the control plane's
 # volume mount).
@@ -46,11 +54,19 @@ NODE_UNITS = (
     GUARD,
     "raya-ssh-keys.service",
     "raya-ssh-keys.timer",
+    "raya-k3s-certs.service",
+    "raya-k3s-certs.timer",
 )
-MOUNT_UNIT = "var-lib-rancher-k3s-server.mount"
+# The control plane's volume: waited for and checked, mounted, then seeded; its device's
+# start job (a drop-in) waits without a deadline.
+DEVICE_UNIT = f"dev-disk-by\\x2did-scsi\\x2d0HC_Volume_{VOLUME_ID}.device"
+VOLUME_UNITS = (
+    "raya-k3s-volume.service",
+    "var-lib-rancher-k3s-server.mount",
+    "raya-k3s-seed.service",
+    DEVICE_UNIT,
+)
 LOCAL_PATH_UNIT = "raya-local-path.service"  # the control plane's: ordered after k3s
-# The control plane's volume, for systemd-analyze: the device its mount unit names.
-VOLUME_DEVICE = "/dev/disk/by-id/scsi-0HC_Volume_4242"
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -124,6 +140,11 @@ def _check_applied_files(node: RenderedNode, root: Path) -> None:
     preset = _preset(root)
     for unit in json.loads(node.ignition)["systemd"]["units"]:
         on_disk = root / "etc/systemd/system" / unit["name"]
+        for dropin in unit.get("dropins", ()):  # the volume's device: a drop-in only
+            dropin_path = on_disk.with_name(on_disk.name + ".d") / dropin["name"]
+            assert dropin_path.read_text() == dropin["contents"]
+        if "contents" not in unit:
+            continue
         assert on_disk.read_text() == unit["contents"]
         assert f"{'enable' if unit['enabled'] else 'disable'} {unit['name']}" in preset
 
@@ -137,7 +158,11 @@ def test_ignition_applies_the_control_plane(
 ) -> None:
     node, root = rendered["control-plane"], applied["control-plane"]
     _check_applied_files(node, root)
-    tls = root / "var/lib/rancher/k3s/server/tls"
+    # Seeded on the root disk (0700): raya-k3s-seed.service copies it onto the volume.
+    seed = root / "var/lib/raya/k3s-server-seed"
+    assert seed.stat().st_mode & 0o777 == 0o700
+    assert not (root / "var/lib/rancher/k3s/server").exists()
+    tls = seed / "tls"
     assert {p.name: p.stat().st_mode & 0o777 for p in tls.iterdir()} == {
         "server-ca.crt": 0o644,
         "server-ca.key": 0o600,
@@ -145,10 +170,12 @@ def test_ignition_applies_the_control_plane(
         "client-ca.key": 0o600,
     }
     assert tls.stat().st_mode & 0o777 == 0o700
-    manifests = root / "var/lib/rancher/k3s/server/manifests"
+    manifests = seed / "manifests"
     assert manifests.stat().st_mode & 0o777 == 0o700
-    # The credentials Secrets and the add-ons (HelmCharts, ClusterIssuers), each 0600.
+    # The credentials Secrets (the snapshots' S3 keys too) and the add-ons (HelmCharts,
+    # ClusterIssuers), each 0600.
     assert {p.name: p.stat().st_mode & 0o777 for p in manifests.iterdir()} == {
+        "raya-etcd-s3.yaml": 0o600,
         "raya-cert-manager-credentials.yaml": 0o600,
         "raya-external-dns-credentials.yaml": 0o600,
         "raya-hcloud-credentials.yaml": 0o600,
@@ -264,12 +291,8 @@ def test_systemd_accepts_every_unit(
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
         k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
-        own = [MOUNT_UNIT, k3s, LOCAL_PATH_UNIT] if name == "control-plane" else [k3s]
+        own = [*VOLUME_UNITS, k3s, LOCAL_PATH_UNIT] if name == "control-plane" else [k3s]
         assert sorted(units) == sorted([*NODE_UNITS, *own]), name
-        if name == "control-plane":  # the volume's device, as systemd-fsck@ needs it
-            device = copy / VOLUME_DEVICE.lstrip("/")
-            device.parent.mkdir(parents=True, exist_ok=True)
-            device.touch()
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
         # ...and it can fail: a misspelled directive is reported.
@@ -286,10 +309,12 @@ def test_units_need_the_private_network_and_the_public_address(
         # The wait for the private network is what network-online.target waits for.
         wait = _unit(node, WAIT_UNIT).splitlines()
         assert {"Before=network-online.target", "WantedBy=network-online.target"} <= set(wait)
-        # The metadata guard loads before any network (see below); the local-path unit
-        # comes after k3s, itself after the network.
-        for name in set(_unit_names(node)) - {WAIT_UNIT, GUARD, LOCAL_PATH_UNIT}:
-            if name.endswith((".mount", ".timer")):
+        # The metadata guard loads before any network (see below); the volume's units need
+        # none, and the certificate check and the local-path unit run after k3s, itself after
+        # the network.
+        local = {WAIT_UNIT, GUARD, *VOLUME_UNITS, "raya-k3s-certs.service", LOCAL_PATH_UNIT}
+        for name in set(_unit_names(node)) - local:
+            if name.endswith((".timer", ".device")):
                 continue
             lines = _unit(node, name).splitlines()
             assert "Wants=network-online.target" in lines, name
@@ -312,8 +337,10 @@ def test_k3s_starts_only_after_the_metadata_guard_loaded(
         root = tmp_path / name
         shutil.copytree(applied[name], root, symlinks=True)
         prepare_for_systemd(root, IMAGE_EXECUTABLES)
+        # The volume's device unit is a drop-in only: nothing to preset.
+        units = [unit for unit in _unit_names(rendered[name]) if unit != DEVICE_UNIT]
         result = subprocess.run(
-            [systemctl, f"--root={root}", "preset", *_unit_names(rendered[name])],
+            [systemctl, f"--root={root}", "preset", *units],
             capture_output=True,
             text=True,
             timeout=60,

@@ -1,14 +1,11 @@
-"""The control plane's state survives its VM: the real Ignition on a loop device standing
-for the Hetzner volume. A first boot formats the empty volume and writes the CA pairs onto
-it; a replacement VM (a fresh root, the same volume) keeps what k3s wrote in between byte
-for byte and the CA files identical; a foreign filesystem fails loudly and is not touched.
+"""The control plane's state survives its VM: the volume script and the seeding commands as
+the control plane's config carries them, run for real against a loop device standing for
+the Hetzner volume. A blank volume is formatted with raya's label; raya's filesystem is kept
+byte for byte; anything else is refused and not touched; a volume attached late is waited
+for. Seeding puts the CA pairs and manifests onto the volume and keeps what k3s wrote.
 
-The `disks` stage, which creates filesystems, cannot run here: it waits for its devices
-through systemd over D-Bus (`/run/systemd/private`), and this machine runs no systemd. Its
-part, as Ignition documents it for `wipeFilesystem: false` (docs/operator-notes, "Filesystem
-reuse semantics"), is played by `disks_stage_stand_in`: create the filesystem on a blank
-device, reuse one of the right type and label, fail otherwise. The real Ignition runs every
-other stage: fetch-offline, mount, files, umount.
+The units around them (the device waited for without a deadline, k3s only on the mounted
+volume, a volume that never comes) are booted in tests/boot.
 """
 
 from __future__ import annotations
@@ -16,7 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +27,14 @@ from raya.model.fleet import Cluster
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import K3S_SERVER_DIR, VOLUME_LABEL, render_node, volume_device
 from tests.nodes.conftest import CHARTS
-from tests.nodes.tools import IgnitionFailed, apply_ignition, ignition_files, scratch_root
+from tests.nodes.tools import device_files, ignition_files, probe_device
 from tests.support import require_root, require_tool
 
 pytestmark = pytest.mark.tools
 
 MiB = 1024 * 1024
-BOOT = ("fetch-offline", "mount", "files", "umount")
-TLS = f"{K3S_SERVER_DIR}/tls"
-CA_FILES = [f"{TLS}/{name}" for name in ("server-ca.crt", "server-ca.key", "client-ca.crt",
-                                          "client-ca.key")]  # fmt: skip
+SCRIPT = "/usr/local/bin/raya-k3s-volume"
+SEED = "/var/lib/raya/k3s-server-seed"
 
 
 @dataclass
@@ -45,8 +43,15 @@ class Volume:
     loop: str
     backing: Path
 
+    @property
+    def link(self) -> Path:
+        return Path(volume_device(self.id))
+
     def digest(self) -> str:
         return hashlib.sha256(self.backing.read_bytes()).hexdigest()
+
+    def probe(self) -> dict[str, str]:
+        return probe_device(self.loop)
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +60,8 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def volume(tmp_path: Path) -> Iterator[Volume]:
-    """An empty 64 MiB volume on a loop device, at the by-id path Hetzner gives it."""
-    for tool in ("losetup", "mkfs.ext4", "blkid", "mount", "umount", "mkswap"):
+    """An empty 64 MiB volume on a loop device, its by-id link not made yet (attach())."""
+    for tool in ("losetup", "mkfs.ext4", "blkid", "wipefs", "mount", "umount", "mkswap"):
         require_tool(tool)
     require_root("the volume tests (loop devices, mount)")
     backing = tmp_path / "volume.img"
@@ -64,160 +69,175 @@ def volume(tmp_path: Path) -> Iterator[Volume]:
         handle.truncate(64 * MiB)
     loop = run("losetup", "--find", "--show", str(backing)).stdout.strip()
     volume_id = str(900_000_000 + os.getpid() % 100_000_000)  # unique on this machine
-    link = Path(volume_device(volume_id))
-    created = [p for p in (link.parent.parent, link.parent) if not p.exists()]
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(loop)
+    volume = Volume(volume_id, loop, backing)
+    created = [p for p in (volume.link.parent.parent, volume.link.parent) if not p.exists()]
     try:
-        yield Volume(volume_id, loop, backing)
+        yield volume
     finally:
-        link.unlink()
+        volume.link.unlink(missing_ok=True)
         for folder in reversed(created):
             folder.rmdir()
         for line in Path("/proc/mounts").read_text().splitlines():
-            if line.split()[0] in (loop, str(link)):
+            if line.split()[0] == loop:
                 subprocess.run(["umount", line.split()[1]], check=False)
         subprocess.run(["losetup", "--detach", loop], check=False)
 
 
-def disks_stage_stand_in(device: str, label: str) -> str:
-    """What Ignition's disks stage does for an ext4 filesystem with wipeFilesystem false."""
-    probe = subprocess.run(
-        ["blkid", "-p", "-o", "export", device], capture_output=True, text=True, check=False
-    )
-    found = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
-    if "TYPE" not in found:
-        run("mkfs.ext4", "-q", "-F", "-L", label, device)
-        return "created"
-    if (found["TYPE"], found.get("LABEL")) == ("ext4", label):
-        return "reused"
-    raise IgnitionFailed("disks", f"CRITICAL : {device}: {found} is not ext4 labelled {label}")
+def attach(volume: Volume) -> None:
+    """What udev does when Hetzner attaches the volume: the by-id link appears."""
+    volume.link.parent.mkdir(parents=True, exist_ok=True)
+    volume.link.symlink_to(volume.loop)
 
 
-def boot(config: bytes, volume: Volume, *, disks: bool = True) -> list[str]:
-    """A first boot of a fresh VM (a scratch root, removed after) with `config` and
-    `volume` attached; what the disks stage did."""
-    done: list[str] = []
-
-    def before(stage: str) -> None:
-        if stage == "mount" and disks:
-            done.append(disks_stage_stand_in(volume.loop, VOLUME_LABEL))
-
-    with scratch_root() as root:
-        mount_point = root / K3S_SERVER_DIR.lstrip("/")
-        try:
-            apply_ignition(config, root, BOOT, before)
-            assert not mount_point.is_mount()  # umount ran
-        finally:
-            # A failed stage leaves the volume mounted: never remove the root through it.
-            if mount_point.is_mount():
-                run("umount", str(mount_point))
-        return done
-
-
-def volume_files(volume: Volume, tmp_path: Path) -> dict[str, bytes]:
-    """Every file on the volume, by path under K3S_SERVER_DIR, read through a mount."""
-    point = tmp_path / "look"
-    point.mkdir(exist_ok=True)
-    run("mount", "-o", "ro", volume.loop, str(point))
-    try:
-        return {
-            f"{K3S_SERVER_DIR}/{path.relative_to(point)}": path.read_bytes()
-            for path in sorted(point.rglob("*"))
-            if path.is_file() and "lost+found" not in path.parts
-        }
-    finally:
-        run("umount", str(point))
-
-
-def write_on_volume(volume: Volume, tmp_path: Path, files: dict[str, bytes]) -> None:
-    """What k3s writes while the control plane runs (its datastore, its own keys)."""
-    point = tmp_path / "k3s"
-    point.mkdir(exist_ok=True)
-    run("mount", volume.loop, str(point))
-    try:
-        for path, data in files.items():
-            target = point / Path(path).relative_to(K3S_SERVER_DIR)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    finally:
-        run("umount", str(point))
-
-
-def config_for(cluster: Cluster, secrets: ClusterSecrets, volume: Volume) -> bytes:
+@pytest.fixture
+def config(cluster: Cluster, secrets: ClusterSecrets, volume: Volume) -> bytes:
     node = render_node(cluster, cluster.control_plane, secrets, charts=CHARTS, volume_id=volume.id)
     return node.ignition
 
 
-def test_a_replacement_vm_keeps_the_state_and_the_cas(
-    cluster: Cluster, secrets: ClusterSecrets, volume: Volume, tmp_path: Path
+@pytest.fixture
+def script(config: bytes, tmp_path: Path) -> Path:
+    path = tmp_path / "raya-k3s-volume"
+    path.write_bytes(ignition_files(config)[SCRIPT])
+    path.chmod(0o755)
+    return path
+
+
+def exec_start(config: bytes, unit: str) -> list[list[str]]:
+    units = {u["name"]: u.get("contents", "") for u in json.loads(config)["systemd"]["units"]}
+    return [
+        shlex.split(line.removeprefix("ExecStart="))
+        for line in units[unit].splitlines()
+        if line.startswith("ExecStart=")
+    ]
+
+
+def prepare(config: bytes, script: Path, volume: Volume) -> subprocess.CompletedProcess[str]:
+    """The volume unit's command as rendered, with the script from the same config."""
+    ((command, *arguments),) = exec_start(config, "raya-k3s-volume.service")
+    assert command == SCRIPT and arguments == [str(volume.link), VOLUME_LABEL]
+    return subprocess.run(
+        [str(script), *arguments], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_blank_volume_is_formatted_with_raya_label(
+    config: bytes, script: Path, volume: Volume
 ) -> None:
-    config = config_for(cluster, secrets, volume)
-    expected = ignition_files(config)
-
-    assert boot(config, volume) == ["created"]
-    label = run("blkid", "-o", "value", "-s", "LABEL", volume.loop).stdout.strip()
-    assert label == VOLUME_LABEL
-    first = volume_files(volume, tmp_path)
-    for path in CA_FILES:
-        assert first[path] == expected[path], path
-    assert sorted(first) == sorted(p for p in expected if p.startswith(f"{K3S_SERVER_DIR}/"))
-
-    k3s_wrote = {
-        f"{K3S_SERVER_DIR}/db/state.db": os.urandom(256 * 1024),
-        f"{K3S_SERVER_DIR}/tls/service.key": b"generated by k3s\n",
-        f"{K3S_SERVER_DIR}/token": b"K10...::server:...\n",
-    }
-    write_on_volume(volume, tmp_path, k3s_wrote)
-
-    # The replacement: a fresh root, the same volume.
-    assert boot(config, volume) == ["reused"]
-    second = volume_files(volume, tmp_path)
-    assert second == {**first, **k3s_wrote}
+    attach(volume)
+    result = prepare(config, script, volume)
+    assert result.returncode == 0, result.stderr
+    assert f"{volume.link} is blank: formatting it ext4, labelled raya-k3s-server" in result.stdout
+    probe = volume.probe()
+    assert (probe["TYPE"], probe["LABEL"]) == ("ext4", "raya-k3s-server")
 
 
-def test_without_overwrite_a_replacement_vm_would_fail(
-    cluster: Cluster, secrets: ClusterSecrets, volume: Volume
-) -> None:
-    """Why the files seeded onto the volume say `overwrite: true`: Ignition refuses to
-    replace an existing file otherwise, and the replacement VM would not boot."""
-    config = json.loads(config_for(cluster, secrets, volume))
-    for entry in config["storage"]["files"]:
-        if entry["path"].startswith(K3S_SERVER_DIR):
-            assert entry["overwrite"] is True
-            entry["overwrite"] = False
-    strict = json.dumps(config).encode()
-    boot(strict, volume)
-    with pytest.raises(IgnitionFailed) as failed:
-        boot(strict, volume)
-    assert failed.value.stage == "files"
-
-
-def test_a_foreign_filesystem_fails_loudly_and_is_not_touched(
-    cluster: Cluster, secrets: ClusterSecrets, volume: Volume
-) -> None:
-    run("mkswap", volume.loop)
+def test_raya_filesystem_is_kept_byte_for_byte(config: bytes, script: Path, volume: Volume) -> None:
+    attach(volume)
+    assert prepare(config, script, volume).returncode == 0
     before = volume.digest()
-    config = config_for(cluster, secrets, volume)
-    with pytest.raises(IgnitionFailed) as refused:
-        boot(config, volume)
-    assert refused.value.stage == "disks"
-    # The real Ignition refuses it as well, without the stand-in: it cannot mount it.
-    with pytest.raises(IgnitionFailed) as failed:
-        boot(config, volume, disks=False)
-    assert failed.value.stage == "mount"
-    assert "CRITICAL" in failed.value.log
+    result = prepare(config, script, volume)
+    assert result.returncode == 0, result.stderr
+    assert "holds raya's filesystem (raya-k3s-server): keeping it" in result.stdout
     assert volume.digest() == before
 
 
-def test_a_foreign_label_is_refused_and_not_touched(
-    cluster: Cluster, secrets: ClusterSecrets, volume: Volume
+@pytest.mark.parametrize(
+    "make",
+    [
+        ["mkfs.ext4", "-q", "-F", "-L", "someone-else"],  # another cluster's, a hand-made one
+        ["mkfs.ext4", "-q", "-F"],  # an ext4 without a label
+        ["mkswap"],
+    ],
+    ids=["ext4 of another label", "ext4 without label", "swap"],
+)
+def test_anything_else_is_refused_and_not_touched(
+    config: bytes, script: Path, volume: Volume, make: list[str]
 ) -> None:
-    """Another ext4 (another cluster's volume, a hand-made one): the label tells it apart.
-    Only the disks stage checks labels: this is the stand-in's verdict (see above)."""
-    run("mkfs.ext4", "-q", "-F", "-L", "someone-else", volume.loop)
+    run(*make, volume.loop)
     before = volume.digest()
-    with pytest.raises(IgnitionFailed) as refused:
-        boot(config_for(cluster, secrets, volume), volume)
-    assert refused.value.stage == "disks"
+    attach(volume)
+    result = prepare(config, script, volume)
+    assert result.returncode == 1
+    assert f"{volume.link} holds something else, not an ext4 labelled raya-k3s-server" in (
+        result.stderr
+    )
+    assert "left untouched; k3s stays stopped" in result.stderr
     assert volume.digest() == before
+
+
+def test_a_late_volume_is_waited_for_and_said_so(
+    config: bytes, script: Path, volume: Volume
+) -> None:
+    later = threading.Timer(3, attach, (volume,))
+    later.start()
+    started = time.monotonic()
+    try:
+        result = prepare(config, script, volume)
+    finally:
+        later.cancel()
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started >= 3
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        f"raya-k3s-volume: waiting for {volume.link} (the control plane's volume) to be "
+        "attached; k3s starts once it is mounted"
+    )
+    assert lines[1].startswith(f"raya-k3s-volume: {volume.link} attached after ")
+    assert volume.probe()["LABEL"] == "raya-k3s-server"
+
+
+def test_seeding_puts_the_cas_on_the_volume_and_keeps_what_k3s_wrote(
+    config: bytes, script: Path, volume: Volume, tmp_path: Path
+) -> None:
+    """A first VM, then a replacement (a fresh root disk, the same volume): each copies its
+    seed onto the volume with the seed unit's own commands (paths under a scratch root)."""
+    attach(volume)
+    files = ignition_files(config)
+    seeded = {p.removeprefix(f"{SEED}/"): d for p, d in files.items() if p.startswith(SEED)}
+    assert {"tls/server-ca.crt", "tls/server-ca.key", "tls/client-ca.crt", "tls/client-ca.key"} < (
+        set(seeded)
+    )
+    mounted = tmp_path / "server"
+    mounted.mkdir()
+
+    storage = json.loads(config)["storage"]
+    modes = {e["path"]: e["mode"] for e in storage["files"] + storage["directories"]}
+
+    def boot(vm: str) -> None:
+        root = tmp_path / vm
+        for path, data in seeded.items():  # as Ignition writes them, modes included
+            target = root / SEED.lstrip("/") / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(modes[f"{SEED}/{path}"])
+        for folder in (SEED, f"{SEED}/tls", f"{SEED}/manifests"):
+            (root / folder.lstrip("/")).chmod(modes[folder])
+        assert prepare(config, script, volume).returncode == 0
+        run("mount", volume.loop, str(mounted))
+        try:
+            for command in exec_start(config, "raya-k3s-seed.service"):
+                swapped = [
+                    arg.replace(SEED, f"{root}{SEED}").replace(K3S_SERVER_DIR, str(mounted))
+                    for arg in command
+                ]
+                run(*swapped)
+        finally:
+            run("umount", str(mounted))
+        assert not (root / SEED.lstrip("/")).exists()  # the keys leave the root disk
+
+    boot("first")
+    first = device_files(volume.loop)
+    assert first == seeded
+    run("mount", volume.loop, str(mounted))
+    k3s_wrote = {"db/state.db": os.urandom(64 * 1024), "tls/service.key": b"k3s's own\n"}
+    try:
+        assert (mounted / "tls").stat().st_mode & 0o777 == 0o700
+        assert (mounted / "tls/server-ca.key").stat().st_mode & 0o777 == 0o600
+        for path, data in k3s_wrote.items():
+            (mounted / path).parent.mkdir(parents=True, exist_ok=True)
+            (mounted / path).write_bytes(data)
+    finally:
+        run("umount", str(mounted))
+    boot("replacement")
+    assert device_files(volume.loop) == {**seeded, **k3s_wrote}

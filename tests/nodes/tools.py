@@ -223,3 +223,31 @@ def nmcli_parse(keyfile: str) -> dict[str, dict[str, str]]:
             key, _, value = line.partition("=")
             current[key] = value
     return sections
+
+
+def probe_device(device: str) -> dict[str, str]:
+    """What blkid's low-level probe finds on `device` itself (TYPE, LABEL...); {} if blank."""
+    result = subprocess.run(
+        [require_tool("blkid"), "-p", "-o", "export", device],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+
+
+def device_files(device: str) -> dict[str, bytes]:
+    """Every file of the filesystem on `device` by its path there, through a read-only
+    mount (lost+found left out)."""
+    point = Path(tempfile.mkdtemp(prefix="raya-device-"))
+    subprocess.run(["mount", "-o", "ro", device, str(point)], check=True, timeout=60)
+    try:
+        return {
+            str(path.relative_to(point)): path.read_bytes()
+            for path in sorted(point.rglob("*"))
+            if path.is_file() and "lost+found" not in path.parts
+        }
+    finally:
+        subprocess.run(["umount", str(point)], check=True, timeout=60)
+        point.rmdir()

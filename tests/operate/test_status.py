@@ -7,7 +7,9 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import secrets
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +28,7 @@ from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS, provider_mocks, run
 from tests.operate import kube_api as ka
+from tests.operate.s3 import client, k3s_upload
 from tests.support import Respond, http_server, routes
 
 VERSION = PINS.k3s.version
@@ -360,10 +363,13 @@ def test_the_api_certificate_is_read_trusting_only_the_clusters_ca(
 
 
 def test_the_command_end_to_end(
-    deployed: Run, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    deployed: Run,
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    s3: str,
 ) -> None:
-    outputs = deployed.outputs
-    servers = outputs["servers"]
+    servers = deployed.outputs["servers"]
     hetzner = {
         f"/v1/servers/{entry['serverId']}": json.dumps(
             {"server": fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)}
@@ -373,7 +379,18 @@ def test_the_command_end_to_end(
     state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
-    delegations = {"raya.example.com.": list(outputs["nameServers"])}
+    delegations = {"raya.example.com.": list(deployed.outputs["nameServers"])}
+    # The bucket on a local S3 server, with the keys the deployment made; one snapshot an
+    # hour old, as k3s uploads it.
+    # A bucket of this test's own: the S3 server is shared by the session.
+    bucket = f"status-{secrets.token_hex(4)}"
+    backups = {**deployed.outputs["backups"], "endpoint": s3, "insecure": True, "bucket": bucket}
+    client(s3).create_bucket(Bucket=backups["bucket"])
+    an_hour_ago = int(time.time()) - 3600
+    snapshot = f"etcd-snapshot-control-plane-{an_hour_ago}"
+    join_secret = deployed.resources["join-secret"].outputs["result"]
+    k3s_upload(s3, backups["bucket"], "raya", snapshot, b"etcd" * 100, join_secret)
+    outputs = {**deployed.outputs, "backups": backups}
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
     previews: list[tuple[str, Path, str]] = []
 
@@ -418,6 +435,9 @@ def test_the_command_end_to_end(
     }
     assert unhealthy == {("agent-2", "drift")}
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
+    assert report["cluster"]["backups"] == {
+        "state": st.HEALTHY, "text": f"newest {snapshot}, 1 h old, 1 in all"
+    }
     assert report["cluster"]["ClusterIssuer letsencrypt-production"]["state"] == st.HEALTHY
     assert "HelmChart external-dns" in table.output
     assert report["cluster"]["API certificate"]["text"].startswith("expires ")

@@ -110,6 +110,7 @@ def run(
     *,
     replace: Sequence[str] = (),
     no_destroy_protected: bool = False,
+    delete_backups: bool = False,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
     settings present), fleet and pins are validated, so bad input fails here, in one line,
@@ -124,6 +125,8 @@ def run(
     `no_destroy_protected` (an update only): preview first, and fail without changing
     anything if the preview replaces or deletes any of `PROTECTED` not named in `replace`.
     A destroy unprotects every resource first: it is asked for, and confirmed by the CLI.
+    It leaves what the program retains on delete (the backups' bucket and its snapshots)
+    unless `delete_backups`.
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
@@ -164,7 +167,7 @@ def run(
                 _printable(up.outputs),
                 dict(sorted(found.items())),
             )
-        _unprotect(stack, None)
+        _unprotect(stack, None, release_retained=delete_backups)
         destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")
         return Result(changes=_counts(destroy.summary.resource_changes), outputs={})
     except auto.CommandError as error:
@@ -247,16 +250,22 @@ def _guard(stack: auto.Stack, stack_name: str, options: dict[str, Any], allowed:
         )
 
 
-def _unprotect(stack: auto.Stack, urns: set[str] | None) -> None:
+def _unprotect(
+    stack: auto.Stack, urns: set[str] | None, *, release_retained: bool = False
+) -> None:
     """Lift `protect` in the state from the resources `urns` (all if None), so the engine
-    may delete or replace them; the program protects them again at the next update."""
+    may delete or replace them; the program protects them again at the next update.
+    `release_retained` also lifts `retainOnDelete`, so that a destroy deletes those too."""
     state = stack.export_stack()
     resources = state.deployment.get("resources", []) if state.deployment else []
     changed = False
     for resource in resources:
-        if resource.get("protect") and (urns is None or resource.get("urn") in urns):
-            resource["protect"] = False
-            changed = True
+        if urns is not None and resource.get("urn") not in urns:
+            continue
+        for option in ("protect", "retainOnDelete") if release_retained else ("protect",):
+            if resource.get(option):
+                resource[option] = False
+                changed = True
     if changed:
         stack.import_stack(state)
 

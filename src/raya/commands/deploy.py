@@ -48,6 +48,7 @@ def _run(
     *,
     replace: list[str] | None = None,
     no_destroy_protected: bool = False,
+    delete_backups: bool = False,
 ) -> Result:
     result: Result = deploy_module(action).run(
         action,
@@ -56,6 +57,7 @@ def _run(
         _progress,
         replace=replace or (),
         no_destroy_protected=no_destroy_protected,
+        delete_backups=delete_backups,
     )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
@@ -114,14 +116,30 @@ def destroy(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    delete_backups: Annotated[
+        bool,
+        typer.Option(
+            "--delete-backups", help="Delete the backups' bucket and every snapshot in it too."
+        ),
+    ] = False,
 ) -> None:
     """Delete every resource of the stack: servers, volume, network, DNS zone, service accounts.
 
     Protected ones included (the control plane and its volume): the confirmation is the
-    protection."""
+    protection. The backups' bucket and its snapshots stay unless --delete-backups."""
+    what = "its servers, DNS zone" + (" and every backup" if delete_backups else "")
     if not yes and not typer.confirm(
-        f"Destroy every resource of stack {stack}, its servers and DNS zone included?", err=True
+        f"Destroy every resource of stack {stack}, {what} included?", err=True
     ):
         err.print("nothing destroyed")
         raise typer.Exit(1)
-    _run("destroy", stack, root)
+    _run("destroy", stack, root, delete_backups=delete_backups)
+    if delete_backups:
+        err.print("deleted the backups' bucket and its snapshots")
+    else:
+        err.print(
+            "kept the backups' bucket and its snapshots: a bucket raya made is no longer in "
+            "the stack, delete it in Google Cloud Storage when it is not needed (or destroy "
+            "with --delete-backups next time)",
+            soft_wrap=True,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -16,8 +17,10 @@ from raya.commands.deploy import StackOption, deploy_module
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import DeployError
+from raya.model.cron import Schedule
 from raya.model.pins import load_pins
 from raya.model.project import DEFAULT_STACK, load_cluster
+from raya.operate import backups
 from raya.operate import roll as roll_model
 from raya.operate import status as st
 
@@ -94,6 +97,13 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         else:
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
+    with err.status("listing the backups..."):
+        addons["backups"] = backups.health(
+            outputs.get("backups"),
+            stack,
+            Schedule(cluster.config.backup_schedule).longest_gap(),
+            datetime.datetime.now(datetime.UTC),
+        )
     found_drift: dict[str, Any] | str | None = None
     if drift:
         with err.status("previewing to find drift..."):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from raya.errors import ConfigError
+from raya.model.cron import CronError, Schedule
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
@@ -52,14 +53,24 @@ DEFAULTS: dict[str, Any] = {
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
     "controlPlanes": 1,
+    # k3s' etcd snapshots: every 6 hours, a week of them kept (per control plane).
+    "backupSchedule": "0 */6 * * *",
+    "backupRetention": 28,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
-KEYS = (*DEFAULTS, "networkZone", *REQUIRED)
+KEYS = (*DEFAULTS, "networkZone", "backupS3", *REQUIRED)
 # The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
-# the deployment's (`hcloud:token`) so that it can be revoked alone. A secret setting, read by
-# the program as a Pulumi secret, never part of the validated model.
+# the deployment's (`hcloud:token`) so that it can be revoked alone.
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
-SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN,)
+# Secret settings (`pulumi config set --secret`): the program alone reads them, decrypted;
+# they are accepted here so that a stack file holding them is valid, never part of the model.
+SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
+BACKUP_RETENTION = range(1, 1001)
+_BACKUP_S3_FIELDS = {"endpoint": True, "bucket": True, "region": False, "folder": False}
+_S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+# S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -93,6 +104,16 @@ _EMAIL = re.compile(
 
 
 @dataclass(frozen=True)
+class BackupS3:
+    """An existing S3-compatible bucket for the snapshots (`raya:backupS3`)."""
+
+    endpoint: str  # host[:port], as k3s' etcd-s3-endpoint
+    bucket: str
+    region: str
+    folder: str  # the cluster's folder in the bucket
+
+
+@dataclass(frozen=True)
 class StackConfig:
     cluster_name: str
     location: str
@@ -109,6 +130,9 @@ class StackConfig:
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
+    backup_schedule: str  # cron, as k3s' etcd-snapshot-schedule-cron
+    backup_retention: int  # snapshots kept per control plane
+    backup_s3: BackupS3 | None  # an existing bucket; None: the deployment makes one in GCS
     control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
 
     @property
@@ -202,24 +226,24 @@ def load_stack_config(path: Path) -> StackConfig:
 
 
 def check_secret_settings(path: Path) -> None:
-    """The stack file at `path` holds every secret setting, encrypted (`secure:`), as
-    `pulumi config set --secret` writes it: a deployment without one would give the cluster
-    add-ons that crash-loop."""
+    """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
+    `pulumi config set --secret` writes it: a deployment without it would give the cluster
+    add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
     document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
     config = document.get("config") if isinstance(document, dict) else None
-    for key in SECRET_KEYS:
-        value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
-        how = f"`pulumi config set --secret {NAMESPACE}:{key} <token>`"
-        if value is None:
-            raise ConfigError(
-                f"{path}: {NAMESPACE}:{key} is not set; accepted: a Hetzner Cloud API token "
-                f"(read and write) of the cluster's own, set with {how} (docs/config.md)"
-            )
-        if not (isinstance(value, dict) and isinstance(value.get("secure"), str)):
-            raise ConfigError(
-                f"{path}: {NAMESPACE}:{key} is in clear text; accepted: an encrypted value, "
-                f"set with {how}"
-            )
+    key = CLUSTER_HCLOUD_TOKEN
+    value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
+    how = f"`pulumi config set --secret {NAMESPACE}:{key} <token>`"
+    if value is None:
+        raise ConfigError(
+            f"{path}: {NAMESPACE}:{key} is not set; accepted: a Hetzner Cloud API token "
+            f"(read and write) of the cluster's own, set with {how} (docs/config.md)"
+        )
+    if not (isinstance(value, dict) and isinstance(value.get("secure"), str)):
+        raise ConfigError(
+            f"{path}: {NAMESPACE}:{key} is in clear text; accepted: an encrypted value, "
+            f"set with {how}"
+        )
 
 
 def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
@@ -228,10 +252,10 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
-    unknown = sorted(set(values) - set(KEYS) - set(SECRET_KEYS))
+    accepted = (*KEYS, *SECRET_KEYS)
+    unknown = sorted(set(values) - set(accepted))
     if unknown:
-        accepted = ", ".join(sorted((*KEYS, *SECRET_KEYS)))
-        raise fail(unknown[0], f"is not a known setting; accepted: {accepted}")
+        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(accepted))}")
     missing = [key for key in REQUIRED if key not in values]
     if missing:
         raise fail(missing[0], "is required")
@@ -377,6 +401,20 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"private load balancer), but {outside[0]} is not a host address of nodesSubnet "
             f"{subnet}; accepted: a lower raya:controlPlaneIp or fewer control planes",
         )
+    schedule = merged["backupSchedule"]
+    try:
+        Schedule(schedule if isinstance(schedule, str) else "").longest_gap()
+    except CronError as error:
+        raise fail("backupSchedule", f"{error} (k3s' etcd-snapshot-schedule-cron)") from None
+    retention = merged["backupRetention"]
+    if isinstance(retention, str) and retention.isdigit():
+        retention = int(retention)
+    if isinstance(retention, bool) or retention not in BACKUP_RETENTION:
+        raise fail(
+            "backupRetention",
+            f"is {retention!r}; accepted: a whole number of snapshots from "
+            f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
+        )
 
     return StackConfig(
         cluster_name=cluster_name,
@@ -395,4 +433,38 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_plane_volume_size=size,
         acme_email=acme_email,
         control_planes=count,
+        backup_schedule=schedule,
+        backup_retention=retention,
+        backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+    )
+
+
+def _backup_s3(
+    value: object, cluster_name: str, fail: Callable[[str, str], ConfigError]
+) -> BackupS3 | None:
+    if value is None:
+        return None
+    shape = "a mapping with endpoint and bucket (region, folder optional)"
+    if not isinstance(value, dict):
+        raise fail("backupS3", f"is {value!r}; accepted: {shape}")
+    unknown = sorted(set(value) - set(_BACKUP_S3_FIELDS))
+    missing = [key for key, required in _BACKUP_S3_FIELDS.items() if required and key not in value]
+    if unknown or missing:
+        problem = f"has unknown key {unknown[0]!r}" if unknown else f"lacks {missing[0]!r}"
+        raise fail("backupS3", f"{problem}; accepted: {shape}")
+    checks = {
+        "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
+        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),
+        "region": (re.compile(r"[a-z0-9-]{1,32}"), "a region such as fsn1 or us-east-1"),
+        "folder": (_FOLDER, "one path segment of letters, digits, . _ -"),
+    }
+    for key, (pattern, accepted) in checks.items():
+        if key in value and not (isinstance(value[key], str) and pattern.fullmatch(value[key])):
+            raise fail("backupS3", f"{key} is {value[key]!r}; accepted: {accepted}")
+    return BackupS3(
+        endpoint=value["endpoint"],
+        bucket=value["bucket"],
+        # k3s' own default region (pkg/etcd/s3: defaultEtcdS3).
+        region=value.get("region", "us-east-1"),
+        folder=value.get("folder", cluster_name),
     )

@@ -50,6 +50,19 @@ class HostKey:
 
 
 @dataclass(frozen=True)
+class SnapshotStore:
+    """Where the control planes upload etcd snapshots: an S3 endpoint, bucket and folder,
+    and the keys that write there (the values of k3s' `etcd-s3-config-secret`)."""
+
+    endpoint: str
+    bucket: str
+    folder: str
+    region: str
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
 class ClusterSecrets:
     join_secret: str  # the server token's secret: the control plane's alone
     agent_secret: str  # the agents' (k3s `agent-token`): joins agents, never servers
@@ -61,6 +74,7 @@ class ClusterSecrets:
     # and CSI driver: the control plane's alone.
     hcloud_token: str
     host_keys: Mapping[str, HostKey]  # node name -> its host key; a node's share holds its own
+    snapshot_store: SnapshotStore | None = None  # None: snapshots stay on the control plane
 
 
 def agent_token(server_ca_cert_pem: str, agent_secret: str) -> str:
@@ -78,6 +92,13 @@ def server_token(server_ca_cert_pem: str, join_secret: str) -> str:
     (k3s `pkg/cluster/storage.go`, `normalizeToken`)."""
     digest = hashlib.sha256(server_ca_cert_pem.encode()).hexdigest()
     return f"K10{digest}::server:{join_secret}"
+
+
+def token_hash(join_secret: str) -> str:
+    """What k3s records of the server token on each etcd snapshot it uploads (user metadata
+    `k3s-token-hash`): the first 12 hex digits of the sha256 of the token's secret
+    (k3s-io/k3s pkg/util/token.go, GetTokenHash and ShortHash)."""
+    return hashlib.sha256(join_secret.encode()).hexdigest()[:12]
 
 
 def check_server_secrets(value: ClusterSecrets) -> None:
@@ -213,6 +234,14 @@ def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
         ),
         hcloud_token=secrets.token_hex(32),
         host_keys={node: example_host_key() for node in nodes},
+        snapshot_store=SnapshotStore(
+            endpoint="storage.googleapis.com",
+            bucket="raya-etcd-example",
+            folder="raya",
+            region="auto",
+            access_key="GOOG1E" + secrets.token_hex(28).upper()[:55],
+            secret_key=secrets.token_urlsafe(30)[:40],
+        ),
     )
 
 

@@ -60,6 +60,21 @@ SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
 # The control plane's k3s state lives on its own volume, which outlives the VM.
 K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
 VOLUME_LABEL = "raya-k3s-server"
+# What Ignition writes for the volume goes here first: the volume may be attached long after.
+K3S_SERVER_SEED = "/var/lib/raya/k3s-server-seed"
+# k3s renews a certificate when it starts if it expires within its renewal window: 90 days
+# up to the May 2025 releases, 120 days since (k3s-io/k3s#12232). Checking against 90 days
+# restarts k3s only when either window holds, so that the restart always renews.
+CERTIFICATE_RENEW_DAYS = 90
+# Each node's daily certificate check has its own slot (the control plane first, then the
+# agents by index), with a random delay shorter than the gap between slots.
+CERTS_FIRST_SLOT_MINUTES = 3 * 60
+CERTS_SLOT_MINUTES = 30
+CERTS_RANDOM_DELAY = "15min"
+# The Secret k3s reads its snapshots' S3 settings from (`etcd-s3-config-secret`), and its file
+# among the auto-deploy manifests.
+SNAPSHOT_SECRET = "raya-etcd-s3"
+SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,18 @@ def _context(
         "k3s_binary_real": K3S_BINARY_REAL,
         "k3s_config": "/etc/rancher/k3s/config.yaml",
         "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
+        "certs": {
+            "unit": "raya-k3s-certs.service",
+            "timer": "raya-k3s-certs.timer",
+            "script": "/usr/local/bin/raya-k3s-certs",
+            "days": CERTIFICATE_RENEW_DAYS,
+            # What k3s serves from the certificates it renews at start: the kubelet on every
+            # node, the API server (127.0.0.1 only) on a server.
+            "urls": (["https://127.0.0.1:6444"] if node.role == "control-plane" else [])
+            + ["https://127.0.0.1:10250"],
+            "on_calendar": _certs_slot(node),
+            "random_delay": CERTS_RANDOM_DELAY,
+        },
     }
     registration = f"https://{config.registration_ip}:{K3S_PORT}"
     if node.role == "control-plane":
@@ -214,8 +241,7 @@ def _context(
                 "description": "k3s server (control plane)",
                 "command": "server",
                 "restart_sec": "5s",
-                # The datastore is on the volume: k3s must never start on the bare root disk.
-                "mounts": [_mount_unit(K3S_SERVER_DIR)],
+                "volume": True,
             },
             "agent_secret": secrets.agent_secret,
             "schedulable": config.control_plane_schedulable,
@@ -244,13 +270,26 @@ def _context(
                 "device": volume_device(volume_id),
                 "label": VOLUME_LABEL,
                 "path": K3S_SERVER_DIR,
+                "script": "/usr/local/bin/raya-k3s-volume",
+                "unit": "raya-k3s-volume.service",
+                "mount_unit": _path_unit(K3S_SERVER_DIR, "mount"),
+                "device_unit": _path_unit(volume_device(volume_id), "device"),
+                "seed": K3S_SERVER_SEED,
+                "seed_unit": "raya-k3s-seed.service",
             },
-            "tls_dir": f"{K3S_SERVER_DIR}/tls",
+            "tls_dir": f"{K3S_SERVER_SEED}/tls",
             "cas": [
                 {"name": name, "cert_pem": ca.cert_pem, "key_pem": ca.key_pem}
                 for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca))
             ],
-            "manifests_dir": f"{K3S_SERVER_DIR}/manifests",
+            "manifests_dir": f"{K3S_SERVER_SEED}/manifests",
+            "snapshots": {
+                "schedule": config.backup_schedule,
+                "retention": config.backup_retention,
+                "store": secrets.snapshot_store,
+                "file": SNAPSHOT_SECRET_FILE,
+                "secret": SNAPSHOT_SECRET,
+            },
             "gcp_secrets": [
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
@@ -280,16 +319,23 @@ def _context(
             "description": "k3s agent",
             "command": "agent",
             "restart_sec": "10s",
-            "mounts": [],
+            "volume": False,
         },
         "server_url": registration,
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
     }
 
 
-def _mount_unit(path: str) -> str:
-    """The name systemd gives the mount unit of `path` (as Butane's with_mount_unit does)."""
-    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
+def _certs_slot(node: Node) -> str:
+    """When `node` checks k3s' certificates each day (UTC): its own slot of the day."""
+    slot = 0 if node.index is None else node.index + 1
+    minutes = (CERTS_FIRST_SLOT_MINUTES + slot * CERTS_SLOT_MINUTES) % (24 * 60)
+    return f"*-*-* {minutes // 60:02d}:{minutes % 60:02d}:00 UTC"
+
+
+def _path_unit(path: str, kind: str) -> str:
+    """The name systemd gives the `kind` unit of `path` (systemd-escape --path)."""
+    return path.strip("/").replace("-", "\\x2d").replace("/", "-") + "." + kind
 
 
 def _render(

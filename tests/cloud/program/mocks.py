@@ -71,6 +71,7 @@ class Options:
 
     ignore_changes: tuple[str, ...] = ()
     protect: bool = False
+    retain_on_delete: bool = False
 
 
 @dataclass
@@ -118,7 +119,7 @@ class RecordingMonitor(MockMonitor):
             )
             self.provider_mocks.dependencies[request.name] = frozenset(request.dependencies)
             self.provider_mocks.options[request.name] = Options(
-                tuple(request.ignoreChanges), bool(request.protect)
+                tuple(request.ignoreChanges), bool(request.protect), bool(request.retainOnDelete)
             )
         return super().RegisterResource(request)  # type: ignore[no-untyped-call]
 
@@ -315,6 +316,18 @@ class ProviderMocks(pulumi.runtime.Mocks):
             return outputs["name"], outputs
         elif typ == "gcp:serviceaccount/key:Key":
             outputs["privateKey"] = _service_account_key(inputs["serviceAccountId"])
+        elif typ == "gcp:storage/bucket:Bucket":
+            outputs.update(url=f"gs://{inputs['name']}", project=PROJECT)
+            return inputs["name"], outputs
+        elif typ == "gcp:storage/hmacKey:HmacKey":
+            # Google's HMAC keys docs: a 61-character access ID ("GOOG1E" + 55 upper-case
+            # letters and digits, for service accounts) and a 40-character base64 secret.
+            alphabet = string.ascii_uppercase + string.digits
+            outputs.update(
+                accessId="GOOG1E" + "".join(secrets.choice(alphabet) for _ in range(55)),
+                secret=base64.b64encode(secrets.token_bytes(30)).decode(),
+                state="ACTIVE",
+            )
         return f"{name}-{serial}", outputs
 
 

@@ -86,7 +86,7 @@ def test_a_config_change_is_drift_on_the_nodes_it_concerns_only() -> None:
 def test_the_control_plane_and_its_volume_are_protected() -> None:
     result = run(provider_mocks())
     protected = sorted(name for name, r in result.resources.items() if r.options.protect)
-    assert protected == ["control-plane", "control-plane-state"]
+    assert protected == ["backups", "control-plane", "control-plane-state"]
     # What would re-create a server, and the digests that tell what it runs (docs/deploy.md).
     # A server joins its placement group when created: an existing one never moves.
     ignored = (

@@ -106,7 +106,7 @@ def test_the_cluster_token_from_the_stack_reaches_the_control_plane_only(
 ) -> None:
     pulumi.runtime.set_all_config(stack_config)
     result = run_program(mocks(project), lambda: main(project))
-    secret_file = "/var/lib/rancher/k3s/server/manifests/raya-hcloud-credentials.yaml"
+    secret_file = "/var/lib/raya/k3s-server-seed/manifests/raya-hcloud-credentials.yaml"
     for name, resource in result.resources.items():
         if not resource.typ.endswith(":Server"):
             continue
@@ -204,7 +204,7 @@ def test_main_installs_the_projects_chart_pins_with_the_stacks_settings(
     result = run_program(mocks(project), lambda: main(project))
     user_data = reveal(result.resources["control-plane"].inputs["userData"])
     files = ignition_files(user_data)
-    manifests = "/var/lib/rancher/k3s/server/manifests"
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"  # copied onto the volume at boot
     charts = {
         doc["metadata"]["name"]: doc["spec"]
         for doc in yaml.safe_load_all(files[f"{manifests}/raya-helm-charts.yaml"])

@@ -43,7 +43,7 @@ LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
 SERVER = "hcloud:index/server:Server"
 RECORD = "gcp:dns/recordSet:RecordSet"
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
-SERVER_CA = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
+SERVER_CA = "/var/lib/raya/k3s-server-seed/tls/server-ca.crt"  # copied onto the volume
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 # raya:clusterHcloudToken as the stack would hold it (64 characters, like Hetzner's).
 CLUSTER_TOKEN = "hcloudTestToken0" * 4
@@ -118,6 +118,10 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("gcp:serviceaccount/key:Key", "cert-manager-key"),
             ("gcp:projects/iAMMember:IAMMember", "external-dns-dns-admin"),
             ("gcp:projects/iAMMember:IAMMember", "cert-manager-dns-admin"),
+            ("gcp:storage/bucket:Bucket", "backups"),
+            ("gcp:serviceaccount/account:Account", "backups-writer"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "backups-writer-objects"),
+            ("gcp:storage/hmacKey:HmacKey", "backups-writer-hmac"),
         ]
     )
     inputs = {name: reveal(r.inputs) for name, r in result.resources.items()}
@@ -298,7 +302,7 @@ def test_user_data_is_secret_and_built_from_the_same_pki() -> None:
 def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> None:
     result = run(provider_mocks())
     control_plane = ignition_files(user_data(result)["control-plane"])
-    manifests = "/var/lib/rancher/k3s/server/manifests"
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"  # copied onto the volume at boot
     zone = EXAMPLE.config.zone_dns_name.rstrip(".")
     charts = {
         doc["metadata"]["name"]: doc

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 
+from raya.cloud.program.backups import define_backups
 from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
@@ -29,7 +30,7 @@ from raya.nodes.render import render_node
 
 # Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
 _OBJECT_KEYS = frozenset(
-    {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources"}
+    {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources", "backupS3"}
 )
 GITHUB_URL_ENV = "RAYA_GITHUB_URL"
 # Nodes to re-create with the current inputs, comma-separated: set by `raya.cloud.deploy.run`.
@@ -86,6 +87,7 @@ def define(
     volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
     groups = define_placement_groups(cluster)
     define_registration_balancer(cluster, network)
+    backups = define_backups(config)
     defined = {
         node.name: define_server(
             cluster,
@@ -93,7 +95,7 @@ def define(
             images[node.architecture],
             network,
             firewall,
-            identity.control_plane_secrets(node.name)
+            identity.control_plane_secrets(node.name, backups.store())
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),
             render,
@@ -109,6 +111,8 @@ def define(
         "zone": config.zone_dns_name,
         "nameServers": zone.name_servers,
         "kubeconfig": identity.kubeconfig,
+        # Where the snapshots are, and the keys `raya backups` reads them with: a secret.
+        "backups": backups.outputs(identity.join_secret),
         "servers": {
             node.name: {
                 "serverId": servers[node.name].id,

@@ -20,7 +20,7 @@ import pulumi_tls as tls
 
 from raya.cloud import kubeconfig
 from raya.model.config import StackConfig
-from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey
+from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey, SnapshotStore
 
 CA_VALIDITY_HOURS = 10 * 365 * 24
 CA_USES = ["cert_signing", "digital_signature", "crl_signing"]
@@ -57,7 +57,9 @@ class Identity:
             lambda v: HostKey(private_openssh=v[0], public_openssh=v[1])
         )
 
-    def control_plane_secrets(self, node: str) -> pulumi.Output[ClusterSecrets]:
+    def control_plane_secrets(
+        self, node: str, snapshot_store: pulumi.Output[SnapshotStore]
+    ) -> pulumi.Output[ClusterSecrets]:
         """Everything the control plane's config carries."""
         values = pulumi.Output.all(
             self.join_secret,
@@ -70,6 +72,7 @@ class Identity:
             self.cert_manager_key,
             self.hcloud_token,
             self.host_key(node),
+            snapshot_store,
         )
         return pulumi.Output.secret(
             values.apply(
@@ -82,6 +85,7 @@ class Identity:
                     cert_manager_key=v[7],
                     hcloud_token=v[8],
                     host_keys={node: v[9]},
+                    snapshot_store=v[10],
                 )
             )
         )

@@ -1,0 +1,175 @@
+"""Where k3s' etcd snapshots go: a Google Cloud Storage bucket of the cluster's own, or the
+existing S3-compatible bucket `raya:backupS3` names.
+
+GCS speaks the S3 API at storage.googleapis.com with HMAC keys (Google's "Cloud Storage
+interoperability" docs), which k3s' S3 client (minio-go) signs like any S3 endpoint. The
+bucket keeps every object's earlier versions, so a deleted or overwritten snapshot can be
+brought back; the deployment protects it (`protect`: no update deletes or replaces it) and
+keeps it on `raya destroy` (`retain_on_delete`) unless `--delete-backups` is given. Its
+service account holds one role on the bucket alone, no project-wide role: an HMAC key
+leaked from the control plane reads and writes snapshots, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from raya.cloud.program.secrets import account_id
+from raya.errors import DeployError
+from raya.model.config import NAMESPACE, StackConfig
+from raya.nodes.identity import SnapshotStore, token_hash
+
+GCS_ENDPOINT = "storage.googleapis.com"
+# GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
+GCS_REGION = "auto"
+# Objects: read, write, list, delete (k3s prunes past the retention) on the bucket alone.
+BUCKET_ROLE = "roles/storage.objectAdmin"
+# Hetzner's network zones -> the nearest Google Cloud region: snapshots stay on the continent.
+GCS_LOCATIONS = {
+    "eu-central": "EUROPE-WEST3",  # Frankfurt
+    "us-east": "US-EAST4",  # Northern Virginia (Hetzner: Ashburn)
+    "us-west": "US-WEST1",  # Oregon (Hetzner: Hillsboro)
+    "ap-southeast": "ASIA-SOUTHEAST1",  # Singapore
+}
+# Earlier versions of a snapshot are kept this long after k3s prunes or replaces it.
+NONCURRENT_DAYS = 30
+_BUCKET_NAME_MAX = 63
+
+
+@dataclass(frozen=True)
+class BackupTarget:
+    """What k3s and `raya backups` need: the S3 endpoint, bucket, folder, keys (secrets)."""
+
+    endpoint: str
+    bucket: pulumi.Output[str]
+    folder: str
+    region: str
+    access_key: pulumi.Output[str]
+    secret_key: pulumi.Output[str]
+
+    def store(self) -> pulumi.Output[SnapshotStore]:
+        """The control plane's share: the same values, as k3s' config Secret holds them."""
+        return pulumi.Output.secret(
+            pulumi.Output.all(self.bucket, self.access_key, self.secret_key).apply(
+                lambda v: SnapshotStore(
+                    endpoint=self.endpoint,
+                    bucket=v[0],
+                    folder=self.folder,
+                    region=self.region,
+                    access_key=v[1],
+                    secret_key=v[2],
+                )
+            )
+        )
+
+    def outputs(self, join_secret: pulumi.Output[str]) -> pulumi.Output[dict[str, str]]:
+        """What `raya backups` and `raya restore` read: where, with which keys, and the hash
+        k3s records of the server token on each snapshot, which tells this cluster's
+        snapshots from another's without the token itself."""
+        values = pulumi.Output.all(self.bucket, self.access_key, self.secret_key, join_secret)
+        return pulumi.Output.secret(
+            values.apply(
+                lambda v: {
+                    "endpoint": self.endpoint,
+                    "bucket": v[0],
+                    "folder": self.folder,
+                    "region": self.region,
+                    "accessKey": v[1],
+                    "secretKey": v[2],
+                    "tokenHash": token_hash(v[3]),
+                }
+            )
+        )
+
+
+def bucket_name(config: StackConfig) -> str:
+    """A GCS bucket name (globally unique, 3-63 characters) for this cluster: its name and a
+    digest of its zone, which no other deployment of raya shares."""
+    digest = hashlib.sha256(config.zone_dns_name.encode()).hexdigest()[:8]
+    prefix = config.cluster_name[: _BUCKET_NAME_MAX - len("-etcd-") - len(digest)]
+    return f"{prefix}-etcd-{digest}"
+
+
+def define_backups(config: StackConfig) -> BackupTarget:
+    """The snapshots' bucket and the keys k3s writes with."""
+    if config.backup_s3:
+        return _existing(config)
+    labels = {"managed_by": config.cluster_name}
+    bucket = gcp.storage.Bucket(
+        "backups",
+        name=bucket_name(config),
+        location=GCS_LOCATIONS[config.network_zone],
+        uniform_bucket_level_access=True,
+        public_access_prevention="enforced",
+        versioning=gcp.storage.BucketVersioningArgs(enabled=True),
+        lifecycle_rules=[
+            gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(
+                    days_since_noncurrent_time=NONCURRENT_DAYS, with_state="ARCHIVED"
+                ),
+            )
+        ],
+        # Used only by `raya destroy --delete-backups`, which lifts retain_on_delete in the
+        # state: every other destroy leaves the bucket, and no update may delete it.
+        force_destroy=True,
+        labels=labels,
+        opts=pulumi.ResourceOptions(
+            protect=True,
+            retain_on_delete=True,
+            # Decided at creation: a later change of the zone or of the network zone (either
+            # would re-create a bucket) leaves the bucket and its snapshots where they are.
+            ignore_changes=["name", "location"],
+        ),
+    )
+    account = gcp.serviceaccount.Account(
+        "backups-writer",
+        account_id=account_id(config.cluster_name, "backups"),
+        display_name=f"{config.cluster_name} backups",
+        description=f"k3s of the {config.cluster_name} cluster: writes its etcd snapshots",
+    )
+    gcp.storage.BucketIAMMember(
+        "backups-writer-objects", bucket=bucket.name, role=BUCKET_ROLE, member=account.member
+    )
+    key = gcp.storage.HmacKey(
+        "backups-writer-hmac",
+        service_account_email=account.email,
+        opts=pulumi.ResourceOptions(additional_secret_outputs=["secret"]),
+    )
+    return BackupTarget(
+        endpoint=GCS_ENDPOINT,
+        bucket=bucket.name,
+        folder=config.cluster_name,
+        region=GCS_REGION,
+        access_key=pulumi.Output.secret(key.access_id),
+        secret_key=pulumi.Output.secret(key.secret),
+    )
+
+
+def _existing(config: StackConfig) -> BackupTarget:
+    store = config.backup_s3
+    assert store is not None
+    settings = pulumi.Config(NAMESPACE)
+
+    def key(name: str) -> pulumi.Output[str]:
+        value = settings.get_secret(name)
+        if value is None:
+            raise DeployError(
+                f"{NAMESPACE}:backupS3 names bucket {store.bucket} but "
+                f"{NAMESPACE}:{name} is not set; set it with "
+                f"`pulumi config set --secret {NAMESPACE}:{name}`"
+            )
+        return pulumi.Output.secret(value)
+
+    return BackupTarget(
+        endpoint=store.endpoint,
+        bucket=pulumi.Output.from_input(store.bucket),
+        folder=store.folder,
+        region=store.region,
+        access_key=key("backupS3AccessKey"),
+        secret_key=key("backupS3SecretKey"),
+    )

@@ -1,0 +1,172 @@
+"""`raya backup`, `raya backups`, `raya restore`: k3s' etcd snapshots in object storage."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from raya.commands.access import stack_outputs
+from raya.commands.deploy import StackOption
+from raya.commands.options import RootOption, project_root
+from raya.console import err, out
+from raya.errors import DeployError
+from raya.model.project import DEFAULT_STACK, load_cluster
+from raya.operate import backups as bk
+from raya.operate import ssh as ssh_model
+
+commands = typer.Typer()  # what this module adds to `raya`
+
+# Runs `command` as root on the node of `entry` (its stack outputs), `stdin` on its input;
+# returns the exit code and what it printed. Replaced by tests.
+Remote = Callable[[Mapping[str, Any], Sequence[str], IO[bytes] | None], tuple[int, str]]
+
+
+def over_ssh(entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] | None) -> (
+    tuple[int, str]
+):
+    """`sudo command` on the node as core, over SSH pinned to the node's deployed host key."""
+    with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
+        known_hosts = Path(folder) / "known_hosts"
+        known_hosts.write_text(ssh_model.known_hosts(entry))
+        argv = ssh_model.ssh_command(entry, known_hosts, ["sudo", *command])
+        try:
+            done = subprocess.run(
+                argv, stdin=stdin or subprocess.DEVNULL, capture_output=True, check=False
+            )
+        except FileNotFoundError:
+            raise DeployError("ssh is not installed (Debian: openssh-client)") from None
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
+remote: Remote = over_ssh
+
+
+def _context(command: str, stack: str, root: Path | None) -> tuple[
+    list[str], dict[str, Any], bk.Target
+]:  # fmt: skip
+    """The control planes (the first first), the servers' outputs and the snapshots' target,
+    from the deployed stack."""
+    folder = project_root(root)
+    cluster = load_cluster(folder, stack)
+    outputs = stack_outputs(command, stack, root)
+    servers: dict[str, Any] = outputs.get("servers") or {}
+    control_planes = [node.name for node in cluster.nodes if node.role == "control-plane"]
+    missing = [name for name in control_planes if name not in servers]
+    if missing:
+        raise DeployError(f"stack {stack} has no server {missing[0]} yet; run `raya up`")
+    return control_planes, servers, bk.Target.from_outputs(outputs.get("backups"), stack)
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count:,} B"
+
+
+def _age(delta: datetime.timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes // 60
+    return f"{hours} h" if hours < 72 else f"{hours // 24} days"
+
+
+@commands.command("backups")
+def list_backups(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+    """List the cluster's etcd snapshots in object storage, newest first."""
+    outputs = stack_outputs("backups", stack, root)
+    target = bk.Target.from_outputs(outputs.get("backups"), stack)
+    with err.status(f"listing {target.where}..."):
+        snapshots = bk.list_snapshots(target)
+    if not snapshots:
+        err.print(f"no snapshot in {target.where} yet", markup=False)
+        return
+    from rich.table import Table
+
+    now = datetime.datetime.now(datetime.UTC)
+    table = Table()
+    for column in ("name", "node", "taken (UTC)", "size", "age"):
+        table.add_column(column, no_wrap=True)
+    for snapshot in snapshots:
+        table.add_row(snapshot.name, snapshot.node, f"{snapshot.taken:%Y-%m-%d %H:%M}",
+                      _size(snapshot.size), _age(snapshot.age(now)))  # fmt: skip
+    out.print(table)
+    err.print(f"{len(snapshots)} snapshots in {target.where}", markup=False)
+
+
+@commands.command()
+def backup(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+    """Take an etcd snapshot now and upload it to the cluster's bucket.
+
+    On the first control plane, k3s takes it (`k3s etcd-snapshot save`, over `raya ssh`'s
+    pinned host key) and sends it to the cluster's bucket; raya prints its name and size as
+    the bucket lists it."""
+    control_planes, servers, target = _context("backup", stack, root)
+    before = {snapshot.name for snapshot in bk.list_snapshots(target)}
+    node = control_planes[0]
+    with err.status(f"taking a snapshot on {node}..."):
+        code, printed = remote(servers[node], ("k3s", "etcd-snapshot", "save"), None)
+    if code != 0:
+        raise DeployError(f"{node}: k3s etcd-snapshot save failed ({code}): {_tail(printed)}")
+    new = [s for s in bk.list_snapshots(target) if s.name not in before]
+    if not new:
+        raise DeployError(
+            f"{node}: k3s took a snapshot but none reached {target.where}; "
+            f"k3s said: {_tail(printed)}"
+        )
+    out.print(f"{new[0].name}  {_size(new[0].size)}", markup=False)
+
+
+@commands.command()
+def restore(
+    name: Annotated[str, typer.Argument(help="The snapshot, as `raya backups` lists it.")],
+    stack: StackOption = DEFAULT_STACK,
+    root: RootOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before acting.")] = False,
+) -> None:
+    """Restore the cluster's datastore from a snapshot: every control plane's k3s stopped,
+    the first reset from it, the others rejoined.
+
+    The others rejoin as new etcd members; agents keep running. Everything written to the
+    cluster after the snapshot is lost. The snapshot is checked (present, this cluster's,
+    readable) before anything stops."""
+    control_planes, servers, target = _context("restore", stack, root)
+    with err.status(f"checking {name}..."):
+        snapshot = bk.check_snapshot(target, name)
+    with tempfile.TemporaryDirectory(prefix="raya-restore-") as folder:
+        local = Path(folder) / snapshot.name
+        with err.status(f"downloading {snapshot.name} ({_size(snapshot.size)})..."):
+            digest = bk.download(target, snapshot, local)
+        steps = bk.restore_plan(control_planes, snapshot, digest)
+        out.print(f"restore {snapshot.name} (taken {snapshot.taken:%Y-%m-%d %H:%M} UTC on "
+                  f"{snapshot.node}, sha256 {digest[:16]}...):", markup=False)  # fmt: skip
+        for number, step in enumerate(steps, 1):
+            out.print(f"  {number}. {step.node}: {step.what}", markup=False)
+        if not yes and not typer.confirm(
+            "Everything written to the cluster since the snapshot is lost. Go on?"
+        ):
+            raise typer.Exit(1)
+        for number, step in enumerate(steps, 1):
+            with (
+                err.status(f"{number}/{len(steps)} {step.node}: {step.what}..."),
+                local.open("rb") if step.upload else contextlib.nullcontext() as stdin,
+            ):
+                code, printed = remote(servers[step.node], step.command, stdin)
+            if code != 0:
+                raise DeployError(
+                    f"restore stopped at step {number} ({step.node}: {step.what}), exit "
+                    f"{code}: {_tail(printed)}. Steps 1-{number - 1} are done; see "
+                    "docs/backups.md to finish by hand"
+                )
+            err.print(f"{number}/{len(steps)} {step.node}: {step.what}: done", markup=False)
+    out.print(f"restored {snapshot.name}; `raya status` shows the cluster", markup=False)
+
+
+def _tail(printed: str) -> str:
+    lines = [line for line in printed.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(nothing printed)"

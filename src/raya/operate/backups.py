@@ -1,0 +1,277 @@
+"""Backups: k3s' etcd snapshots in object storage, listed, checked and fetched for a restore.
+
+What k3s writes, read in its source (k3s-io/k3s):
+- `pkg/etcd/snapshot.go`: a snapshot is named `<etcd-snapshot-name>-<node name>-<unix
+  seconds>` (`etcd-snapshot` for the schedule, `on-demand` for `k3s etcd-snapshot save`),
+  `.zip` added when compressed.
+- `pkg/etcd/s3/s3.go` (`Upload`): the object's key is `<folder>/<name>`, its metadata file's
+  `<folder>/.metadata/<name>`; the object carries user metadata `k3s-cluster-id`,
+  `k3s-node-name` and `k3s-token-hash`.
+- the token hash (`raya.nodes.identity.token_hash`): a snapshot restored with another token
+  is unusable (k3s' backup and restore docs), so it is how raya tells its own snapshots from
+  another cluster's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raya.errors import RayaError
+from raya.operate.status import Check, bad, ok, unknown
+
+METADATA_DIR = ".metadata"
+_NAME = re.compile(r"(?P<prefix>etcd-snapshot|on-demand)-(?P<node>.+)-(?P<unix>\d{9,11})(?:\.zip)?")
+
+
+class BackupError(RayaError):
+    """Object storage that cannot be read, or a snapshot that cannot be restored."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a cluster's snapshots live: an S3 endpoint, a bucket and the cluster's folder.
+
+    `endpoint` is a host (and port), as k3s' `etcd-s3-endpoint` takes it; `insecure` means
+    plain HTTP, as k3s' `etcd-s3-insecure`."""
+
+    endpoint: str
+    bucket: str
+    folder: str
+    region: str
+    access_key: str
+    secret_key: str
+    token_hash: str  # what k3s records of the cluster's server token on each snapshot
+    insecure: bool = False
+
+    @classmethod
+    def from_outputs(cls, backups: Mapping[str, Any] | None, stack: str) -> Target:
+        """The target the stack's `backups` output names (its keys in clear: never print)."""
+        fields = ("endpoint", "bucket", "folder", "region", "accessKey", "secretKey", "tokenHash")
+        if not backups or any(not isinstance(backups.get(f), str) for f in fields):
+            raise BackupError(f"stack {stack} has no backup bucket in its outputs; run `raya up`")
+        return cls(
+            endpoint=backups["endpoint"],
+            bucket=backups["bucket"],
+            folder=backups["folder"],
+            region=backups["region"],
+            access_key=backups["accessKey"],
+            secret_key=backups["secretKey"],
+            token_hash=backups["tokenHash"],
+            insecure=bool(backups.get("insecure", False)),
+        )
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.bucket}/{self.folder}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    node: str
+    taken: datetime.datetime
+    size: int  # bytes
+
+    def age(self, now: datetime.datetime) -> datetime.timedelta:
+        return now - self.taken
+
+
+def parse_name(name: str) -> tuple[str, datetime.datetime] | None:
+    """The node and time a k3s snapshot name carries, or None for another object."""
+    match = _NAME.fullmatch(name)
+    if not match:
+        return None
+    taken = datetime.datetime.fromtimestamp(int(match["unix"]), datetime.UTC)
+    return match["node"], taken
+
+
+def _client(target: Target) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    scheme = "http" if target.insecure else "https"
+    return boto3.client(
+        "s3",
+        endpoint_url=f"{scheme}://{target.endpoint}",
+        region_name=target.region,
+        aws_access_key_id=target.access_key,
+        aws_secret_access_key=target.secret_key,
+        # Path-style, as k3s' minio client uses for endpoints other than AWS and Aliyun
+        # (`bucketLookupType`); GCS and Hetzner Object Storage take both.
+        config=Config(s3={"addressing_style": "path"}, connect_timeout=10, read_timeout=60,
+                      retries={"max_attempts": 3}),
+    )  # fmt: skip
+
+
+class _Failing:
+    """Turns botocore's failures into one line naming the bucket and what was being done."""
+
+    def __init__(self, target: Target, doing: str, missing: str = "") -> None:
+        self.target, self.doing, self.missing = target, doing, missing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 _: object) -> None:  # fmt: skip
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(error, ClientError):
+            answer = error.response.get("Error", {})
+            code = str(answer.get("Code", "error"))
+            if self.missing and code in ("404", "NoSuchKey"):
+                raise BackupError(self.missing) from None
+            message = f" ({answer['Message']})" if answer.get("Message") else ""
+            raise BackupError(f"{self.target.where}: {self.doing}: {code}{message}") from None
+        if isinstance(error, BotoCoreError):
+            raise BackupError(f"{self.target.where}: {self.doing}: {error}") from None
+
+
+def list_snapshots(target: Target) -> list[Snapshot]:
+    """Every snapshot in the cluster's folder, newest first (metadata files and objects
+    that are not snapshots left out)."""
+    client = _client(target)
+    found: list[Snapshot] = []
+    with _Failing(target, "cannot list the snapshots"):
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=target.bucket, Prefix=f"{target.folder}/"
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                relative = key.removeprefix(f"{target.folder}/")
+                parsed = parse_name(relative) if "/" not in relative else None
+                if parsed:
+                    found.append(Snapshot(relative, parsed[0], parsed[1], int(item["Size"])))
+    return sorted(found, key=lambda s: (s.taken, s.name), reverse=True)
+
+
+def check_snapshot(target: Target, name: str) -> Snapshot:
+    """Snapshot `name` of this cluster, or a BackupError saying why it cannot be restored:
+    not in the bucket, not a k3s snapshot, or taken by a cluster with another token."""
+    parsed = parse_name(name)
+    if parsed is None:
+        raise BackupError(
+            f"{name!r} is not a k3s snapshot name (<etcd-snapshot|on-demand>-<node>-<time>); "
+            "`raya backups` lists them"
+        )
+    missing = f"no snapshot {name} in {target.where}; `raya backups` lists them"
+    with _Failing(target, f"cannot read snapshot {name}", missing):
+        head = _client(target).head_object(Bucket=target.bucket, Key=f"{target.folder}/{name}")
+    recorded = head.get("Metadata", {}).get("k3s-token-hash", "")
+    if recorded != target.token_hash:
+        raise BackupError(
+            f"{target.where}/{name} was taken by a cluster with another server token "
+            f"(token hash {recorded or 'missing'}, this cluster's {target.token_hash}): "
+            "k3s cannot restore it here"
+        )
+    return Snapshot(name, parsed[0], parsed[1], int(head["ContentLength"]))
+
+
+def download(target: Target, snapshot: Snapshot, path: Path) -> str:
+    """Fetch the snapshot into `path` (0600); returns its sha256, checked against its size."""
+    client = _client(target)
+    digest = hashlib.sha256()
+    size = 0
+    with _Failing(target, f"cannot download snapshot {snapshot.name}"):
+        body = client.get_object(Bucket=target.bucket, Key=f"{target.folder}/{snapshot.name}")
+        with path.open("wb") as file:
+            path.chmod(0o600)
+            for chunk in body["Body"].iter_chunks(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+                file.write(chunk)
+    if size != snapshot.size:
+        raise BackupError(
+            f"{target.where}/{snapshot.name}: downloaded {size:,} bytes of {snapshot.size:,}"
+        )
+    return digest.hexdigest()
+
+
+def stale(newest: Snapshot | None, longest_gap: datetime.timedelta,
+          now: datetime.datetime) -> str | None:  # fmt: skip
+    """Why the backups need attention (none yet, or the newest older than twice the longest
+    gap between two scheduled snapshots), or None."""
+    if newest is None:
+        return "no snapshot in the bucket yet"
+    if newest.age(now) > 2 * longest_gap:
+        return (
+            f"the newest snapshot is {_hours(newest.age(now))} old, more than twice the "
+            f"schedule's {_hours(longest_gap)}"
+        )
+    return None
+
+
+def _hours(delta: datetime.timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours:.0f} h" if hours < 72 else f"{hours / 24:.1f} days"
+
+
+# Where k3s keeps local snapshots (`etcd-snapshot-dir`'s default, `${data-dir}/server/db/
+# snapshots`), on the control plane's volume; `server/db` is what a rejoining server drops.
+K3S_DB = "/var/lib/rancher/k3s/server/db"
+SNAPSHOT_DIR = f"{K3S_DB}/snapshots"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a restore, run as root on `node`; `upload` is sent on its stdin."""
+
+    node: str
+    what: str
+    command: tuple[str, ...]
+    upload: bool = False
+
+
+def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> list[Step]:
+    """k3s' restore with embedded etcd (docs.k3s.io, "Backup and Restore", "Restoring a
+    snapshot to existing nodes"): every server's k3s stopped; the first reset from the
+    snapshot (`--cluster-reset --cluster-reset-restore-path`, which exits when done) and
+    started; each other server's etcd data removed, then started, rejoining as a new member.
+    Agents keep running. The snapshot travels from raya over SSH and is checked by its
+    sha256 on the node: no object storage key reaches the node's command line."""
+    first, others = control_planes[0], control_planes[1:]
+    path = f"{SNAPSHOT_DIR}/{snapshot.name}"
+    return [
+        *(Step(node, "stop k3s", ("systemctl", "stop", "k3s")) for node in reversed(others)),
+        Step(first, "stop k3s", ("systemctl", "stop", "k3s")),
+        Step(first, f"copy {snapshot.name} ({snapshot.size:,} bytes) to {path}",
+             ("install", "-D", "-m", "0600", "/dev/stdin", path), upload=True),
+        Step(first, "check the copy's sha256",
+             ("sh", "-c", f"echo '{digest}  {path}' | sha256sum --check --quiet")),
+        Step(first, "reset etcd to the snapshot (one member: this server)",
+             ("k3s", "server", "--cluster-reset", f"--cluster-reset-restore-path={path}")),
+        Step(first, "start k3s", ("systemctl", "start", "k3s")),
+        *(
+            step
+            for node in others
+            for step in (
+                Step(node, f"remove its etcd data ({K3S_DB})", ("rm", "-rf", K3S_DB)),
+                Step(node, "start k3s: it rejoins as a new member", ("systemctl", "start", "k3s")),
+            )
+        ),
+    ]  # fmt: skip
+
+
+def health(
+    backups: Mapping[str, Any] | None, stack: str, longest_gap: datetime.timedelta,
+    now: datetime.datetime,
+) -> Check:  # fmt: skip
+    """`raya status`'s backups line: the newest snapshot and its age, judged against the
+    schedule; unknown when the bucket cannot be read."""
+    try:
+        snapshots = list_snapshots(Target.from_outputs(backups, stack))
+    except BackupError as error:
+        return unknown(str(error))
+    newest = snapshots[0] if snapshots else None
+    problem = stale(newest, longest_gap, now)
+    if problem:
+        return bad(problem)
+    assert newest is not None
+    return ok(f"newest {newest.name}, {_hours(newest.age(now))} old, {len(snapshots)} in all")

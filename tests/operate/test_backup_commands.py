@@ -1,0 +1,219 @@
+"""`raya backups`, `raya backup` and `raya restore` end to end: the deployment's outputs, a
+real S3 implementation on 127.0.0.1, and a stand-in for k3s on the control plane reached
+through raya's remote runner."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud import deploy
+from raya.commands import backups as commands
+from raya.errors import RayaError
+from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_program import provider_mocks, run
+from tests.operate.s3 import client, k3s_upload
+
+SNAPSHOTS = "/var/lib/rancher/k3s/server/db/snapshots"
+DB = "/var/lib/rancher/k3s/server/db"
+
+
+@dataclass
+class K3sServer:
+    """k3s on one server, as its documentation and source describe what raya asks of it:
+    - `k3s etcd-snapshot save` needs the running server (it asks its etcd) and uploads
+      `on-demand-<node>-<unix seconds>` with the token hash (pkg/etcd/snapshot.go, s3.go);
+    - `k3s server --cluster-reset` refuses while k3s runs on the node (its etcd holds the data
+      directory), restores the named local file and exits (docs: "Restoring a snapshot");
+    - a server that rejoins after another was reset must have removed its `server/db`, or
+      its old etcd member data conflicts with the reset cluster (docs: "remove the db dir").
+    """
+
+    s3: str
+    bucket: str
+    folder: str
+    join_secret: str
+    running: bool = True
+    files: dict[str, bytes] = field(default_factory=dict)
+    db: str = "original"  # what its etcd holds
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Stand:
+    servers: dict[str, K3sServer]
+    calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    reset_from: str | None = None
+
+    def __call__(
+        self, entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] | None
+    ) -> tuple[int, str]:
+        node = str(entry["_node"])
+        server = self.servers[node]
+        argv = tuple(command)
+        self.calls.append((node, argv))
+        if argv == ("k3s", "etcd-snapshot", "save"):
+            if not server.running:
+                return 1, "etcd-snapshot: failed to get etcd status: connection refused"
+            name = f"on-demand-{node}-{int(time.time())}"
+            k3s_upload(server.s3, server.bucket, server.folder, name, server.db.encode() * 64,
+                       server.join_secret)  # fmt: skip
+            return 0, f"Snapshot {name} saved."
+        if argv[:2] == ("systemctl", "stop"):
+            server.running = False
+            return 0, ""
+        if argv[:2] == ("systemctl", "start"):
+            if self.reset_from and node != next(iter(self.servers)) and server.db == "original":
+                return 1, "etcd: member has already been bootstrapped (cluster ID mismatch)"
+            server.running = True
+            if server.db == "removed":
+                server.db = self.servers[next(iter(self.servers))].db  # joined as a new member
+            return 0, ""
+        if argv[:3] == ("install", "-D", "-m") and stdin is not None:
+            server.files[argv[-1]] = stdin.read()
+            return 0, ""
+        if argv[:2] == ("sh", "-c"):
+            digest, path = shlex.split(argv[2].split("|")[0].removeprefix("echo "))[0].split("  ")
+            ok = hashlib.sha256(server.files.get(path, b"")).hexdigest() == digest
+            return (0, "") if ok else (1, f"{path}: FAILED")
+        if argv[:3] == ("k3s", "server", "--cluster-reset"):
+            if server.running:
+                return 1, "etcd: data directory is in use by the running k3s"
+            path = argv[3].removeprefix("--cluster-reset-restore-path=")
+            if path not in server.files:
+                return 1, f"open {path}: no such file or directory"
+            server.db = f"restored from {hashlib.sha256(server.files[path]).hexdigest()}"
+            self.reset_from = path
+            return 0, "Managed etcd cluster membership has been reset, restart without it"
+        if argv == ("rm", "-rf", DB):
+            server.db = "removed"
+            return 0, ""
+        return 127, f"stand-in: unexpected command {argv}"
+
+
+@pytest.fixture
+def deployed() -> Run:
+    return run(provider_mocks())
+
+
+@pytest.fixture
+def setup(deployed: Run, s3: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Stand, dict[str, Any]]:
+    # A bucket of each test's own: the S3 server is shared by the session.
+    bucket = f"commands-{secrets.token_hex(4)}"
+    backups = {**deployed.outputs["backups"], "endpoint": s3, "insecure": True, "bucket": bucket}
+    client(s3).create_bucket(Bucket=backups["bucket"])
+    # The stand-in finds the node by the entry raya hands the runner.
+    servers = {n: {**entry, "_node": n} for n, entry in deployed.outputs["servers"].items()}
+    outputs = {**deployed.outputs, "backups": backups, "servers": servers}
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
+    join_secret = deployed.resources["join-secret"].outputs["result"]
+    stand = Stand({"control-plane": K3sServer(s3, backups["bucket"], "raya", join_secret)})
+    monkeypatch.setattr(commands, "remote", stand)
+    return stand, outputs
+
+
+def raya(project: Path, *args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(app, [*args, "--root", str(project)], input=input,
+                              env={"COLUMNS": "200"})  # fmt: skip
+
+
+def test_backup_then_backups_lists_it(project: Path, setup: tuple[Stand, dict[str, Any]]) -> None:
+    stand, outputs = setup
+    empty = raya(project, "backups")
+    assert empty.exit_code == 0 and "no snapshot in s3://" in empty.output
+    taken = raya(project, "backup")
+    assert taken.exit_code == 0, taken.output
+    name, size = taken.stdout.split()[:2]
+    assert name.startswith("on-demand-control-plane-") and size == "512"
+    assert stand.calls == [("control-plane", ("k3s", "etcd-snapshot", "save"))]
+    listed = raya(project, "backups")
+    assert listed.exit_code == 0 and name in listed.stdout and "512 B" in listed.stdout
+    assert outputs["backups"]["secretKey"] not in listed.output + taken.output
+
+
+def test_a_snapshot_that_never_reaches_the_bucket_fails(
+    project: Path, setup: tuple[Stand, dict[str, Any]]
+) -> None:
+    stand, _ = setup
+    stand.servers["control-plane"].running = False
+    failed = raya(project, "backup")
+    assert isinstance(failed.exception, RayaError)
+    assert str(failed.exception) == (
+        "control-plane: k3s etcd-snapshot save failed (1): etcd-snapshot: failed to get etcd "
+        "status: connection refused"
+    )
+
+
+def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run
+) -> None:
+    stand, outputs = setup
+    backups = outputs["backups"]
+    data = b"etcd snapshot bytes " * 5000
+    name = f"etcd-snapshot-control-plane-{int(time.time()) - 7200}"
+    k3s_upload(backups["endpoint"], backups["bucket"], "raya", name, data,
+               deployed.resources["join-secret"].outputs["result"])  # fmt: skip
+    declined = raya(project, "restore", name, input="n\n")
+    assert declined.exit_code == 1 and stand.calls == []
+    assert "1. control-plane: stop k3s" in declined.output
+    restored = raya(project, "restore", name, "--yes")
+    assert restored.exit_code == 0, restored.output
+    server = stand.servers["control-plane"]
+    assert server.db == f"restored from {hashlib.sha256(data).hexdigest()}"
+    assert server.running
+    assert [argv[:2] for _, argv in stand.calls] == [
+        ("systemctl", "stop"), ("install", "-D"), ("sh", "-c"), ("k3s", "server"),
+        ("systemctl", "start"),
+    ]
+    # No object storage key on any command line.
+    assert not any(backups["secretKey"] in " ".join(argv) for _, argv in stand.calls)
+
+
+@pytest.mark.parametrize("case", ["another cluster", "missing", "unreachable"])
+def test_restore_refuses_before_anything_stops(
+    project: Path, setup: tuple[Stand, dict[str, Any]], case: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    stand, outputs = setup
+    backups = outputs["backups"]
+    name = f"etcd-snapshot-control-plane-{int(time.time()) - 60}"
+    expected = {
+        "another cluster": "was taken by a cluster with another server token",
+        "missing": f"no snapshot {name} in s3://{backups['bucket']}/raya",
+        "unreachable": "cannot read snapshot",
+    }[case]
+    if case == "another cluster":
+        k3s_upload(backups["endpoint"], backups["bucket"], "raya", name, b"x", "not-our-token-0")
+    if case == "unreachable":
+        outputs["backups"] = {**backups, "endpoint": "127.0.0.1:9"}
+    refused = raya(project, "restore", name, "--yes")
+    assert isinstance(refused.exception, RayaError)
+    assert expected in str(refused.exception)
+    assert stand.calls == []
+
+
+def test_destroy_keeps_the_bucket_unless_asked(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[bool] = []
+
+    def destroy(action: str, root: Path, stack: str, on_output: Any, **options: Any) -> Any:
+        asked.append(options["delete_backups"])
+        return deploy.Result(changes={"delete": 1}, outputs={})
+
+    monkeypatch.setattr(deploy, "run", destroy)
+    kept = raya(project, "destroy", "--yes")
+    assert kept.exit_code == 0 and "kept the backups' bucket and its snapshots" in kept.output
+    deleted = raya(project, "destroy", "--yes", "--delete-backups")
+    assert deleted.exit_code == 0 and "deleted the backups' bucket" in deleted.output
+    assert asked == [False, True]

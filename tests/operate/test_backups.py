@@ -1,0 +1,148 @@
+"""Backups against a real S3 implementation (moto's server, on 127.0.0.1 in the test), with
+snapshots uploaded the way k3s uploads them (tests/operate/s3.py)."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import secrets
+import socket
+from pathlib import Path
+
+import pytest
+
+from raya.nodes.identity import token_hash
+from raya.operate import backups as bk
+from tests.operate.s3 import ACCESS_KEY, REGION, SECRET_KEY, client, k3s_upload
+
+JOIN_SECRET = "k3sJoinSecretOfThisCluster0123456789abcdefABCDEF"
+OTHER_SECRET = "k3sJoinSecretOfAnotherCluster0123456789abcdefAB"
+# 2026-11-30 00:00:00 UTC and later.
+T0 = 1795996800
+
+
+@pytest.fixture
+def target(s3: str) -> bk.Target:
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"  # one bucket per test: the server is shared
+    client(s3).create_bucket(Bucket=bucket)
+    return bk.Target(endpoint=s3, bucket=bucket, folder="raya", region=REGION,
+                     access_key=ACCESS_KEY, secret_key=SECRET_KEY,
+                     token_hash=token_hash(JOIN_SECRET), insecure=True)  # fmt: skip
+
+
+def upload(target: bk.Target, name: str, data: bytes, *, secret: str = JOIN_SECRET,
+           folder: str | None = None) -> None:  # fmt: skip
+    k3s_upload(target.endpoint, target.bucket, folder or target.folder, name, data, secret)
+
+
+def test_k3s_token_hash_is_sha256s_first_12_hex_digits() -> None:
+    assert token_hash("abc") == "ba7816bf8f01"  # sha256("abc") = ba7816bf8f01cfea...
+
+
+def test_the_listing_is_every_snapshot_of_the_folder_newest_first(target: bk.Target) -> None:
+    upload(target, f"etcd-snapshot-control-plane-{T0}", b"a" * 1000)
+    upload(target, f"on-demand-control-plane-{T0 + 3600}", b"b" * 2000)
+    upload(target, f"etcd-snapshot-control-plane-1-{T0 + 7200}.zip", b"c" * 3000)
+    # Not snapshots of this cluster's folder: another folder, a stray object.
+    upload(target, f"etcd-snapshot-control-plane-{T0 + 9000}", b"d", folder="other")
+    client(target.endpoint).put_object(Bucket=target.bucket, Key="raya/README", Body=b"notes")
+    found = bk.list_snapshots(target)
+    assert [(s.name, s.node, s.size) for s in found] == [
+        (f"etcd-snapshot-control-plane-1-{T0 + 7200}.zip", "control-plane-1", 3000),
+        (f"on-demand-control-plane-{T0 + 3600}", "control-plane", 2000),
+        (f"etcd-snapshot-control-plane-{T0}", "control-plane", 1000),
+    ]
+    assert found[-1].taken == datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
+
+
+def test_an_empty_folder_lists_nothing(target: bk.Target) -> None:
+    assert bk.list_snapshots(target) == []
+
+
+def test_a_snapshot_is_checked_and_downloaded_byte_for_byte(
+    target: bk.Target, tmp_path: Path
+) -> None:
+    data = secrets.token_bytes(3 * 2**20 + 17)  # several chunks of the download
+    name = f"etcd-snapshot-control-plane-{T0}"
+    upload(target, name, data)
+    snapshot = bk.check_snapshot(target, name)
+    assert (snapshot.node, snapshot.size) == ("control-plane", len(data))
+    path = tmp_path / name
+    assert bk.download(target, snapshot, path) == hashlib.sha256(data).hexdigest()
+    assert path.read_bytes() == data
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_another_clusters_snapshot_is_refused(target: bk.Target) -> None:
+    name = f"etcd-snapshot-control-plane-{T0}"
+    upload(target, name, b"x" * 10, secret=OTHER_SECRET)
+    with pytest.raises(bk.BackupError, match=rf"another server token \(token hash "
+                       rf"{token_hash(OTHER_SECRET)}, this cluster's {token_hash(JOIN_SECRET)}"):
+        bk.check_snapshot(target, name)
+
+
+def test_a_missing_snapshot_is_refused_by_name(target: bk.Target) -> None:
+    with pytest.raises(bk.BackupError, match=rf"no snapshot on-demand-control-plane-{T0} in "
+                       rf"s3://{target.bucket}/raya"):  # fmt: skip
+        bk.check_snapshot(target, f"on-demand-control-plane-{T0}")
+    with pytest.raises(bk.BackupError, match="'backup-1' is not a k3s snapshot name"):
+        bk.check_snapshot(target, "backup-1")
+
+
+def test_a_bucket_that_does_not_exist_is_named(target: bk.Target) -> None:
+    gone = bk.Target(**{**target.__dict__, "bucket": "no-such-bucket-here"})
+    with pytest.raises(bk.BackupError, match=r"s3://no-such-bucket-here/raya: cannot list the "
+                       r"snapshots: NoSuchBucket"):  # fmt: skip
+        bk.list_snapshots(gone)
+
+
+def test_an_unreachable_endpoint_is_named(target: bk.Target) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    closed = bk.Target(**{**target.__dict__, "endpoint": f"127.0.0.1:{port}"})
+    with pytest.raises(bk.BackupError, match=rf"s3://{target.bucket}/raya: cannot list the "
+                       r"snapshots: Could not connect"):  # fmt: skip
+        bk.list_snapshots(closed)
+
+
+def test_the_newest_snapshot_is_stale_past_twice_the_longest_gap() -> None:
+    now = datetime.datetime(2026, 12, 1, 12, tzinfo=datetime.UTC)
+    six_hours = datetime.timedelta(hours=6)
+
+    def taken(hours_ago: float) -> bk.Snapshot:
+        return bk.Snapshot("s", "control-plane", now - datetime.timedelta(hours=hours_ago), 1)
+
+    assert bk.stale(taken(11.9), six_hours, now) is None
+    assert bk.stale(taken(12.1), six_hours, now) == (
+        "the newest snapshot is 12 h old, more than twice the schedule's 6 h"
+    )
+    assert bk.stale(None, six_hours, now) == "no snapshot in the bucket yet"
+
+
+def test_the_restore_plan_follows_k3s_documented_order() -> None:
+    snapshot = bk.Snapshot(f"etcd-snapshot-control-plane-{T0}", "control-plane",
+                           datetime.datetime.fromtimestamp(T0, datetime.UTC), 4096)  # fmt: skip
+    path = f"/var/lib/rancher/k3s/server/db/snapshots/{snapshot.name}"
+    steps = bk.restore_plan(["control-plane", "control-plane-1", "control-plane-2"],
+                            snapshot, "ab" * 32)  # fmt: skip
+    assert [(s.node, s.command[:2]) for s in steps] == [
+        ("control-plane-2", ("systemctl", "stop")),
+        ("control-plane-1", ("systemctl", "stop")),
+        ("control-plane", ("systemctl", "stop")),
+        ("control-plane", ("install", "-D")),
+        ("control-plane", ("sh", "-c")),
+        ("control-plane", ("k3s", "server")),
+        ("control-plane", ("systemctl", "start")),
+        ("control-plane-1", ("rm", "-rf")),
+        ("control-plane-1", ("systemctl", "start")),
+        ("control-plane-2", ("rm", "-rf")),
+        ("control-plane-2", ("systemctl", "start")),
+    ]
+    reset = steps[5].command
+    assert reset == ("k3s", "server", "--cluster-reset", f"--cluster-reset-restore-path={path}")
+    assert steps[3].upload and not any(s.upload for s in steps if s is not steps[3])
+    assert f"{'ab' * 32}  {path}" in steps[4].command[2]
+    assert steps[7].command == ("rm", "-rf", "/var/lib/rancher/k3s/server/db")
+    single = bk.restore_plan(["control-plane"], snapshot, "ab" * 32)
+    assert [s.node for s in single] == ["control-plane"] * 5
