@@ -4,22 +4,28 @@ Not a test: it prints figures. The configs are the ones `raya render --example` 
 (control plane + 3 agents, about 16 KB of Butane on average), rendered with several sets of
 throwaway secrets so that no two are alike. Target: 500 configs/s on one core.
 
-The ratio to the real `butane` is measured side by side in the same run (one process per
-config, as a caller would run it) when a `butane` binary is found (`--butane`, else PATH).
-It is not installable on the build VM: without one, the only comparison printed is the
-figure quoted from the issue that set the target, labelled as such.
+Then, as processes (issue 26's target: CPU ratio <= 1.0), `raya butane --strict FILE`
+against the real `butane --strict FILE` on the example control plane's config, in paired
+rounds (bench/processes.py): both figures and their ratio, measured here, never assumed.
+The real Butane is `--butane` (default: ../shared/tools/butane/butane beside the
+repository, else PATH); without one, no ratio is printed. Not part of the tests: CI has
+no real Butane.
 
-    .venv/bin/python bench/butane.py [--sets 10] [--rounds 9] [--butane PATH]
+    .venv/bin/python bench/butane.py [--sets 10] [--rounds 9] [--butane PATH] [--pairs 21]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.processes
+
+from bench.processes import compile_raya, load, paired, ratios, spread
 from raya.butane import ButaneDiagnostics, dataurl, transpile
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -27,10 +33,12 @@ from raya.nodes.identity import generate_example_secrets
 from raya.nodes.render import render_cluster
 
 TARGET = 500.0
-# Quoted, not measured here: issue 14's differential run timed the real Butane
-# (v0.29-dev, --strict, started once per config) at 77-80 node-sized configs/s.
-QUOTED_BUTANE = (77.0, 80.0)
-VECTORS = Path(__file__).resolve().parents[1] / "tests" / "butane" / "vectors"
+REPO = Path(__file__).resolve().parents[1]
+VECTORS = REPO / "tests" / "butane" / "vectors"
+# ../shared beside the main checkout (one level further up from a worktree under wt/).
+SHARED_BUTANE = next((found for up in REPO.parents[:2]
+                      if (found := up / "shared" / "tools" / "butane" / "butane").exists()), None)
+RAYA = str(Path(sys.executable).parent / "raya")  # the console script a user runs
 
 
 def example_configs(sets: int) -> list[str]:
@@ -75,17 +83,21 @@ def rate(texts: list[str], files_dir: Path | None, rounds: int) -> tuple[float, 
     return len(texts) / best_cpu, len(texts) / best_wall
 
 
-def butane_rate(butane: str, texts: list[str], rounds: int) -> float:
-    """Configs per second of the real `butane --strict`, one process per config, best of
-    `rounds` passes (wall clock: its CPU time is spent in child processes)."""
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for text in texts:
-            subprocess.run([butane, "--strict"], input=text.encode(), capture_output=True,
-                           check=True)
-        best = min(best, time.perf_counter() - start)
-    return len(texts) / best
+def as_processes(butane: str, config: str, pairs: int) -> None:
+    """`raya butane --strict FILE` against the real Butane, paired, CPU time."""
+    compile_raya()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "control-plane.bu"
+        path.write_text(config)
+        before = load()
+        times = paired({"real butane": [butane, "--strict", str(path)],
+                        "raya butane": [RAYA, "butane", "--strict", str(path)]}, pairs)
+    print(f"as processes, `--strict FILE` on the example control plane ({len(config):,} B), "
+          f"{pairs} paired rounds, CPU time (min median max); {before} before, {load()} after")
+    print(f"  real butane ({butane}) {spread(times['real butane'])}")
+    print(f"  raya butane {spread(times['raya butane'])}")
+    print(f"  raya / real butane: {ratios(times['raya butane'], times['real butane'])} "
+          "(paired ratios: min median max; target <= 1.0)")
 
 
 def main() -> None:
@@ -93,34 +105,31 @@ def main() -> None:
     parser.add_argument("--sets", type=int, default=10,
                         help="secret sets to render the example with (4 configs each)")
     parser.add_argument("--rounds", type=int, default=9, help="passes; the best one counts")
-    parser.add_argument("--butane", default=shutil.which("butane"),
-                        help="the real butane binary to compare with (default: PATH)")
+    parser.add_argument("--butane", default=str(SHARED_BUTANE) if SHARED_BUTANE
+                        else shutil.which("butane"), help="the real butane binary to compare "
+                        "with (default: ../shared/tools/butane/butane, else PATH)")
+    parser.add_argument("--pairs", type=int, default=21, help="paired rounds as processes")
     args = parser.parse_args()
 
     nodes = example_configs(args.sets)
     butane = sum(map(len, nodes)) / len(nodes)
     ignition = sum(len(transpile(text)) for text in nodes) / len(nodes)
     node_rate, node_wall = rate(nodes, None, args.rounds)
-    low, high = QUOTED_BUTANE
     print(f"node configs (`raya render --example`): {len(nodes)} x {butane:,.0f} B of Butane "
           f"on average -> {ignition:,.0f} B of Ignition")
     print(f"  {node_rate:,.0f} configs/s of CPU time ({1000 / node_rate:.2f} ms each), "
           f"{node_wall:,.0f}/s wall clock (best of {args.rounds} passes, one process)")
     print(f"  target {TARGET:,.0f}/s: {node_rate / TARGET:.2f}x it")
-    if args.butane:
-        real = butane_rate(args.butane, nodes, max(1, args.rounds // 3))
-        print(f"  real butane ({args.butane}), side by side: {real:,.0f} configs/s wall clock; "
-              f"raya {node_wall / real:.1f}x that (wall clock against wall clock)")
-    else:
-        print(f"  real butane: not found (--butane or PATH), no ratio measured; quoted, not "
-              f"measured here: started once per config it did {low:.0f}-{high:.0f}/s "
-              f"elsewhere (issue 14); raya {node_rate / high:.1f}-{node_rate / low:.1f}x that")
-
     texts = [text for text in map(Path.read_text, sorted((VECTORS / "cases").glob("*.bu")))
              if transpiles(text, VECTORS / "files")]
     vector_rate, _ = rate(texts, VECTORS / "files", args.rounds)
     print(f"butane vectors raya transpiles: {len(texts)} cases, {vector_rate:,.0f} configs/s "
           "of CPU time (mostly small configs, some with local files)")
+    if args.butane:
+        as_processes(args.butane, nodes[0], args.pairs)
+    else:
+        print("real butane: not found (--butane, ../shared/tools/butane/butane or PATH); "
+              "no process comparison")
 
 
 if __name__ == "__main__":

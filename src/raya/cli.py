@@ -1,127 +1,103 @@
 """The `raya` command. Library code never prints; this module and `raya.commands` do.
 
-Commands are loaded on dispatch: `raya butane` imports the transpiler and nothing of
-Pulumi, Hetzner or GitHub, so it starts in a blink. `raya --help` lists every command
-from `COMMANDS` without importing any.
+`raya --version` and a plain `raya butane [--strict] [--pretty] [-d DIR] [FILE]` run here
+without loading Typer or rich (about half of a start-up), so they start like Go tools.
+Everything else, including those commands' help and usage errors, goes to the Typer
+application (`raya.commands.root.app`), which loads each command's module on dispatch.
 """
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
-from typing import Annotated, Any
-
-import typer
-from typer.core import TyperCommand, TyperGroup
 
 from raya import __version__
 from raya.errors import RayaError
 
-# name: (module in raya.commands that defines it, the summary `raya --help` shows).
-# tests/commands/test_cli.py checks each summary against the command's own help.
-COMMANDS = {
-    "butane": ("butane", "Transpile a Butane config (variant fcos 1.4.0-1.6.0) to Ignition "
-               "JSON on stdout."),
-    "preview": ("deploy", "Show what `raya up` would change, and each node's drift, without "
-                "changing anything."),
-    "up": ("deploy", "Create or update the cluster: image lookup, network, servers, PKI, DNS, "
-           "service accounts."),
-    "destroy": ("deploy", "Delete every resource of the stack: servers, volume, network, DNS "
-                "zone, service accounts."),
-    "keys": ("keys", "Print each authorized user's SSH keys with their type, fingerprint and "
-             "comment."),
-    "render": ("render", "Render every node's Butane and Ignition config and print their "
-               "sizes."),
-    "image": ("image", "Build the Fedora CoreOS snapshot (k3s included) and keep its pins "
-              "current."),
-    "kubeconfig": ("access", "Write the cluster's admin kubeconfig, made from the deployment's "
-                   "own PKI (no SSH)."),
-    "ssh": ("access", "SSH to a node as core, trusting only the host key the deployment gave "
-            "it."),
-    "status": ("operate", "One row per node: server, snapshot against the pins, drift, DNS and "
-               "Kubernetes."),
-    "backup": ("backups", "Take an etcd snapshot now and upload it to the cluster's bucket."),
-    "backups": ("backups", "List the cluster's etcd snapshots in object storage, newest first."),
-    "restore": ("backups", "Restore the cluster's datastore from a snapshot: every control "
-                "plane's k3s stopped, the first reset from it, the others rejoined."),
-    "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
-             "agents."),
-}
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from raya.commands.root import COMMANDS, app
+
+__all__ = ["COMMANDS", "app", "main"]
 
 
-class _LazyGroup(TyperGroup):
-    """The root group: each command's module is imported when that command runs.
+def __getattr__(name: str) -> object:
+    """`raya.cli.app` and `raya.cli.COMMANDS`, loaded (with Typer) when first asked for."""
+    if name in ("app", "COMMANDS"):
+        from raya.commands import root
 
-    (`ctx` is click's Context, which typer may vendor privately: hence `Any`.)
-    """
-
-    _listing = False
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return list(COMMANDS)
-
-    def get_command(self, ctx: Any, cmd_name: str) -> TyperCommand | TyperGroup | None:
-        if cmd_name not in COMMANDS:
-            return None
-        module, summary = COMMANDS[cmd_name]
-        if self._listing:  # the list in `raya --help` needs names and summaries only
-            return TyperCommand(cmd_name, help=summary)
-        commands = importlib.import_module(f"raya.commands.{module}").commands
-        found = typer.main.get_group(commands).commands[cmd_name]
-        assert isinstance(found, TyperCommand | TyperGroup), cmd_name
-        return found
-
-    def get_help(self, ctx: Any) -> str:
-        self._listing = True
-        try:
-            return super().get_help(ctx)
-        finally:
-            self._listing = False
-
-
-app = typer.Typer(
-    cls=_LazyGroup,
-    name="raya",
-    help="Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-_debug = False
-
-
-def _version(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"raya {__version__}\n")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks for errors.")
-    ] = False,
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
-    ] = False,
-) -> None:
-    global _debug
-    _debug = debug
+        return getattr(root, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        sys.stdout.write(f"raya {__version__}\n")
+        return
+    butane = _plain_butane(args)
+    if butane is None:
+        from raya.commands.root import app, debug_requested
+
+        try:
+            # standalone: usage errors exit 2 with click's message; the name is `raya` also
+            # under `python -m raya`.
+            app(prog_name="raya")
+        except RayaError as error:
+            _fail(error, debug_requested())
+        return
+    from raya.commands.transpile import run
+
     try:
-        # standalone: usage errors exit 2 with click's message; the name is `raya` also
-        # under `python -m raya`.
-        app(prog_name="raya")
+        run(*butane)
     except RayaError as error:
-        # Imported here: rich costs start-up time that a successful `raya butane` never needs.
-        from rich.markup import escape
-
-        from raya.console import err
-
-        if _debug:
-            err.print_exception()
-        err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+        _fail(error, debug=False)
+    except KeyboardInterrupt:  # as click's standalone mode does
+        sys.stderr.write("\nAborted!\n")
         sys.exit(1)
+    except BrokenPipeError:  # as click does: exit 1, and no second error flushing stdout
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def _plain_butane(args: list[str]) -> tuple[str, bool, bool, Path | None] | None:
+    """(file, strict, pretty, files_dir) of `raya butane` arguments that need nothing of
+    click: known options, at most one file, an existing readable --files-dir. None for
+    anything else (--help, a typo, a missing folder), which Typer then answers as always."""
+    if args[:1] != ["butane"]:
+        return None
+    file, strict, pretty, files_dir = None, False, False, ""
+    words = iter(args[1:])
+    for word in words:
+        if word == "--strict":
+            strict = True
+        elif word == "--pretty":
+            pretty = True
+        elif word in ("--files-dir", "-d") or word.startswith("--files-dir="):
+            files_dir = word.partition("=")[2] if "=" in word else next(words, "")
+            if not (files_dir and os.path.isdir(files_dir) and os.access(files_dir, os.R_OK)):
+                return None
+        elif file is None and (word == "-" or word[:1] not in ("-", "")):
+            file = word
+        else:
+            return None
+    if not files_dir:
+        return file or "-", strict, pretty, None
+    from pathlib import Path  # as Typer passes it; only when given (pathlib costs start-up)
+
+    return file or "-", strict, pretty, Path(files_dir)
+
+
+def _fail(error: RayaError, debug: bool) -> None:
+    """One line on stderr (with the traceback under --debug), exit status 1."""
+    # Imported here: rich costs start-up time that a successful command never needs.
+    from rich.markup import escape
+
+    from raya.console import err
+
+    if debug:
+        err.print_exception()
+    err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+    sys.exit(1)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from raya.butane import goflate
 from raya.butane.dataurl import decode_data_url, make_data_url, percent_length
 from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter, plan
 from tests.butane.helpers import deep_huffman_data, literal_frequencies, vectors
@@ -150,3 +151,19 @@ def test_length_limited_codes_when_huffman_would_go_deeper_than_15(
     packed = modelled.gzip()
     assert 15 in limits
     assert gzip.decompress(packed) == data and len(packed) == modelled.size
+
+
+
+@pytest.mark.parametrize("bits", range(14))
+def test_bit_strings_are_each_value_in_binary(bits: int) -> None:
+    # Built row from row in goflate.py (start-up time). Huffman codes go out most
+    # significant bit first, extra bits least significant first (RFC 1951 3.1.1).
+    msb = [format(value, "b").zfill(bits) if bits else "" for value in range(1 << bits)]
+    assert goflate._LSB[bits] == [code[::-1] for code in msb]
+    if bits <= 10:
+        assert goflate._MSB[bits] == msb
+
+
+def test_bit_strings_by_hand() -> None:
+    assert goflate._MSB[3][1] == "001" and goflate._LSB[3][1] == "100"
+    assert goflate._LSB[13][6] == "0110000000000"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raya.butane import translate
+from raya.butane import translate, unitfile
 from raya.butane.unitfile import UnitSyntaxError, deserialize
 
 
@@ -103,3 +103,11 @@ def test_an_illegal_negative_mode_also_has_special_bits() -> None:
     result = translate("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n    - path: /f\n"
                        "      mode: -1\n")
     assert [d.severity for d in result.diagnostics] == ["error", "warning"]
+
+
+def test_the_spaces_trimmed_are_exactly_go_is_space_over_all_of_unicode() -> None:
+    # Written out in unitfile.py (start-up time); Go's unicode.IsSpace: Latin-1's six
+    # spaces plus NEL and NBSP, and Unicode's White_Space (U+1680, U+2000-U+200A, ...).
+    derived = "".join(chr(c) for c in range(0x110000) if unitfile.go_is_space(chr(c)))
+    assert derived == unitfile._GO_SPACES
+    assert len(derived) == 25

@@ -70,32 +70,56 @@ def test_the_help_lists_each_command_with_its_own_summary() -> None:
 HEAVY = ("hcloud", "requests", "pulumi", "jinja2", "cryptography", "pydantic")
 
 
-@pytest.mark.parametrize(
-    "args", [["--version"], ["--help"], ["butane", "-"], ["butane", "--help"]], ids=" ".join
-)
-def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
+def loaded_by(*args: str) -> set[str]:
+    """Top-level modules and raya's own modules a `raya ARGS` process has loaded at its end."""
     probe = (
         "import sys; from raya.cli import main\n"
         "try:\n    main()\n"
         "finally:\n"
-        "    loaded = sorted({m.split('.')[0] for m in sys.modules} | "
-        "{m for m in sys.modules if m.startswith('raya.')})\n"
-        "    sys.stderr.write('\\nLOADED ' + ' '.join(loaded))\n"
+        "    sys.stderr.write('\\nLOADED ' + ' '.join(sys.modules))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe, *args], capture_output=True, text=True,
         input="variant: fcos\nversion: 1.4.0\n",
     )
     assert result.returncode == 0, result.stderr
-    loaded = set(result.stderr.rsplit("LOADED ", 1)[1].split())
+    return {m for m in result.stderr.rsplit("LOADED ", 1)[1].split()
+            if "." not in m or m.startswith("raya.")}
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["--help"], ["butane", "-"], ["butane", "--help"]], ids=" ".join
+)
+def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
+    loaded = loaded_by(*args)
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
     commands = {m for m in loaded if m.startswith("raya.commands.")}
-    assert commands <= {"raya.commands.butane"}, commands
+    # root: the Typer application; transpile: what `raya butane` runs, Typer-free.
+    assert commands <= {"raya.commands.root", "raya.commands.butane",
+                        "raya.commands.transpile"}, commands
     # The probe sees what a heavy command loads, so a pass above is not for lack of eyes.
     if args == ["--help"]:
-        heavy = subprocess.run([sys.executable, "-c", probe, "render", "--help"],
-                               capture_output=True, text=True)
-        assert {"jinja2", "cryptography"} <= set(heavy.stderr.rsplit("LOADED ", 1)[1].split())
+        assert {"jinja2", "cryptography"} <= loaded_by("render", "--help")
+
+
+# What `raya --version` and a plain `raya butane` must start without: Typer (and the click it
+# vendors), rich, the templates and Pulumi, and for --version the transpiler and PyYAML.
+FAST_PATH_FREE = {"typer", "click", "rich", "jinja2", "pulumi", *HEAVY}
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["butane"], ["butane", "--strict", "--pretty", "-"],
+             ["butane", "--files-dir", ".", "-"]], ids=" ".join,
+)
+def test_version_and_plain_butane_start_without_typer(args: list[str]) -> None:
+    loaded = loaded_by(*args)
+    assert not loaded & FAST_PATH_FREE, sorted(loaded & FAST_PATH_FREE)
+    if args == ["--version"]:
+        assert not loaded & {"yaml", "raya.butane", "raya.commands.transpile"}
+    else:
+        assert {"yaml", "raya.butane", "raya.commands.transpile"} <= loaded
+    # and the probe sees Typer when it is loaded: the help goes through it.
+    assert "typer" in loaded_by(*[arg for arg in args[:1] if arg == "butane"], "--help")
 
 
 def test_version() -> None:

@@ -138,9 +138,22 @@ def _lsb(value: int, bits: int) -> str:
     return _LSB[bits][value]
 
 
+def _bit_strings(widths: int, lsb_first: bool) -> list[list[str]]:
+    """[bits][value]: every value of 0 to widths - 1 bits as its bit string. Each row from
+    the one before (a value of n bits is one of n - 1 with a bit more): formatting each
+    value alone cost a fifth of `raya butane`'s start-up."""
+    rows = [[""]]
+    for _ in range(1, widths):
+        shorter = rows[-1]
+        if lsb_first:  # the new bit is the most significant: sent last
+            rows.append([s + "0" for s in shorter] + [s + "1" for s in shorter])
+        else:
+            rows.append(["0" + s for s in shorter] + ["1" + s for s in shorter])
+    return rows
+
+
 # Every extra-bits value deflate can send (13 bits at most), precomputed: _LSB[bits][value].
-_LSB = [[f"{value:0{bits}b}"[::-1] if bits else "" for value in range(1 << bits)]
-        for bits in range(14)]
+_LSB = _bit_strings(14, lsb_first=True)
 
 
 def _codes(lengths: list[int]) -> list[str]:
@@ -160,8 +173,7 @@ def _codes(lengths: list[int]) -> list[str]:
 
 
 # Every code of up to 10 bits as its string (longer ones are rare and formatted).
-_MSB = [[f"{value:0{bits}b}" if bits else "" for value in range(1 << bits)]
-        for bits in range(11)]
+_MSB = _bit_strings(11, lsb_first=False)
 _BINARY = [f"{{:0{bits}b}}".format for bits in range(16)]  # [0] is never used
 
 

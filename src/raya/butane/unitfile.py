@@ -33,8 +33,13 @@ def go_is_space(char: str) -> bool:
     return char.isspace() or unicodedata.category(char) in ("Zs", "Zl", "Zp")
 
 
-# Every character go_is_space accepts, for str.strip (Go's strings.TrimSpace).
-_GO_SPACES = "".join(chr(c) for c in range(0x3001) if go_is_space(chr(c)))
+# Every character go_is_space accepts, for str.strip (Go's strings.TrimSpace): Latin-1's
+# spaces and Unicode's White_Space, written out (tests/butane/test_unitfile.py derives it
+# from go_is_space; deriving it here cost a tenth of `raya butane`'s start-up).
+_GO_SPACES = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def _go_trim_space(text: str) -> str:

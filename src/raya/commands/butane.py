@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from raya.butane import ButaneDiagnostics, to_json, translate
-from raya.butane.report import render
-from raya.errors import ButaneError
+from raya.commands.transpile import run
 
 commands = typer.Typer()  # what this module adds to `raya`
 
@@ -33,19 +30,4 @@ def butane_command(
     ] = None,
 ) -> None:
     """Transpile a Butane config (variant fcos 1.4.0-1.6.0) to Ignition JSON on stdout."""
-    source = "<stdin>" if file == "-" else file
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ButaneError(f"cannot read Butane config {source}: {error}") from error
-    result = translate(text, files_dir)
-    # Plain writes, not rich: the JSON must go out byte for byte, and Butane's
-    # "error[$.path]" headers would be read as rich markup.
-    failing = [d for d in result.diagnostics if strict or d.severity == "error"]
-    if result.diagnostics:
-        sys.stderr.write(render(source, text, result.diagnostics))
-    if result.config is None or failing:
-        if result.config is not None:
-            sys.stderr.write("Config produced warnings and --strict was specified\n")
-        raise ButaneDiagnostics(source, text, failing or result.diagnostics).summary()
-    sys.stdout.write(to_json(result.config, pretty=pretty) + "\n")
+    run(file, strict, pretty, files_dir)

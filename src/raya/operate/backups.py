@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from raya.errors import RayaError
+from raya.nodes.identity import SnapshotStore
 from raya.operate.status import Check, bad, ok, unknown
 
 METADATA_DIR = ".metadata"
@@ -34,18 +35,11 @@ class BackupError(RayaError):
 
 
 @dataclass(frozen=True)
-class Target:
-    """Where a cluster's snapshots live: an S3 endpoint, a bucket and the cluster's folder.
+class Target(SnapshotStore):
+    """Where a cluster's snapshots live, as k3s writes them (`SnapshotStore`), with what
+    `raya restore` checks them against. `endpoint` is a host (and port), as k3s'
+    `etcd-s3-endpoint` takes it; `insecure` means plain HTTP, as k3s' `etcd-s3-insecure`."""
 
-    `endpoint` is a host (and port), as k3s' `etcd-s3-endpoint` takes it; `insecure` means
-    plain HTTP, as k3s' `etcd-s3-insecure`."""
-
-    endpoint: str
-    bucket: str
-    folder: str
-    region: str
-    access_key: str
-    secret_key: str
     token_hash: str  # what k3s records of the cluster's server token on each snapshot
     insecure: bool = False
 

@@ -1,0 +1,58 @@
+"""Paired process timing for the start-up benchmarks: CPU time, min/median/max, load.
+
+Each round runs every command once, one after the other, so that all see the same
+moment of a shared machine; a ratio is taken within each round (paired), and its median
+reported. CPU time (user + system of the child) is the figure: on a shared machine the
+wall clock also counts the time other processes held the core.
+"""
+
+from __future__ import annotations
+
+import compileall
+import os
+import resource
+import statistics
+import subprocess
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "raya"
+
+
+def compile_raya() -> None:
+    """Write raya's bytecode, as installing a wheel does: with PYTHONDONTWRITEBYTECODE set
+    (as here), an editable install would otherwise compile its sources in every run."""
+    compileall.compile_dir(SRC, quiet=1)
+
+
+def cpu_time(argv: list[str], stdin: bytes | None = None) -> float:
+    """Seconds of CPU time `argv` took as a process; it must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, check=True, input=stdin, stdout=subprocess.DEVNULL,
+                   env=os.environ | {"COLUMNS": "80"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def paired(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
+    """CPU seconds of each command in each round, every command once per round."""
+    times: dict[str, list[float]] = {label: [] for label in commands}
+    for _ in range(rounds):
+        for label, argv in commands.items():
+            times[label].append(cpu_time(argv))
+    return times
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def spread(seconds: list[float]) -> str:
+    """min / median / max in ms."""
+    low, mid, high = min(seconds), statistics.median(seconds), max(seconds)
+    return f"{low * 1000:6.1f} {mid * 1000:6.1f} {high * 1000:6.1f} ms"
+
+
+def ratios(numerator: list[float], denominator: list[float]) -> str:
+    """min / median / max of the paired ratios."""
+    each = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    return f"{min(each):5.2f} {statistics.median(each):5.2f} {max(each):5.2f}"

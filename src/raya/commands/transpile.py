@@ -1,0 +1,42 @@
+"""What `raya butane` does, free of Typer: `raya.cli` runs it without loading Typer when
+the arguments are plain, and the Typer command `raya.commands.butane` runs it otherwise."""
+
+from __future__ import annotations
+
+import sys
+
+from raya.butane import ButaneDiagnostics, to_json, translate
+from raya.butane.report import render
+from raya.errors import ButaneError
+
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def run(file: str, strict: bool, pretty: bool, files_dir: Path | None) -> None:
+    """Transpile `file` ('-': stdin) to Ignition JSON on stdout, the findings on stderr."""
+    source = "<stdin>" if file == "-" else file
+    try:
+        if file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(file, encoding="utf-8") as stream:
+                text = stream.read()
+    except (OSError, UnicodeDecodeError) as error:
+        if isinstance(error, OSError) and error.filename == file:
+            from pathlib import PurePath  # named as Typer's Path(file) names it: normalized
+
+            error.filename = str(PurePath(file))
+        raise ButaneError(f"cannot read Butane config {source}: {error}") from error
+    result = translate(text, files_dir)
+    # Plain writes, not rich: the JSON must go out byte for byte, and Butane's
+    # "error[$.path]" headers would be read as rich markup.
+    failing = [d for d in result.diagnostics if strict or d.severity == "error"]
+    if result.diagnostics:
+        sys.stderr.write(render(source, text, result.diagnostics))
+    if result.config is None or failing:
+        if result.config is not None:
+            sys.stderr.write("Config produced warnings and --strict was specified\n")
+        raise ButaneDiagnostics(source, text, failing or result.diagnostics).summary()
+    sys.stdout.write(to_json(result.config, pretty=pretty) + "\n")
