@@ -29,6 +29,7 @@ AGENTS = 200
 TARGET = 2.0
 RUNS = 3
 ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_TOKEN = "bench" + "0" * 59  # stands for raya:clusterHcloudToken (64 characters)
 
 
 def main() -> None:
@@ -45,7 +46,9 @@ def main() -> None:
 
     def timed(state: ProviderMocks) -> tuple[float, int]:
         start = time.perf_counter()
-        result = run_program(state, lambda: define(cluster, pins, render))
+        result = run_program(
+            state, lambda: define(cluster, pins, render, hcloud_token=CLUSTER_TOKEN)
+        )
         return time.perf_counter() - start, len(result.resources)
 
     first = [timed(mocks()) for _ in range(RUNS)]

@@ -76,7 +76,7 @@ def size_table() -> None:
     )
     header = ("users", "handle", "control plane", "agent")
     rows = [header]
-    for count in (1, 10, 50, 150, 200):
+    for count in (1, 10, 50, 130, 200):
         for long_handles in (False, True):
             users = handles(count, long_handles)
             cluster = with_handles(example, users)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -20,7 +21,13 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
     (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
-    shutil.copy(EXAMPLE_ROOT / "Pulumi.example.yaml", root / "Pulumi.prod.yaml")
+    # ...with the cluster's Hetzner token as `pulumi config set --secret` writes it (`secure:`;
+    # here base64, what the engine model's secrets provider reads: tests/cloud/program/engine.py).
+    token = base64.b64encode(b"hcloudTestToken0" * 4).decode()
+    (root / "Pulumi.prod.yaml").write_text(
+        (EXAMPLE_ROOT / "Pulumi.example.yaml").read_text()
+        + f"  raya:clusterHcloudToken:\n    secure: {token}\n"
+    )
     shutil.copytree(EXAMPLE_ROOT / "deploy", root / "deploy")
     shutil.copytree(
         REPO / "image", root / "image", ignore=shutil.ignore_patterns("*.hcl", "*.sh")

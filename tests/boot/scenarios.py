@@ -112,7 +112,11 @@ def k3s_unit(node: BootedNode) -> str:
 
 
 def _k3s_ready(node: BootedNode) -> bool:
-    return node.job_done(k3s_unit(node)) is not None
+    """k3s started; on the control plane, the local-path class turned non-default after."""
+    units = [k3s_unit(node)]
+    if node.plan.name == "control-plane":
+        units.append("raya-local-path.service")
+    return all(node.job_done(unit) is not None for unit in units)
 
 
 def _fleet_ready(node: BootedNode) -> bool:
@@ -215,7 +219,7 @@ def timings(node: BootedNode) -> dict[str, float | None]:
     """Seconds after launch at which the node reached each step (None: never)."""
     steps = {
         "online": node.job_done("network-online.target"),
-        "public-ipv4": node.job_done("raya-public-ipv4.service"),
+        "node-metadata": node.job_done("raya-node-metadata.service"),
         "ssh-keys": node.job_done("raya-ssh-keys.service"),
         "k3s": node.job_done(k3s_unit(node)),
     }

@@ -70,6 +70,8 @@ PUBLIC_NETWORK = ipaddress.IPv4Network("203.0.113.0/24")  # documentation range 
 PUBLIC_GATEWAY = PUBLIC_NETWORK.network_address + 1
 METADATA_ADDRESS = "169.254.169.254"
 METADATA_PATH = "/hetzner/v1/metadata/public-ipv4"
+INSTANCE_ID_PATH = "/hetzner/v1/metadata/instance-id"  # the server's id, as text
+SERVER_IDS = 108_500_000  # the simulated servers' ids: this plus the node's index
 # Where the simulated network serves GitHub's key pages (GitHub itself is out of reach).
 SIM_GITHUB = f"http://{METADATA_ADDRESS}/github"
 EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
@@ -266,6 +268,7 @@ class Hetzner:
                     routes(
                         {
                             METADATA_PATH: self._metadata,
+                            INSTANCE_ID_PATH: self._metadata,
                             **{path: self._github(page) for path, page in github_pages().items()},
                         }
                     ),
@@ -274,10 +277,17 @@ class Hetzner:
             )
 
     def _metadata(self, request: BaseHTTPRequestHandler) -> Reply:
+        """The public address or the server id of the asking server (known by its public
+        address, as Hetzner knows it by the server), 503 while it is unavailable."""
         client = request.client_address[0]
         status = 503 if time.monotonic() < self._unavailable_until.get(client, 0) else 200
         self.metadata_log.append((time.monotonic(), client, status))
-        return (status, client.encode() if status == 200 else b"unavailable")
+        if status != 200:
+            return (status, b"unavailable")
+        if request.path == INSTANCE_ID_PATH:
+            index = int(ipaddress.IPv4Address(client)) - int(self.public_address(0))
+            return (200, str(self.server_id(index)).encode())
+        return (200, client.encode())
 
     def _github(self, page: bytes) -> Callable[[BaseHTTPRequestHandler], Reply]:
         def respond(request: BaseHTTPRequestHandler) -> Reply:
@@ -300,6 +310,9 @@ class Hetzner:
 
     def public_address(self, index: int) -> ipaddress.IPv4Address:
         return PUBLIC_GATEWAY + 10 + index
+
+    def server_id(self, index: int) -> int:
+        return SERVER_IDS + index
 
     def attach_public(
         self, namespace: str, index: int, unavailable_until: float, github_until: float
@@ -729,6 +742,7 @@ def booted(
             node.state["ssh"] = hetzner.ssh_banner(hetzner.public_address(index))
             public = str(hetzner.public_address(index))
             node.state["public_address"] = public
+            node.state["server_id"] = hetzner.server_id(index)
             node.state["metadata"] = [e for e in hetzner.metadata_log if e[1] == public]
             node.state["github"] = [e for e in hetzner.github_log if e[1] == public]
         for timer in timers:

@@ -10,7 +10,8 @@ the private addresses present when it starts (never the token), then plays its r
   certificate from the cluster's server CA for that address and every `tls-san`, and
   `/cacerts`, as k3s does;
 - `agent`: the k3s join check against its `server` with its token (tests/nodes/k3s_join.py);
-  connection failures are retried, as k3s does; a refused join exits 1.
+  connection failures are retried, as k3s does; a refused join exits 1;
+- `kubectl`: refused until the server answers on its advertised address, then done.
 Tokens are never logged, only their SHA-256 (`token sha256: ...`), for the tests to compare.
 It signals readiness on $NOTIFY_SOCKET itself (the unit is Type=notify, and a
 systemd-notify child is not the main process).
@@ -46,6 +47,7 @@ SHOWN = (
     "advertise-address",
     "node-external-ip",
     "tls-san",
+    "kubelet-arg",
 )
 
 
@@ -62,14 +64,25 @@ def notify_ready() -> None:
 
 
 def load_config() -> dict[str, Any]:
-    """config.yaml, then its drop-ins in name order, as k3s merges them."""
+    """config.yaml, then its drop-ins in name order, as k3s merges them: a later value
+    replaces an earlier one, and a key ending in `+` appends to it (k3s'
+    pkg/configfilearg/parser.go)."""
     files = [CONFIG, *sorted(CONFIG.with_name("config.yaml.d").glob("*.yaml"))]
     config: dict[str, Any] = {}
     for path in files:
-        config.update(yaml.safe_load(path.read_text()) or {})
+        for key, value in (yaml.safe_load(path.read_text()) or {}).items():
+            name = key.removesuffix("+")
+            if key.endswith("+") and name in config:
+                config[name] = [*_listed(config[name]), *_listed(value)]
+            else:
+                config[name] = value
     say("config files: " + " ".join(str(path) for path in files))
     say("config: " + json.dumps({key: config[key] for key in SHOWN if key in config}))
     return config
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 def private_addresses() -> list[str]:
@@ -139,6 +152,19 @@ def agent(config: dict[str, Any]) -> int:
         time.sleep(3600)
 
 
+def kubectl(config: dict[str, Any], arguments: list[str]) -> int:
+    """`k3s kubectl`: refused while the server's API does not answer (as kubectl is),
+    else done; what it was asked is logged."""
+    address = (str(config["advertise-address"]), 6443)
+    try:
+        socket.create_connection(address, timeout=2).close()
+    except OSError as error:
+        say(f"kubectl: the connection to the server {address[0]}:6443 was refused: {error}")
+        return 1
+    say("kubectl " + " ".join(arguments) + ": done")
+    return 0
+
+
 def main(arguments: list[str]) -> int:
     say("k3s " + " ".join(arguments))
     config = load_config()
@@ -147,6 +173,8 @@ def main(arguments: list[str]) -> int:
         return serve(config)
     if arguments[:1] == ["agent"]:
         return agent(config)
+    if arguments[:1] == ["kubectl"]:
+        return kubectl(config, arguments[1:])
     say(f"unknown role {arguments!r}")
     return 2
 

@@ -89,16 +89,34 @@ def _assert_booted(node: BootedNode) -> None:
 
     activated = _first(node.logged("NetworkManager"), "device (enp7s0): Activation: successful")
     online = node.job_done("network-online.target")
-    public = node.job_done("raya-public-ipv4.service")
+    public = node.job_done("raya-node-metadata.service")
     k3s = node.job_done(k3s_unit(node))
     assert online and public and k3s, (online, public, k3s)
     assert activated.at <= online.at <= public.at <= k3s.at
     _first(k3s_log, f"enp7s0 addresses at start: {address}/32")
 
     public_address = node.state["public_address"]
-    dropin = node.root / "etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml"
-    assert dropin.read_text() == f'node-external-ip: "{public_address}"\n'
+    server = node.state["server_id"]
+    dropin = node.root / "etc/rancher/k3s/config.yaml.d/50-node-metadata.yaml"
+    assert dropin.read_text() == (
+        f'node-external-ip: "{public_address}"\n'
+        f'kubelet-arg+:\n  - "provider-id=hcloud://{server}"\n'
+    )
     _first(k3s_log, f'"node-external-ip": "{public_address}"')
+    # Every kubelet: the external cloud provider, and its server's id from the metadata.
+    _first(
+        k3s_log,
+        f'"kubelet-arg": ["cloud-provider=external", "provider-id=hcloud://{server}"]',
+    )
+    if name == "control-plane":
+        # local-path stops being the default class once k3s answers (its kubectl asked).
+        local_path = node.job_done("raya-local-path.service")
+        assert local_path is not None and k3s.at <= local_path.at
+        _first(
+            node.logged("sh"),
+            "kubectl annotate --overwrite storageclass local-path "
+            "storageclass.kubernetes.io/is-default-class=false: done",
+        )
     assert node.state["failed"] == []
     _assert_reachable(node)
     # core's keys, fetched at boot from (the stand-in for) GitHub, for the handles only.
@@ -139,7 +157,7 @@ def test_metadata_retried_until_it_answers(fleet: dict[str, BootedNode]) -> None
     node = fleet["agent-2"]
     statuses = [status for _, client, status in node.state["metadata"]]
     assert statuses[0] == 503 and statuses[-1] == 200, statuses
-    _first(node.logged("raya-public-ipv4"), "no public IPv4 address from")
+    _first(node.logged("raya-node-metadata"), "no public-ipv4 from")
 
 
 def test_an_agent_refuses_a_control_plane_with_another_ca(

@@ -13,8 +13,8 @@ from raya.errors import ConfigError
 from raya.model.config import (
     KEYS,
     LOCATIONS,
-    SECRET_KEYS,
     BackupS3,
+    check_secret_settings,
     load_stack_config,
     parse_stack_config,
     server_type_problem,
@@ -155,10 +155,48 @@ def test_network_zone_follows_the_location(location: str, zone: str) -> None:
 
 
 def test_unknown_setting() -> None:
+    secret = ["clusterHcloudToken", "backupS3AccessKey", "backupS3SecretKey"]
+    accepted = ", ".join(sorted([*KEYS, *secret]))
     assert error_of(clusterNmae="x") == (
-        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: "
-        f"{', '.join(sorted((*KEYS, *SECRET_KEYS)))}"
+        f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {accepted}"
     )
+
+
+def test_the_secret_setting_is_known_but_not_in_the_model() -> None:
+    """`raya:clusterHcloudToken` is read by the program as a Pulumi secret; the stack file's
+    validation accepts it, and the model never holds it."""
+    config = parse(clusterHcloudToken={"secure": "v1:AAAA"})
+    assert "hcloud" not in repr(config).lower()
+
+
+STACK = "config:\n  raya:authorizedUsers: [octo-alice]\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("", "raya:clusterHcloudToken is not set; accepted: a Hetzner Cloud API token"),
+        (
+            "  raya:clusterHcloudToken: " + "x" * 64 + "\n",
+            "raya:clusterHcloudToken is in clear text; accepted: an encrypted value, set with "
+            "`pulumi config set --secret raya:clusterHcloudToken <token>`",
+        ),
+        ("  raya:clusterHcloudToken:\n    secure: v1:AAAABBBB\n", None),
+    ],
+    ids=["missing", "clear", "encrypted"],
+)
+def test_the_cluster_token_must_be_set_encrypted(
+    tmp_path: Path, setting: str, problem: str | None
+) -> None:
+    path = stack_file(tmp_path, "test")
+    path.write_text(STACK + setting)
+    if problem is None:
+        check_secret_settings(path)
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_secret_settings(path)
+    assert str(caught.value).startswith(f"{path}: {problem}")
+    assert "x" * 64 not in str(caught.value)  # never the token itself
 
 
 @pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail"])

@@ -208,7 +208,10 @@ def test_bad_label_value(value: str) -> None:
 CHARTS: dict[str, dict[str, str | None]] = {
     "cert-manager": {"version": "v1.18.2", "digest": "1" * 64},
     "external-dns": {"version": "1.14.3", "digest": None},
+    "hcloud-cloud-controller-manager": {"version": "1.35.0", "digest": "2" * 64},
+    "hcloud-csi": {"version": "2.22.1", "digest": None},
 }
+ALL = "cert-manager, external-dns, hcloud-cloud-controller-manager, hcloud-csi"
 
 
 def write_charts(tmp_path: Path, data: object) -> Path:
@@ -220,7 +223,10 @@ def write_charts(tmp_path: Path, data: object) -> Path:
 def test_chart_pins_round_trip(tmp_path: Path) -> None:
     pins = load_chart_pins(write_charts(tmp_path, CHARTS))
     assert pins == ChartPins(
-        cert_manager=ChartPin("v1.18.2", "1" * 64), external_dns=ChartPin("1.14.3", None)
+        cert_manager=ChartPin("v1.18.2", "1" * 64),
+        external_dns=ChartPin("1.14.3", None),
+        hcloud_ccm=ChartPin("1.35.0", "2" * 64),
+        hcloud_csi=ChartPin("2.22.1", None),
     )
     assert dump_chart_pins(pins) == json.dumps(CHARTS, indent=2) + "\n"
 
@@ -235,11 +241,15 @@ def test_the_repository_chart_pins_are_valid_and_the_examples() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ([], "expected a JSON object with exactly the charts cert-manager, external-dns; found"),
+        ([], f"expected a JSON object with exactly the charts {ALL}; found"),
         (
             {"cert-manager": CHARTS["cert-manager"]},
-            "expected a JSON object with exactly the charts cert-manager, external-dns; "
-            "found cert-manager",
+            f"expected a JSON object with exactly the charts {ALL}; found cert-manager",
+        ),
+        (
+            {k: v for k, v in CHARTS.items() if k != "hcloud-csi"},
+            f"expected a JSON object with exactly the charts {ALL}; found cert-manager, "
+            "external-dns, hcloud-cloud-controller-manager",
         ),
         (
             {**CHARTS, "traefik": CHARTS["cert-manager"]},

@@ -1,5 +1,6 @@
-"""The add-ons in the control plane's manifests directory: external-dns, cert-manager and the
-Let's Encrypt issuers, each manifest validated offline against the schema of its kind."""
+"""The add-ons in the control plane's manifests directory: Hetzner's cloud controller and CSI
+driver, Traefik's load balancer, external-dns, cert-manager and the Let's Encrypt issuers,
+each manifest validated offline against the schema of its kind."""
 
 from __future__ import annotations
 
@@ -25,9 +26,13 @@ from raya.model.fleet import Cluster
 from raya.model.pins import load_chart_pins, load_pins
 from raya.nodes.addons import (
     CERT_MANAGER,
+    CHARTS,
     CHARTS_MANIFEST,
     EXTERNAL_DNS,
     GCP_SECRETS,
+    HCLOUD_CCM,
+    HCLOUD_CSI,
+    HCLOUD_SECRET,
     ISSUERS,
     ISSUERS_MANIFEST,
     AddonState,
@@ -36,7 +41,7 @@ from raya.nodes.addons import (
 )
 from raya.nodes.identity import ClusterSecrets, example_service_account_key
 from raya.nodes.render import RenderedNode
-from tests.nodes.conftest import CHARTS
+from tests.nodes.conftest import CHARTS as PINNED
 from tests.nodes.tools import ignition_files
 from tests.support import REPO, http_server
 
@@ -71,6 +76,7 @@ def crd_schema(path: Path) -> Any:
 
 
 HELM_CHART = crd_schema(DATA / "crds" / "helm.cattle.io_helmcharts.yaml")
+HELM_CHART_CONFIG = crd_schema(DATA / "crds" / "helm.cattle.io_helmchartconfigs.yaml")
 
 
 def values_schema(chart: str, version: str) -> Any:
@@ -97,6 +103,11 @@ def documents(files: Mapping[str, bytes]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def _charts_text(found: Mapping[str, list[dict[str, Any]]]) -> str:
+    """The charts manifest back as text, from `documents`' parse of it."""
+    return yaml.safe_dump_all(found[CHARTS_MANIFEST])
+
+
 def config(**changes: Any) -> StackConfig:
     values = {
         "authorizedUsers": ["octo-alice"],
@@ -119,14 +130,21 @@ def test_each_manifest_validates_against_the_schema_of_its_kind(
 ) -> None:
     found = documents(ignition_files(rendered["control-plane"].ignition))
     kinds = sorted(doc["kind"] for docs in found.values() for doc in docs)
-    # The Secrets: two service account keys, the snapshots' S3 settings.
+    # The Secrets: two service account keys, the cluster's Hetzner token, the snapshots' S3
+    # settings.
     assert kinds == [
-        "ClusterIssuer", "ClusterIssuer", "HelmChart", "HelmChart", "Secret", "Secret", "Secret"
+        "ClusterIssuer",
+        "ClusterIssuer",
+        *["HelmChart"] * 4,
+        "HelmChartConfig",
+        *["Secret"] * 4,
     ]
     for name, docs in found.items():
         for doc in docs:
             if doc["kind"] == "HelmChart":
                 jsonschema.validate(doc, HELM_CHART)
+            elif doc["kind"] == "HelmChartConfig":
+                jsonschema.validate(doc, HELM_CHART_CONFIG)
             elif doc["kind"] == "Secret":
                 kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
             else:
@@ -149,6 +167,10 @@ def test_the_validators_refuse_a_misspelled_field(rendered: dict[str, RenderedNo
     chart["spec"]["valueContent"] = chart["spec"].pop("valuesContent")
     with pytest.raises(jsonschema.ValidationError, match="valueContent"):
         jsonschema.validate(chart, HELM_CHART)
+    config = copy.deepcopy(helm_charts(_charts_text(found))["traefik"])
+    config["spec"]["valueContent"] = config["spec"].pop("valuesContent")
+    with pytest.raises(jsonschema.ValidationError, match="valueContent"):
+        jsonschema.validate(config, HELM_CHART_CONFIG)
     issuer = copy.deepcopy(found[ISSUERS_MANIFEST][0])
     issuer["spec"]["acme"]["solvers"][0]["dns01"]["cloudDns"] = {"project": "x"}
     # The CRD's models drop the field they do not know (cloudDNS is the one they know), so
@@ -170,7 +192,7 @@ def test_external_dns_values_validate_against_the_pinned_charts_schema(
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
     chart = helm_charts(files[f"{MANIFESTS}/{CHARTS_MANIFEST}"])["external-dns"]
-    assert chart["spec"]["version"] == CHARTS.external_dns.version
+    assert chart["spec"]["version"] == PINNED.external_dns.version
     schema = values_schema("external-dns", chart["spec"]["version"])
     values = yaml.safe_load(chart["spec"]["valuesContent"])
     jsonschema.validate(values, schema)
@@ -184,9 +206,20 @@ def test_the_charts_are_the_pinned_ones_from_their_repositories(
 ) -> None:
     files = ignition_files(rendered["control-plane"].ignition)
     found = helm_charts(files[f"{MANIFESTS}/{CHARTS_MANIFEST}"])
-    assert list(found) == ["cert-manager", "external-dns"]
+    assert list(found) == [
+        "hcloud-cloud-controller-manager",
+        "hcloud-csi",
+        "traefik",
+        "cert-manager",
+        "external-dns",
+    ]
     pins = load_chart_pins(REPO)
-    for chart, pin in ((CERT_MANAGER, pins.cert_manager), (EXTERNAL_DNS, pins.external_dns)):
+    for chart, pin in (
+        (CERT_MANAGER, pins.cert_manager),
+        (EXTERNAL_DNS, pins.external_dns),
+        (HCLOUD_CCM, pins.hcloud_ccm),
+        (HCLOUD_CSI, pins.hcloud_csi),
+    ):
         doc = found[chart.name]
         assert doc["metadata"] == {
             "name": chart.name,
@@ -196,6 +229,9 @@ def test_the_charts_are_the_pinned_ones_from_their_repositories(
         assert (doc["spec"]["repo"], doc["spec"]["chart"]) == (chart.repo, chart.name)
         assert doc["spec"]["version"] == pin.version
         assert doc["spec"]["targetNamespace"] == chart.target_namespace
+        # Only the cloud controller's install job runs before nodes are initialised.
+        assert doc["spec"].get("bootstrap", False) is (chart is HCLOUD_CCM)
+    assert (HCLOUD_CCM.repo, HCLOUD_CSI.repo) == ("https://charts.hetzner.cloud",) * 2
     cert_manager = found["cert-manager"]["spec"]
     assert cert_manager["createNamespace"] is True
     # With its CRDs, and the issuers' Secrets (credentials, ACME keys) in kube-system.
@@ -203,6 +239,165 @@ def test_the_charts_are_the_pinned_ones_from_their_repositories(
         "crds": {"enabled": True, "keep": True},
         "clusterResourceNamespace": "kube-system",
     }
+
+
+# What Hetzner's cloud controller 1.35.0 reads from its environment: internal/config/config.go
+# and internal/config/load_balancer_envs.go (hetznercloud/hcloud-cloud-controller-manager).
+CCM_ENV = {
+    *("HCLOUD_TOKEN", "HCLOUD_ENDPOINT", "HCLOUD_NETWORK", "HCLOUD_DEBUG"),
+    *("ROBOT_ENABLED", "ROBOT_USER", "ROBOT_PASSWORD", "ROBOT_CACHE_TIMEOUT"),
+    *("ROBOT_RATE_LIMIT_WAIT_TIME", "ROBOT_FORWARD_INTERNAL_IPS"),
+    *("HCLOUD_INSTANCES_ZONE_LABEL_ENABLED", "HCLOUD_INSTANCES_ADDRESS_FAMILY"),
+    *("HCLOUD_SERVER_CACHE_MODE", "HCLOUD_SERVER_CACHE_MAX_AGE"),
+    *("HCLOUD_NETWORK_DISABLE_ATTACHED_CHECK", "HCLOUD_NETWORK_ROUTES_ENABLED"),
+    *("HCLOUD_METRICS_ENABLED", "HCLOUD_METRICS_ADDRESS"),
+    *(
+        f"HCLOUD_LOAD_BALANCERS_{name}"
+        for name in (
+            "ENABLED",
+            "LOCATION",
+            "NETWORK_ZONE",
+            "DISABLE_PRIVATE_INGRESS",
+            "USE_PRIVATE_IP",
+            "DISABLE_IPV6",
+            "ALGORITHM_TYPE",
+            "DISABLE_PUBLIC_NETWORK",
+            "HEALTH_CHECK_INTERVAL",
+            "HEALTH_CHECK_RETRIES",
+            "HEALTH_CHECK_TIMEOUT",
+            "PRIVATE_SUBNET_IP_RANGE",
+            "TYPE",
+            "USES_PROXYPROTOCOL",
+        )
+    ),
+}
+
+
+def declared(values: Any, defaults: Any, where: str = "") -> None:
+    """Every value set in `values` is one `defaults` (a chart's values.yaml) declares, of the
+    same type; the `env` map's names are the controller's own (CCM_ENV)."""
+    assert isinstance(values, dict) and isinstance(defaults, dict), where
+    for key, value in values.items():
+        assert key in defaults, f"{where}{key} is not a value of the chart"
+        if where + key == "env":
+            assert set(value) <= CCM_ENV, set(value) - CCM_ENV
+            assert all(set(entry) == {"value"} for entry in value.values())
+            assert all(isinstance(entry["value"], str) for entry in value.values())
+        elif isinstance(defaults[key], dict):
+            declared(value, defaults[key], f"{where}{key}.")
+        else:
+            assert type(value) is type(defaults[key]), f"{where}{key}"
+
+
+def hetzner_values(files: Mapping[str, str | bytes], name: str) -> Any:
+    text = files.get(CHARTS_MANIFEST) or files[f"{MANIFESTS}/{CHARTS_MANIFEST}"]
+    return yaml.safe_load(helm_charts(text)[name]["spec"]["valuesContent"])
+
+
+def test_the_csi_values_validate_against_the_pinned_charts_schema(
+    rendered: dict[str, RenderedNode],
+) -> None:
+    files = ignition_files(rendered["control-plane"].ignition)
+    values = hetzner_values(files, "hcloud-csi")
+    schema = strict(values_schema("hcloud-csi", PINNED.hcloud_csi.version))
+    jsonschema.validate(values, schema)
+    assert values == {
+        "controller": {"hcloudVolumeDefaultLocation": "nbg1"},
+        "node": {"hostNetwork": True},  # the metadata guard closes pod networks to it
+        "storageClasses": [
+            {"name": "hcloud-volumes", "defaultStorageClass": True, "reclaimPolicy": "Retain"}
+        ],
+    }
+    with pytest.raises(jsonschema.ValidationError, match="hostNetwrok"):
+        jsonschema.validate({**values, "node": {"hostNetwrok": True}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**values, "storageClasses": {"name": "x"}}, schema)
+
+
+def test_the_cloud_controller_values_are_the_charts_own(
+    rendered: dict[str, RenderedNode],
+) -> None:
+    """Its chart ships no values schema: each value is checked against the chart's defaults."""
+    files = ignition_files(rendered["control-plane"].ignition)
+    values = hetzner_values(files, "hcloud-cloud-controller-manager")
+    path = DATA / "charts" / f"{HCLOUD_CCM.name}-{PINNED.hcloud_ccm.version}.values.yaml"
+    if not path.is_file():
+        pytest.fail(
+            f"image/charts.pin pins {HCLOUD_CCM.name} {PINNED.hcloud_ccm.version} but {path} "
+            "is missing: vendor that version's values.yaml (see tests/data/charts/README.md)"
+        )
+    defaults = yaml.safe_load(path.read_text())
+    declared(values, defaults)
+    assert values == {
+        "networking": {"enabled": True, "clusterCIDR": "10.42.0.0/16"},
+        "env": {
+            "HCLOUD_NETWORK_ROUTES_ENABLED": {"value": "false"},
+            "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": "nbg1"},
+            "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "true"},
+        },
+    }
+    # The chart's network comes from the same Secret raya writes, under the key it writes.
+    assert defaults["networking"]["network"]["valueFrom"]["secretKeyRef"] == {
+        "name": "hcloud",
+        "key": "network",
+    }
+    assert defaults["env"]["HCLOUD_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "hcloud",
+        "key": "token",
+    }
+    wrong: dict[str, Any]
+    for wrong in ({"networking": {"enable": True}}, {"env": {"HCLOUD_NETWORK_ROUTES": {}}}):
+        with pytest.raises(AssertionError):
+            declared(wrong, defaults)
+
+
+def test_the_hcloud_secret_holds_the_token_and_the_network(
+    cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
+) -> None:
+    files = ignition_files(rendered["control-plane"].ignition)
+    (secret,) = yaml.safe_load_all(files[f"{MANIFESTS}/{HCLOUD_SECRET[0]}"])
+    kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
+    assert secret["metadata"]["name"] == "hcloud"  # what both charts read by default
+    assert secret["metadata"]["namespace"] == "kube-system"
+    assert secret["stringData"] == {"token": secrets.hcloud_token, "network": "raya"}
+    assert cluster.config.network_name == "raya"  # the network the program creates
+    # The token is in that file only.
+    token = secrets.hcloud_token.encode()
+    assert [path for path, data in files.items() if token in data] == [
+        f"{MANIFESTS}/{HCLOUD_SECRET[0]}"
+    ]
+
+
+def test_traefik_becomes_a_load_balancer_over_the_private_network(
+    rendered: dict[str, RenderedNode],
+) -> None:
+    files = ignition_files(rendered["control-plane"].ignition)
+    traefik = helm_charts(files[f"{MANIFESTS}/{CHARTS_MANIFEST}"])["traefik"]
+    assert (traefik["kind"], traefik["metadata"]["namespace"]) == ("HelmChartConfig", "kube-system")
+    values = yaml.safe_load(traefik["spec"]["valuesContent"])
+    assert values == {
+        "service": {
+            "annotations": {
+                "load-balancer.hetzner.cloud/name": "raya-ingress",
+                "load-balancer.hetzner.cloud/location": "nbg1",
+                "load-balancer.hetzner.cloud/type": "lb11",
+                "load-balancer.hetzner.cloud/use-private-ip": "true",
+            }
+        }
+    }
+
+
+def test_locations_follow_the_stack() -> None:
+    stack = config(location="hel1", clusterName="lab")
+    files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
+    ccm = hetzner_values(files, "hcloud-cloud-controller-manager")
+    assert ccm["env"]["HCLOUD_LOAD_BALANCERS_LOCATION"] == {"value": "hel1"}
+    assert hetzner_values(files, "hcloud-csi")["controller"] == {
+        "hcloudVolumeDefaultLocation": "hel1"
+    }
+    traefik = hetzner_values(files, "traefik")
+    assert traefik["service"]["annotations"]["load-balancer.hetzner.cloud/location"] == "hel1"
+    assert traefik["service"]["annotations"]["load-balancer.hetzner.cloud/name"] == "lab-ingress"
 
 
 @pytest.mark.parametrize(
@@ -223,7 +418,7 @@ def test_the_charts_are_the_pinned_ones_from_their_repositories(
 )
 def test_zone_and_project_follow_the_stack(stack: StackConfig, project: str) -> None:
     zone = stack.zone_dns_name.rstrip(".")
-    files = manifests(stack, CHARTS, KEYS[project], KEYS[project])
+    files = manifests(stack, PINNED, KEYS[project], KEYS[project])
     chart = helm_charts(files[CHARTS_MANIFEST])["external-dns"]
     values = yaml.safe_load(chart["spec"]["valuesContent"])
     assert values["domainFilters"] == [zone]
@@ -263,7 +458,7 @@ def test_two_clusters_never_share_an_owner_id() -> None:
     same_name = [config(), config(managedSubdomain="other"), config(parentZone="example.net")]
     owners = set()
     for stack in same_name:
-        files = manifests(stack, CHARTS, KEYS["alpha-project"], KEYS["alpha-project"])
+        files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
         chart = helm_charts(files[CHARTS_MANIFEST])["external-dns"]
         owners.add(yaml.safe_load(chart["spec"]["valuesContent"])["txtOwnerId"])
     assert len(owners) == len(same_name)
@@ -280,7 +475,7 @@ def test_two_clusters_never_share_an_owner_id() -> None:
 )
 def test_a_key_without_a_usable_project_is_refused(key: str) -> None:
     with pytest.raises(RenderError, match=r"secrets: cert_manager_key has no usable project_id"):
-        manifests(config(), CHARTS, KEYS["alpha-project"], key)
+        manifests(config(), PINNED, KEYS["alpha-project"], key)
 
 
 def test_the_control_plane_render_uses_the_keys_projects(
@@ -288,7 +483,7 @@ def test_the_control_plane_render_uses_the_keys_projects(
 ) -> None:
     found = documents(ignition_files(rendered["control-plane"].ignition))
     # generate_example_secrets mints its keys in project raya-example.
-    chart = found[CHARTS_MANIFEST][1]
+    chart = helm_charts(_charts_text(found))["external-dns"]
     assert "--google-project=raya-example" in chart["spec"]["valuesContent"]
     for issuer in found[ISSUERS_MANIFEST]:
         assert issuer["spec"]["acme"]["solvers"][0]["dns01"]["cloudDNS"]["project"] == (
@@ -301,6 +496,7 @@ def test_no_agent_carries_any_of_it(
     cluster: Cluster, secrets: ClusterSecrets, rendered: dict[str, RenderedNode]
 ) -> None:
     markers = [b"helm.cattle.io", b"cert-manager", b"external-dns", b"letsencrypt"]
+    markers += [b"charts.hetzner.cloud", b"hcloud-csi", secrets.hcloud_token.encode()]
     markers.append(cluster.config.acme_email.encode())
     for agent in cluster.agents:
         files = ignition_files(rendered[agent.name].ignition)
@@ -317,14 +513,14 @@ def test_no_agent_carries_any_of_it(
 
 def test_manifests_are_deterministic_and_carry_no_key() -> None:
     stack = config()
-    first = manifests(stack, CHARTS, KEYS["alpha-project"], KEYS["beta-project-2"])
-    assert first == manifests(stack, CHARTS, KEYS["alpha-project"], KEYS["beta-project-2"])
+    first = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
+    assert first == manifests(stack, PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
     for key in KEYS.values():
         private_key = json.loads(key)["private_key"]
         assert all(private_key not in text for text in first.values())
     # Everything but the charts' versions is independent of the pins.
     bumped = dataclasses.replace(
-        CHARTS, external_dns=dataclasses.replace(CHARTS.external_dns, version="9.9.9")
+        PINNED, external_dns=dataclasses.replace(PINNED.external_dns, version="9.9.9")
     )
     second = manifests(stack, bumped, KEYS["alpha-project"], KEYS["beta-project-2"])
     assert [name for name in first if first[name] != second[name]] == [CHARTS_MANIFEST]
@@ -366,21 +562,40 @@ def helm_chart(name: str, job: str | None) -> dict[str, Any]:
     return {"kind": "HelmChart", "metadata": {"name": name}, "status": status}
 
 
-def test_status_of_a_cluster_that_is_up() -> None:
+def installed(objects: dict[str, Any], failing: str = "") -> None:
+    """Every chart's install job complete (but `failing`'s) and its workloads ready."""
     base = "/apis/helm.cattle.io/v1/namespaces/kube-system/helmcharts"
-    jobs = "/apis/batch/v1/namespaces/kube-system/jobs"
+    for chart in CHARTS:
+        job = f"helm-install-{chart.name}"
+        objects[f"{base}/{chart.name}"] = helm_chart(chart.name, job)
+        objects[f"/apis/batch/v1/namespaces/kube-system/jobs/{job}"] = (
+            {
+                "status": {
+                    "failed": 2,
+                    "conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimit"}],
+                }
+            }
+            if chart.name == failing
+            else JOB_COMPLETE
+        )
+    apps = "/apis/apps/v1/namespaces/kube-system"
+    objects[f"{apps}/deployments/hcloud-cloud-controller-manager"] = {
+        "spec": {"replicas": 1},
+        "status": {"readyReplicas": 1},
+    }
+    objects[f"{apps}/deployments/hcloud-csi-controller"] = {
+        "spec": {"replicas": 1},
+        "status": {"readyReplicas": 1},
+    }
+    objects[f"{apps}/daemonsets/hcloud-csi-node"] = {
+        "status": {"desiredNumberScheduled": 4, "numberReady": 4}
+    }
+
+
+def test_status_of_a_cluster_that_is_up() -> None:
     issuers = "/apis/cert-manager.io/v1/clusterissuers"
     ready = {"type": "Ready", "status": "True", "message": "The ACME account was registered"}
-    objects = {
-        f"{base}/cert-manager": helm_chart("cert-manager", "helm-install-cert-manager"),
-        f"{base}/external-dns": helm_chart("external-dns", "helm-install-external-dns"),
-        f"{jobs}/helm-install-cert-manager": JOB_COMPLETE,
-        f"{jobs}/helm-install-external-dns": {
-            "status": {
-                "failed": 2,
-                "conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimit"}],
-            }
-        },
+    objects: dict[str, Any] = {
         f"{issuers}/letsencrypt-staging": {"status": {"conditions": [ready]}},
         f"{issuers}/letsencrypt-production": {
             "status": {
@@ -388,9 +603,24 @@ def test_status_of_a_cluster_that_is_up() -> None:
             }
         },
     }
+    installed(objects, failing="external-dns")
     with api(objects) as url:
         states = addon_status(client(url))
     assert states == (
+        AddonState(
+            "HelmChart",
+            "hcloud-cloud-controller-manager",
+            True,
+            "job helm-install-hcloud-cloud-controller-manager complete; "
+            "deployment hcloud-cloud-controller-manager 1/1 ready",
+        ),
+        AddonState(
+            "HelmChart",
+            "hcloud-csi",
+            True,
+            "job helm-install-hcloud-csi complete; deployment hcloud-csi-controller 1/1 ready; "
+            "daemonset hcloud-csi-node 4/4 ready",
+        ),
         AddonState("HelmChart", "cert-manager", True, "job helm-install-cert-manager complete"),
         AddonState(
             "HelmChart", "external-dns", False, "job helm-install-external-dns failed: BackoffLimit"
@@ -407,6 +637,31 @@ def test_status_of_a_cluster_that_is_up() -> None:
     )
 
 
+def test_an_installed_chart_whose_pods_are_not_ready_is_not_healthy() -> None:
+    """A bad token: the install job completes, the cloud controller crash-loops."""
+    objects: dict[str, Any] = {}
+    installed(objects)
+    apps = "/apis/apps/v1/namespaces/kube-system"
+    objects[f"{apps}/deployments/hcloud-cloud-controller-manager"]["status"] = {}
+    objects[f"{apps}/daemonsets/hcloud-csi-node"]["status"]["numberReady"] = 3
+    del objects[f"{apps}/deployments/hcloud-csi-controller"]
+    with api(objects) as url:
+        states = {state.name: state for state in addon_status(client(url))}
+    assert states["hcloud-cloud-controller-manager"] == AddonState(
+        "HelmChart",
+        "hcloud-cloud-controller-manager",
+        False,
+        "job helm-install-hcloud-cloud-controller-manager complete; "
+        "deployment hcloud-cloud-controller-manager 0/1 ready",
+    )
+    assert states["hcloud-csi"].ready is False
+    assert states["hcloud-csi"].detail == (
+        "job helm-install-hcloud-csi complete; deployment hcloud-csi-controller not found; "
+        "daemonset hcloud-csi-node 3/4 ready"
+    )
+    assert states["cert-manager"].ready  # no workloads listed: its job says it all
+
+
 def test_status_of_a_cluster_still_starting() -> None:
     base = "/apis/helm.cattle.io/v1/namespaces/kube-system/helmcharts"
     objects = {
@@ -420,6 +675,12 @@ def test_status_of_a_cluster_still_starting() -> None:
     with api(objects) as url:
         states = addon_status(client(url))
     assert [(state.name, state.ready, state.detail) for state in states] == [
+        (
+            "hcloud-cloud-controller-manager",
+            False,
+            "no HelmChart kube-system/hcloud-cloud-controller-manager yet",
+        ),
+        ("hcloud-csi", False, "no HelmChart kube-system/hcloud-csi yet"),
         ("cert-manager", False, "job helm-install-cert-manager running, 1 failed attempts"),
         ("external-dns", False, "no install job yet"),
         ("letsencrypt-staging", False, "no Ready condition yet"),
@@ -427,6 +688,8 @@ def test_status_of_a_cluster_still_starting() -> None:
     ]
     with api({}) as url:
         assert {state.detail for state in addon_status(client(url))} == {
+            "no HelmChart kube-system/hcloud-cloud-controller-manager yet",
+            "no HelmChart kube-system/hcloud-csi yet",
             "no HelmChart kube-system/cert-manager yet",
             "no HelmChart kube-system/external-dns yet",
             "not created yet (cert-manager not up?)",

@@ -98,8 +98,8 @@ def load_secrets(path: Path) -> ClusterSecrets:
 
 def test_the_list_form_renders_the_bytes_raya_rendered_before_pools(cluster: Cluster) -> None:
     """The example fleet (the list form), rendered with fixed throwaway secrets, against the
-    sha256 of each node's Ignition as rendered by raya before pools (main at 30b362f, the
-    digests in `digests.json` written by that tree with the same secrets)."""
+    sha256 of each node's Ignition as rendered by raya before pools, with the same secrets
+    (tests/data/list-form/README.md says which tree wrote `digests.json`)."""
     secrets = load_secrets(DATA / "secrets.json")
     expected = json.loads((DATA / "digests.json").read_text())
     rendered = render_cluster(cluster, secrets, charts=CHARTS, volume_id=VOLUME_ID)

@@ -165,6 +165,11 @@ def test_control_plane_config(
         "tls-san": ["cp.raya.example.com", "10.0.1.15"],
         # raya:controlPlaneSchedulable defaults to false: workloads stay off the CA keys.
         "node-taint": ["node-role.kubernetes.io/control-plane:NoSchedule"],
+        # Hetzner's cloud controller initialises the nodes, its load balancers replace
+        # ServiceLB (docs/hetzner.md).
+        "kubelet-arg": ["cloud-provider=external"],
+        "disable-cloud-controller": True,
+        "disable": ["servicelb"],
         # Snapshots every 6 hours, 28 kept (docs/backups.md), uploaded with the settings of a
         # Secret: no S3 key here.
         "etcd-snapshot-schedule-cron": "0 */6 * * *",
@@ -240,6 +245,7 @@ def test_agent_config(
             "node-name": agent.name,
             "node-ip": str(agent.private_ip),
             "flannel-iface": "enp7s0",
+            "kubelet-arg": ["cloud-provider=external"],  # every kubelet, not only the server's
         }
         assert agent.index is not None
         password = files["/etc/rancher/node/password"].decode()
@@ -356,9 +362,9 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
         for entry in config["storage"]["files"]
         if entry["path"].startswith("/var/lib/raya/k3s-server-seed/")
     ]
-    # The four CA files and the five manifests (the two service account Secrets, the
-    # snapshots' S3 Secret, the HelmCharts, the issuers).
-    assert len(seeded) == 9
+    # The four CA files and the six manifests (the two service account Secrets, the cluster's
+    # Hetzner token's Secret, the snapshots' S3 Secret, the HelmCharts, the issuers).
+    assert len(seeded) == 10
     on_volume = "/var/lib/rancher/k3s/server"
     assert not [e for e in config["storage"]["files"] if e["path"].startswith(on_volume)]
     files = ignition_files(rendered["control-plane"].ignition)
@@ -415,7 +421,7 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
     size = int(re.search(r"is (\d+) bytes", message)[1])  # type: ignore[index]
     assert size > 6000
     assert "over Hetzner's user_data limit of 6000" in message
-    assert "/var/lib/raya/k3s-server-seed/manifests/* (5 entries, " in message
+    assert "/var/lib/raya/k3s-server-seed/manifests/* (6 entries, " in message
 
 
 @pytest.mark.parametrize(
@@ -428,6 +434,9 @@ def test_a_config_over_the_limit_names_node_size_and_biggest_parts(
         ({"agent_secret": "abcdef.0123456789abcdef"}, "agent_secret .*bootstrap token"),
         ({"external_dns_key": "{}"}, "external_dns_key is not a GCP service account key"),
         ({"cert_manager_key": "nope"}, "cert_manager_key is not JSON"),
+        ({"hcloud_token": ""}, r"hcloud_token \(raya:clusterHcloudToken\) is 0 characters"),
+        ({"hcloud_token": "a" * 63}, "hcloud_token .* is 63 characters; accepted: a Hetzner"),
+        ({"hcloud_token": "a" * 32 + " " + "a" * 31}, "hcloud_token .* is 64 characters"),
     ],
 )
 def test_unusable_secrets_are_refused(

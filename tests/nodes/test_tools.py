@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -49,7 +50,7 @@ GUARD = "raya-metadata-guard.service"
 # volume mount).
 NODE_UNITS = (
     WAIT_UNIT,
-    "raya-public-ipv4.service",
+    "raya-node-metadata.service",
     GUARD,
     "raya-ssh-keys.service",
     "raya-ssh-keys.timer",
@@ -65,6 +66,7 @@ VOLUME_UNITS = (
     "raya-k3s-seed.service",
     DEVICE_UNIT,
 )
+LOCAL_PATH_UNIT = "raya-local-path.service"  # the control plane's: ordered after k3s
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -176,6 +178,7 @@ def test_ignition_applies_the_control_plane(
         "raya-etcd-s3.yaml": 0o600,
         "raya-cert-manager-credentials.yaml": 0o600,
         "raya-external-dns-credentials.yaml": 0o600,
+        "raya-hcloud-credentials.yaml": 0o600,
         "raya-helm-charts.yaml": 0o600,
         "raya-cluster-issuers.yaml": 0o600,
     }
@@ -183,11 +186,13 @@ def test_ignition_applies_the_control_plane(
         p.name: [doc["kind"] for doc in yaml.safe_load_all(p.read_text())]
         for p in manifests.iterdir()
     }
-    assert kinds["raya-helm-charts.yaml"] == ["HelmChart", "HelmChart"]
+    assert kinds["raya-helm-charts.yaml"] == [*["HelmChart"] * 2, "HelmChartConfig"] + [
+        "HelmChart"
+    ] * 2
     assert kinds["raya-cluster-issuers.yaml"] == ["ClusterIssuer", "ClusterIssuer"]
     assert (root / "etc/rancher/k3s/config.yaml").stat().st_mode & 0o777 == 0o600
     # /usr/local is /var/usrlocal, as on FCOS
-    assert (root / "var/usrlocal/bin/raya-public-ipv4").stat().st_mode & 0o777 == 0o755
+    assert (root / "var/usrlocal/bin/raya-node-metadata").stat().st_mode & 0o777 == 0o755
     assert "enable k3s.service" in _preset(root)
     assert (root / "etc/systemd/system/k3s.service").read_text() == _unit(node, "k3s.service")
     _check_core_user(root)
@@ -286,7 +291,7 @@ def test_systemd_accepts_every_unit(
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
         k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
-        own = [*VOLUME_UNITS, k3s] if name == "control-plane" else [k3s]
+        own = [*VOLUME_UNITS, k3s, LOCAL_PATH_UNIT] if name == "control-plane" else [k3s]
         assert sorted(units) == sorted([*NODE_UNITS, *own]), name
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
@@ -305,8 +310,9 @@ def test_units_need_the_private_network_and_the_public_address(
         wait = _unit(node, WAIT_UNIT).splitlines()
         assert {"Before=network-online.target", "WantedBy=network-online.target"} <= set(wait)
         # The metadata guard loads before any network (see below); the volume's units need
-        # none, and the certificate check runs after k3s, itself after the network.
-        local = {WAIT_UNIT, GUARD, *VOLUME_UNITS, "raya-k3s-certs.service"}
+        # none, and the certificate check and the local-path unit run after k3s, itself after
+        # the network.
+        local = {WAIT_UNIT, GUARD, *VOLUME_UNITS, "raya-k3s-certs.service", LOCAL_PATH_UNIT}
         for name in set(_unit_names(node)) - local:
             if name.endswith((".timer", ".device")):
                 continue
@@ -315,8 +321,8 @@ def test_units_need_the_private_network_and_the_public_address(
             assert "After=network-online.target" in lines, name
         k3s = next(name for name in _unit_names(node) if name.startswith("k3s"))
         lines = _unit(node, k3s).splitlines()
-        assert "Requires=raya-public-ipv4.service" in lines
-        assert "After=raya-public-ipv4.service" in lines
+        assert "Requires=raya-node-metadata.service" in lines
+        assert "After=raya-node-metadata.service" in lines
         assert "Restart=always" in lines
 
 
@@ -361,7 +367,7 @@ def test_restarts_and_presets_as_documented(
     assert "RestartSec=10s" in _unit(rendered["agent-0"], "k3s-agent.service").splitlines()
     assert "RestartSec=5s" in _unit(rendered["control-plane"], "k3s.service").splitlines()
     for root in applied.values():
-        assert "disable raya-public-ipv4.service" in _preset(root)
+        assert "disable raya-node-metadata.service" in _preset(root)
 
 
 def test_tmpfiles_rule_relabels_k3s_without_touching_its_mode(
@@ -391,39 +397,92 @@ def _exec_start(unit: str) -> list[str]:
     return line.removeprefix("ExecStart=").split()
 
 
-def test_public_address_script_retries_until_it_has_an_address(
+def _with_stubs(argv: list[str], stubs: Path) -> subprocess.CompletedProcess[str]:
+    """`argv` run with the commands in `stubs` first on PATH."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": f"{stubs}:{os.environ['PATH']}"},
+    )
+
+
+def test_node_metadata_script_retries_until_it_has_the_address_and_the_server_id(
     rendered: dict[str, RenderedNode], applied: dict[str, Path], tmp_path: Path
 ) -> None:
+    """Against a stand-in of Hetzner's metadata service: `public-ipv4` and `instance-id`
+    under /hetzner/v1/metadata, each a text body (docs.hetzner.cloud, "Server metadata")."""
     require_tool("curl")
-    unit = _unit(rendered["agent-0"], "raya-public-ipv4.service")
+    unit = _unit(rendered["agent-0"], "raya-node-metadata.service")
     script, metadata_url, dropin = _exec_start(unit)
-    assert metadata_url == "http://169.254.169.254/hetzner/v1/metadata/public-ipv4"
-    assert dropin == "/etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml"
-    answers: list[tuple[int, bytes]] = [(500, b"busy"), (200, b"<html>not an address</html>")]
+    assert metadata_url == "http://169.254.169.254/hetzner/v1/metadata"
+    assert dropin == "/etc/rancher/k3s/config.yaml.d/50-node-metadata.yaml"
+    address: list[tuple[int, bytes]] = [(500, b"busy"), (200, b"<html>not an address</html>")]
+    server: list[tuple[int, bytes]] = [(503, b"later"), (200, b"0042")]
 
-    def metadata(_: object) -> tuple[int, bytes]:
-        return answers.pop(0) if answers else (200, b"203.0.113.7")
+    def answer(answers: list[tuple[int, bytes]], last: bytes) -> Callable[..., tuple[int, bytes]]:
+        return lambda _: answers.pop(0) if answers else (200, last)
 
-    handler: Callable[..., tuple[int, bytes]] = metadata
     executable = applied["agent-0"] / "var/usrlocal/bin" / Path(script).name
-    output = tmp_path / "50-node-external-ip.yaml"
+    output = tmp_path / "50-node-metadata.yaml"
     # A `sleep` that records how long the script waits between tries, and does not wait.
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "sleep").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "sleeps"}\n')
     (stubs / "sleep").chmod(0o755)
-    with http_server(routes({"/hetzner/v1/metadata/public-ipv4": handler})) as url:
-        result = subprocess.run(
-            [str(executable), f"{url}/hetzner/v1/metadata/public-ipv4", str(output)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"PATH": f"{stubs}:{os.environ['PATH']}"},
-        )
+    metadata = {
+        "/hetzner/v1/metadata/public-ipv4": answer(address, b"203.0.113.7"),
+        "/hetzner/v1/metadata/instance-id": answer(server, b"108542369"),
+    }
+    with http_server(routes(metadata)) as url:
+        result = _with_stubs([str(executable), f"{url}/hetzner/v1/metadata", str(output)], stubs)
     assert result.returncode == 0, result.stderr
-    assert answers == []
-    assert result.stderr.count("retrying") == 2
-    assert (tmp_path / "sleeps").read_text().split() == ["2", "2"]  # every 2 s
-    assert output.read_text() == 'node-external-ip: "203.0.113.7"\n'
+    assert address == [] and server == []
+    assert result.stderr.count("no public-ipv4 from") == 2
+    assert result.stderr.count("no instance-id from") == 2  # 0042 is not a server id
+    assert (tmp_path / "sleeps").read_text().split() == ["2"] * 4  # every 2 s
+    assert output.read_text() == (
+        'node-external-ip: "203.0.113.7"\n'
+        'kubelet-arg+:\n  - "provider-id=hcloud://108542369"\n'
+    )
+    # k3s reads it so: the kubelet arguments of config.yaml, then this one appended.
+    assert yaml.safe_load(output.read_text()) == {
+        "node-external-ip": "203.0.113.7",
+        "kubelet-arg+": ["provider-id=hcloud://108542369"],
+    }
     assert not output.with_name(output.name + ".tmp").exists()
+
+
+def test_local_path_stops_being_the_default_once_k3s_answers(
+    rendered: dict[str, RenderedNode], tmp_path: Path
+) -> None:
+    """The control plane's unit, run with a stand-in `k3s` refusing twice (k3s not up yet,
+    then the class not created yet) and accepting the third time: k3s' own kubectl is asked
+    to annotate the class, until it does."""
+    lines = _unit(rendered["control-plane"], LOCAL_PATH_UNIT).splitlines()
+    assert {"After=k3s.service", "WantedBy=k3s.service"} <= set(lines)
+    agents = [node for node in rendered.values() if node.node.role == "agent"]
+    assert not [node for node in agents if LOCAL_PATH_UNIT in _unit_names(node)]
+    command = next(line for line in lines if line.startswith("ExecStart="))
+    shell, flag, script = shlex.split(command.removeprefix("ExecStart="))
+    assert (shell, flag) == ("/bin/sh", "-c")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    (stubs / "k3s").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$(wc -l < {calls})" -ge 3 ]\n'
+    )
+    (stubs / "sleep").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "sleeps"}\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    stubbed = script.replace("/usr/local/bin/k3s", str(stubs / "k3s"))
+    result = _with_stubs([shell, flag, stubbed], stubs)
+    assert result.returncode == 0, result.stderr
+    annotate = (
+        "kubectl annotate --overwrite storageclass local-path "
+        "storageclass.kubernetes.io/is-default-class=false"
+    )
+    assert calls.read_text().splitlines() == [annotate] * 3
+    assert (tmp_path / "sleeps").read_text().split() == ["10", "10"]  # every 10 s

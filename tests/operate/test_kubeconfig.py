@@ -73,12 +73,12 @@ def test_stack_output_is_marked_secret() -> None:
 
     from raya.cloud.program import define
     from tests.cloud.program.mocks import run_program
-    from tests.cloud.program.test_program import EXAMPLE, PINS, RENDER
+    from tests.cloud.program.test_program import CLUSTER_TOKEN, EXAMPLE, PINS, RENDER
 
     flags: dict[str, bool] = {}
 
     def program() -> Any:
-        outputs = define(EXAMPLE, PINS, RENDER)
+        outputs = define(EXAMPLE, PINS, RENDER, hcloud_token=CLUSTER_TOKEN)
         return pulumi.Output.all(
             kubeconfig=outputs["kubeconfig"].is_secret(),
             zone=pulumi.Output.from_input(outputs["zone"]).is_secret(),

@@ -326,3 +326,160 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
     assert result.exit_code == 0, result.output
     assert runs[1:] == [("preview", ()), ("up", ("control-plane",)), ("up", ("agent-2",))]
     assert "rolled 2 node(s)" in result.stdout
+
+
+# ---- volumes: a Hetzner Volume moves with its pod, a local-path one would be lost ----
+
+
+def local_path_volume(name: str, node: str) -> dict[str, Any]:
+    """A PersistentVolume as k3s' local-path provisioner makes it: a hostPath under its
+    storage folder, pinned to the node (rancher/local-path-provisioner, provisioner.go)."""
+    return {
+        "kind": "PersistentVolume",
+        "apiVersion": "v1",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "local-path",
+            "hostPath": {
+                "path": f"/var/lib/rancher/k3s/storage/{name}_data_pgdata",
+                "type": "DirectoryOrCreate",
+            },
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+        "status": {"phase": "Bound"},
+    }
+
+
+def hetzner_volume(name: str) -> dict[str, Any]:
+    """A PersistentVolume as Hetzner's CSI driver provisions it: a `csi` source."""
+    return {
+        "kind": "PersistentVolume",
+        "apiVersion": "v1",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "hcloud-volumes",
+            "csi": {"driver": "csi.hetzner.cloud", "volumeHandle": "100234", "fsType": "ext4"},
+        },
+        "status": {"phase": "Bound"},
+    }
+
+
+def use_claim(
+    cluster: ka.Cluster, pod: str, claim: str, volume: dict[str, Any] | None
+) -> None:
+    """Pod `pod` mounts claim `claim` of its namespace, bound to `volume` (None: pending)."""
+    (found,) = [p for p in cluster.pods if p["metadata"]["name"] == pod]
+    namespace = found["metadata"]["namespace"]
+    found["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+    spec = {"volumeName": volume["metadata"]["name"]} if volume else {}
+    cluster.objects[f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"] = {
+        "kind": "PersistentVolumeClaim",
+        "apiVersion": "v1",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], **spec},
+    }
+    if volume:
+        cluster.objects[f"/api/v1/persistentvolumes/{volume['metadata']['name']}"] = volume
+
+
+def test_a_local_path_claim_blocks_the_roll_and_is_named(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError) as caught:
+        roller(deployed, api, replace, clock).run(rl.plan(NODES, [], ["agent-0", "agent-1"]))
+    assert str(caught.value) == (
+        "agent-0: local-path claims on this node's disk would be lost with its server: "
+        "data/pgdata (pod db-0); move their data to hcloud-volumes claims, or roll with "
+        "--accept-local-data-loss; left as it was; not touched: agent-1"
+    )
+    assert replace.asked == []
+    # Checked before anything changes: not even cordoned.
+    assert not [path for _, method, path in cluster.log if method in ("PATCH", "POST")]
+
+
+def test_accepting_the_loss_rolls_the_node_and_says_so(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
+    replace = Replacer(cluster)
+    roll = roller(deployed, api, replace, clock, accept_local_loss=True)
+    lines: list[str] = []
+    roll.say = lines.append
+    roll.run(rl.plan(NODES, ["agent-0"], []))
+    assert [entry[0] for entry in replace.asked] == ["agent-0"]
+    assert "agent-0: losing the local-path claims, as accepted: data/pgdata (pod db-0)" in lines
+
+
+def test_a_hetzner_volume_claim_moves_with_its_pod(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    use_claim(cluster, "db-0", "pgdata", hetzner_volume("pvc-9f8e"))
+    use_claim(cluster, "web-1", "cache", None)  # not bound yet: nothing on the node's disk
+    replace = Replacer(cluster)
+    roller(deployed, api, replace, clock).run(rl.plan(NODES, ["agent-0"], []))
+    # Evicted like any pod, the node replaced once it left (the CSI driver detaches).
+    assert [(name, pods) for name, _, pods in replace.asked] == [
+        ("agent-0", ["flannel-x", "static"])
+    ]
+    assert "/api/v1/namespaces/data/pods/db-0/eviction" in posts(cluster)
+    assert ("GET", "/api/v1/persistentvolumes/pvc-9f8e") in [
+        (method, path) for _, method, path in cluster.log
+    ]
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_the_command_takes_the_flag(
+    deployed: Run,
+    cluster: ka.Cluster,
+    api: str,
+    clock: Clock,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    accept: bool,
+) -> None:
+    use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
+    replacer = Replacer(cluster)
+
+    def fake_run(action: str, root: Path, stack: str, on_output: Any, **kwargs: Any) -> Any:
+        if action == "up":
+            replacer(*kwargs["replace"])
+        return SimpleNamespace(drift={})
+
+    monkeypatch.setattr(deploy, "run", fake_run)
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: deployed.outputs)
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    flag = ["--accept-local-data-loss"] if accept else []
+    result = CliRunner().invoke(app, ["roll", "agent-0", "--root", str(project), *flag])
+    if accept:
+        assert result.exit_code == 0, result.output
+        assert [entry[0] for entry in replacer.asked] == ["agent-0"]
+    else:
+        assert isinstance(result.exception, rl.RollError)
+        assert "data/pgdata (pod db-0)" in str(result.exception)
+        assert "--accept-local-data-loss" in str(result.exception)
+        assert replacer.asked == []

@@ -275,7 +275,7 @@ def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) 
 
 def addons_installed(state: ka.Cluster, failing: str | None = None) -> None:
     """The add-ons as k3s leaves them once installed: each HelmChart's job complete (or
-    `failing`'s failed), each ClusterIssuer Ready."""
+    `failing`'s failed) and what it runs ready, each ClusterIssuer Ready."""
     for chart in addons.CHARTS:
         base = f"/apis/helm.cattle.io/v1/namespaces/{addons.NAMESPACE}/helmcharts/{chart.name}"
         job = f"helm-install-{chart.name}"
@@ -289,6 +289,13 @@ def addons_installed(state: ka.Cluster, failing: str | None = None) -> None:
             "kind": "Job",
             "status": {"conditions": [outcome]},
         }
+        for workload in chart.workloads:
+            path = f"/apis/apps/v1/namespaces/{addons.NAMESPACE}/{workload}"
+            state.objects[path] = (
+                {"status": {"desiredNumberScheduled": 4, "numberReady": 4}}
+                if workload.startswith("daemonsets/")
+                else {"spec": {"replicas": 1}, "status": {"readyReplicas": 1}}
+            )
     for name in addons.ISSUERS:
         state.objects[f"/apis/cert-manager.io/v1/clusterissuers/{name}"] = {
             "kind": "ClusterIssuer",
@@ -308,6 +315,15 @@ def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
     assert {check.state for check in nothing_yet.values()} == {st.UNHEALTHY}
     assert len(nothing_yet) == len(addons.CHARTS) + len(addons.ISSUERS)
     assert installed["HelmChart cert-manager"] == st.ok("job helm-install-cert-manager complete")
+    # Hetzner's cloud controller and CSI driver, with what they run.
+    assert installed["HelmChart hcloud-cloud-controller-manager"] == st.ok(
+        "job helm-install-hcloud-cloud-controller-manager complete; "
+        "deployment hcloud-cloud-controller-manager 1/1 ready"
+    )
+    assert installed["HelmChart hcloud-csi"] == st.ok(
+        "job helm-install-hcloud-csi complete; deployment hcloud-csi-controller 1/1 ready; "
+        "daemonset hcloud-csi-node 4/4 ready"
+    )
     assert installed["HelmChart external-dns"] == st.bad(
         "job helm-install-external-dns failed: BackoffLimitExceeded"
     )

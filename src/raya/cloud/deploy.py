@@ -21,6 +21,7 @@ from pulumi import automation as auto
 
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.errors import DeployError
+from raya.model.config import check_secret_settings, stack_file
 from raya.model.fleet import Cluster
 from raya.model.pins import load_chart_pins, load_pins
 from raya.model.project import load_cluster
@@ -111,9 +112,10 @@ def run(
     no_destroy_protected: bool = False,
     delete_backups: bool = False,
 ) -> Result:
-    """Run `action` on the stack. Before a preview or an update, the stack file, fleet and
-    pins are validated, so bad input fails here, in one line, before Pulumi starts; a destroy
-    does not run the program, and must work whatever state those files are in.
+    """Run `action` on the stack. Before a preview or an update, the stack file (its secret
+    settings present), fleet and pins are validated, so bad input fails here, in one line,
+    before Pulumi starts; a destroy does not run the program, and must work whatever state
+    those files are in.
 
     `replace` names nodes (`control-plane`, `agent-<i>`) to re-create with what the current
     inputs render (their drift), for a preview or an update: the program lifts its
@@ -131,6 +133,7 @@ def run(
     urns: list[str] = []
     if action != "destroy":
         cluster = load_cluster(root, stack_name)
+        check_secret_settings(stack_file(root, stack_name))
         load_pins(root)
         load_chart_pins(root)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]

@@ -44,7 +44,7 @@ from raya.model.pins import (
     k3s_pin_path,
     label_selector,
 )
-from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS
+from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
 
 HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
 FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
@@ -74,6 +74,7 @@ class Endpoints:
     # The Helm chart repositories: the official ones, which the cluster itself fetches from.
     cert_manager_charts: str = CERT_MANAGER.repo
     external_dns_charts: str = EXTERNAL_DNS.repo
+    hetzner_charts: str = HCLOUD_CCM.repo  # both of Hetzner's charts
 
     def __post_init__(self) -> None:
         for name in (
@@ -82,8 +83,18 @@ class Endpoints:
             "k3s_releases",
             "cert_manager_charts",
             "external_dns_charts",
+            "hetzner_charts",
         ):
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
+
+    def chart_repositories(self) -> dict[str, str]:
+        """Each chart's name -> the repository raya reads its releases from."""
+        return {
+            CERT_MANAGER.name: self.cert_manager_charts,
+            EXTERNAL_DNS.name: self.external_dns_charts,
+            HCLOUD_CCM.name: self.hetzner_charts,
+            HCLOUD_CSI.name: self.hetzner_charts,
+        }
 
 
 @dataclass(frozen=True)
@@ -284,10 +295,7 @@ def chart_updates(
     """The newest release of each chart, and what is wrong with the current pins: a pinned
     version the repository no longer lists, or listed with another digest than the pin's."""
     latest, problems = {}, []
-    for chart, repo_url in (
-        (CERT_MANAGER.name, endpoints.cert_manager_charts),
-        (EXTERNAL_DNS.name, endpoints.external_dns_charts),
-    ):
+    for chart, repo_url in endpoints.chart_repositories().items():
         releases = chart_releases(chart, repo_url)
         latest[chart] = newest_chart(releases)
         pin = current.by_name()[chart]
@@ -301,7 +309,7 @@ def chart_updates(
             )
     path = chart_pins_path(root)
     return (
-        ChartPins(cert_manager=latest["cert-manager"], external_dns=latest["external-dns"]),
+        ChartPins.from_names(latest),
         tuple(f"{path}: {problem}" for problem in problems),
     )
 

@@ -44,7 +44,7 @@ from raya.model.pins import (
     snapshot_labels,
 )
 from raya.model.project import DEFAULT_STACK, load_cluster
-from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS
+from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM
 
 image = typer.Typer(
     help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",
@@ -213,6 +213,14 @@ def pins(
             help="Helm repository of the external-dns chart (its index.yaml is read).",
         ),
     ] = EXTERNAL_DNS.repo,
+    hetzner_charts_url: Annotated[
+        str,
+        typer.Option(
+            "--hetzner-charts-url",
+            envvar="RAYA_HETZNER_CHARTS_URL",
+            help="Helm repository of Hetzner's cloud controller and CSI charts (index.yaml).",
+        ),
+    ] = HCLOUD_CCM.repo,
 ) -> None:
     """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes).
@@ -232,6 +240,7 @@ def pins(
         k3s_releases=k3s_releases_url,
         cert_manager_charts=cert_manager_charts_url,
         external_dns_charts=external_dns_charts_url,
+        hetzner_charts=hetzner_charts_url,
     )
     with err.status("looking up the newest releases..."):
         latest = latest_pins(stream or current.fcos.stream, endpoints)

@@ -166,13 +166,22 @@ def roll(
             help="Seconds to wait for a replaced node to be back from a new boot, Ready.",
         ),
     ] = roll_model.READY_TIMEOUT,
+    accept_local_data_loss: Annotated[
+        bool,
+        typer.Option(
+            "--accept-local-data-loss",
+            help="Roll nodes whose pods use local-path claims: their data is deleted with "
+            "the server.",
+        ),
+    ] = False,
 ) -> None:
     """Apply drift one node at a time: the control plane first, then the agents.
 
     The control plane is replaced alone, and nothing else starts until the API answers and it is
     back from a new boot, Ready. Agents are cordoned, drained until their pods are gone,
     replaced, and uncordoned once back from a new boot, Ready. The first failure stops the roll
-    and says what state it left the node in."""
+    and says what state it left the node in. A node whose pods use claims on its own disk
+    (local-path) is not touched unless --accept-local-data-loss is given."""
     folder = project_root(root)
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)
@@ -205,6 +214,7 @@ def roll(
         clock=roll_model.Clock(),
         drain_timeout=drain_timeout,
         ready_timeout=ready_timeout,
+        accept_local_loss=accept_local_data_loss,
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)
 

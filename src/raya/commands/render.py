@@ -21,9 +21,9 @@ from raya.nodes.render import IGNITION_LIMIT, RenderedNode, render_cluster
 EXAMPLE_VOLUME_ID = "100000001"
 THROWAWAY = (
     "secrets: THROWAWAY, generated for this render only (join token, CAs, service account "
-    f"keys, SSH host keys, object storage keys), and made-up volume ids (from "
-    f"{EXAMPLE_VOLUME_ID}); these configs show "
-    "what the nodes get but cannot join a real cluster. `raya up` renders with the stack's own."
+    "keys, the cluster's Hetzner token, SSH host keys, object storage keys), and made-up "
+    f"volume ids (from {EXAMPLE_VOLUME_ID}); these configs show what the nodes get but cannot "
+    "join a real cluster. `raya up` renders with the stack's own."
 )
 
 commands = typer.Typer()  # what this module adds to `raya`

@@ -59,9 +59,12 @@ DEFAULTS: dict[str, Any] = {
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KEYS = (*DEFAULTS, "networkZone", "backupS3", *REQUIRED)
+# The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
+# the deployment's (`hcloud:token`) so that it can be revoked alone.
+CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # Secret settings (`pulumi config set --secret`): the program alone reads them, decrypted;
-# they are accepted here so that a stack file holding them is valid.
-SECRET_KEYS = ("backupS3AccessKey", "backupS3SecretKey")
+# they are accepted here so that a stack file holding them is valid, never part of the model.
+SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
 BACKUP_RETENTION = range(1, 1001)
 _BACKUP_S3_FIELDS = {"endpoint": True, "bucket": True, "region": False, "folder": False}
 _S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
@@ -163,6 +166,11 @@ class StackConfig:
         return f"{self.managed_subdomain}.{self.parent_zone}"
 
     @property
+    def network_name(self) -> str:
+        """The private network's name in Hetzner: the cloud controller finds it by this."""
+        return self.cluster_name
+
+    @property
     def gateway(self) -> ipaddress.IPv4Address:
         """Hetzner's gateway is the first address of the network, not of the subnet."""
         return self.network_range.network_address + 1
@@ -215,6 +223,27 @@ def load_stack_config(path: Path) -> StackConfig:
         if str(key).startswith(prefix)
     }
     return parse_stack_config(values, str(path))
+
+
+def check_secret_settings(path: Path) -> None:
+    """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
+    `pulumi config set --secret` writes it: a deployment without it would give the cluster
+    add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
+    config = document.get("config") if isinstance(document, dict) else None
+    key = CLUSTER_HCLOUD_TOKEN
+    value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
+    how = f"`pulumi config set --secret {NAMESPACE}:{key} <token>`"
+    if value is None:
+        raise ConfigError(
+            f"{path}: {NAMESPACE}:{key} is not set; accepted: a Hetzner Cloud API token "
+            f"(read and write) of the cluster's own, set with {how} (docs/config.md)"
+        )
+    if not (isinstance(value, dict) and isinstance(value.get("secure"), str)):
+        raise ConfigError(
+            f"{path}: {NAMESPACE}:{key} is in clear text; accepted: an encrypted value, "
+            f"set with {how}"
+        )
 
 
 def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:

@@ -22,7 +22,7 @@ _K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")
 # A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
 CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
 # The charts raya installs, by the key their pin has in `charts.pin`.
-CHART_NAMES = ("cert-manager", "external-dns")
+CHART_NAMES = ("cert-manager", "external-dns", "hcloud-cloud-controller-manager", "hcloud-csi")
 # Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.
 _LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
 
@@ -68,9 +68,26 @@ class ChartPin:
 class ChartPins:
     cert_manager: ChartPin
     external_dns: ChartPin
+    hcloud_ccm: ChartPin  # Hetzner's cloud controller manager: load balancers, node init
+    hcloud_csi: ChartPin  # Hetzner's CSI driver: volumes
 
     def by_name(self) -> dict[str, ChartPin]:
-        return {"cert-manager": self.cert_manager, "external-dns": self.external_dns}
+        return {
+            "cert-manager": self.cert_manager,
+            "external-dns": self.external_dns,
+            "hcloud-cloud-controller-manager": self.hcloud_ccm,
+            "hcloud-csi": self.hcloud_csi,
+        }
+
+    @classmethod
+    def from_names(cls, pins: dict[str, ChartPin]) -> ChartPins:
+        """The pins from `by_name`'s mapping."""
+        return cls(
+            cert_manager=pins["cert-manager"],
+            external_dns=pins["external-dns"],
+            hcloud_ccm=pins["hcloud-cloud-controller-manager"],
+            hcloud_csi=pins["hcloud-csi"],
+        )
 
 
 @dataclass(frozen=True)
@@ -168,8 +185,7 @@ def parse_chart_pins(path: Path) -> ChartPins:
             f"{path}: expected a JSON object with exactly the charts {', '.join(CHART_NAMES)}; "
             f"found {found or 'none'}"
         )
-    pins = {name: _chart_pin(path, name, data[name]) for name in CHART_NAMES}
-    return ChartPins(cert_manager=pins["cert-manager"], external_dns=pins["external-dns"])
+    return ChartPins.from_names({name: _chart_pin(path, name, data[name]) for name in CHART_NAMES})
 
 
 def _chart_pin(path: Path, name: str, entry: object) -> ChartPin:

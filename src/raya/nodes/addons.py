@@ -1,9 +1,11 @@
-"""The cluster's add-ons: external-dns and cert-manager, installed by k3s itself.
+"""The cluster's add-ons: Hetzner's cloud controller manager and CSI driver, external-dns and
+cert-manager, installed by k3s itself.
 
-The control plane's config drops `HelmChart` resources (applied by k3s' helm-controller) and
-two Let's Encrypt `ClusterIssuer`s into k3s' auto-deploy manifests directory, next to the
-Secrets holding the service account keys they use. `manifests` builds those files (pure,
-deterministic); `addon_status` reads what the cluster reports about them, for `raya status`.
+The control plane's config drops `HelmChart` resources (applied by k3s' helm-controller), a
+`HelmChartConfig` for k3s' own Traefik and two Let's Encrypt `ClusterIssuer`s into k3s'
+auto-deploy manifests directory, next to the Secrets holding the credentials they use.
+`manifests` builds those files (pure, deterministic); `addon_status` reads what the cluster
+reports about them, for `raya status`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ GCP_SECRETS = {
     "external_dns_key": ("raya-external-dns-credentials.yaml", "external-dns-gcp-credentials"),
     "cert_manager_key": ("raya-cert-manager-credentials.yaml", "cert-manager-gcp-credentials"),
 }
+# The Secret both Hetzner charts read by default: `token` (the API token) and `network` (the
+# private network's name or id), in kube-system.
+HCLOUD_SECRET = ("raya-hcloud-credentials.yaml", "hcloud")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,13 @@ class Chart:
     name: str  # the HelmChart's name and the chart's name in its repository
     repo: str  # the official repository: the cluster fetches the chart from it
     target_namespace: str
+    # helm-controller runs a bootstrap chart's install job on a server, on the host network,
+    # tolerating the not-ready and uninitialized taints (k3s-io/helm-controller,
+    # pkg/controllers/chart/chart.go, `job`); other jobs tolerate none of them.
+    bootstrap: bool = False
+    # What the chart runs, as `<deployments|daemonsets>/<name>` in the target namespace:
+    # `raya status` reports them ready or not once the install job is complete.
+    workloads: tuple[str, ...] = ()
 
 
 EXTERNAL_DNS = Chart(
@@ -49,9 +61,37 @@ CERT_MANAGER = Chart(
     repo="https://charts.jetstack.io",
     target_namespace=CERT_MANAGER_NAMESPACE,
 )
-CHARTS = (CERT_MANAGER, EXTERNAL_DNS)
-# Files of the manifests directory: the two HelmCharts share one (it compresses better), the
-# issuers have their own (see `manifests`).
+HETZNER_CHARTS = "https://charts.hetzner.cloud"
+# With kubelets started as `cloud-provider=external`, every node registers with the taint
+# node.cloudprovider.kubernetes.io/uninitialized until the cloud controller initialises it;
+# the controller's own pods tolerate it (its chart's templates/deployment.yaml), and its
+# install job must too, or nothing would ever install it: a bootstrap chart.
+HCLOUD_CCM = Chart(
+    name="hcloud-cloud-controller-manager",
+    repo=HETZNER_CHARTS,
+    target_namespace=NAMESPACE,  # where the `hcloud` Secret is
+    bootstrap=True,
+    workloads=("deployments/hcloud-cloud-controller-manager",),
+)
+HCLOUD_CSI = Chart(
+    name="hcloud-csi",
+    repo=HETZNER_CHARTS,
+    target_namespace=NAMESPACE,
+    workloads=("deployments/hcloud-csi-controller", "daemonsets/hcloud-csi-node"),
+)
+CHARTS = (HCLOUD_CCM, HCLOUD_CSI, CERT_MANAGER, EXTERNAL_DNS)
+# k3s' default cluster CIDR (the pods' addresses, carried by flannel).
+K3S_CLUSTER_CIDR = "10.42.0.0/16"
+# The default StorageClass: Hetzner Volumes, kept when their claim is deleted.
+STORAGE_CLASS = "hcloud-volumes"
+RECLAIM_POLICY = "Retain"
+# k3s' local-path StorageClass: still there, no longer the default (raya-local-path.service).
+LOCAL_PATH_CLASS = "local-path"
+# Hetzner's smallest load balancer (lb11), for Traefik's Service.
+LOAD_BALANCER_TYPE = "lb11"
+LB = "load-balancer.hetzner.cloud"  # the cloud controller's annotation prefix
+# Files of the manifests directory: the HelmCharts and Traefik's HelmChartConfig share one
+# (it compresses better), the issuers have their own (see `manifests`).
 CHARTS_MANIFEST = "raya-helm-charts.yaml"
 ISSUERS_MANIFEST = "raya-cluster-issuers.yaml"
 # ClusterIssuer name -> ACME directory.
@@ -119,12 +159,68 @@ def _helm_chart(chart: Chart, version: str, values: Mapping[str, Any]) -> dict[s
     }
     if chart.target_namespace != NAMESPACE:
         spec["createNamespace"] = True
+    if chart.bootstrap:
+        spec["bootstrap"] = True
     spec["valuesContent"] = _yaml(values)
     return {
         "apiVersion": "helm.cattle.io/v1",
         "kind": "HelmChart",
         "metadata": {"name": chart.name, "namespace": NAMESPACE, "labels": MANAGED_BY},
         "spec": spec,
+    }
+
+
+def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
+    """The cloud controller's values: the private network (from the `hcloud` Secret) for
+    node addresses and load balancer targets, no routes (flannel carries pod traffic, and the
+    pods' range is outside the network's), and load balancers in the cluster's location
+    reaching their targets over the private network unless a Service says otherwise."""
+    return {
+        "networking": {"enabled": True, "clusterCIDR": K3S_CLUSTER_CIDR},
+        "env": {
+            "HCLOUD_NETWORK_ROUTES_ENABLED": {"value": "false"},
+            "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": config.location},
+            "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "true"},
+        },
+    }
+
+
+def hcloud_csi_values(config: StackConfig) -> dict[str, Any]:
+    """The CSI driver's values: volumes in the cluster's location; the default StorageClass
+    keeps a volume whose claim is deleted (docs/using.md). Its node pods read their server's
+    id from the metadata service, which raya's guard closes to pod networks: they run on
+    the host's (docs/security.md)."""
+    return {
+        "controller": {"hcloudVolumeDefaultLocation": config.location},
+        "node": {"hostNetwork": True},
+        "storageClasses": [
+            {"name": STORAGE_CLASS, "defaultStorageClass": True, "reclaimPolicy": RECLAIM_POLICY}
+        ],
+    }
+
+
+def traefik_config(config: StackConfig) -> dict[str, Any]:
+    """k3s' Traefik, its Service a Hetzner load balancer in the cluster's location that
+    reaches the nodes over the private network; external-dns publishes the Ingresses on its
+    addresses (Traefik writes them into their status)."""
+    return {
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChartConfig",
+        "metadata": {"name": "traefik", "namespace": NAMESPACE, "labels": MANAGED_BY},
+        "spec": {
+            "valuesContent": _yaml(
+                {
+                    "service": {
+                        "annotations": {
+                            f"{LB}/name": f"{config.cluster_name}-ingress",
+                            f"{LB}/location": config.location,
+                            f"{LB}/type": LOAD_BALANCER_TYPE,
+                            f"{LB}/use-private-ip": "true",
+                        }
+                    }
+                }
+            )
+        },
     }
 
 
@@ -202,6 +298,9 @@ def manifests(
     return {
         CHARTS_MANIFEST: _manifest(
             [
+                _helm_chart(HCLOUD_CCM, charts.hcloud_ccm.version, hcloud_ccm_values(config)),
+                _helm_chart(HCLOUD_CSI, charts.hcloud_csi.version, hcloud_csi_values(config)),
+                traefik_config(config),
                 _helm_chart(CERT_MANAGER, charts.cert_manager.version, cert_manager_values()),
                 _helm_chart(
                     EXTERNAL_DNS,
@@ -239,10 +338,29 @@ def _condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | 
     return next((c for c in conditions if isinstance(c, dict) and c.get("type") == kind), None)
 
 
+def _workload_ready(workload: str, found: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """A Deployment's ready replicas, or a DaemonSet's ready pods, against those wanted."""
+    kind, name = workload.split("/")
+    what = f"{kind.removesuffix('s')} {name}"
+    if found is None:
+        return False, f"{what} not found"
+    spec, status = found.get("spec") or {}, found.get("status") or {}
+    if kind == "daemonsets":
+        ready, wanted = status.get("numberReady") or 0, status.get("desiredNumberScheduled") or 0
+    else:
+        ready, wanted = status.get("readyReplicas") or 0, spec.get("replicas", 1)
+    return wanted > 0 and ready >= wanted, f"{what} {ready}/{wanted} ready"
+
+
 def helm_chart_state(
-    name: str, chart: Mapping[str, Any] | None, job: Mapping[str, Any] | None
+    name: str,
+    chart: Mapping[str, Any] | None,
+    job: Mapping[str, Any] | None,
+    workloads: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> AddonState:
-    """A HelmChart's install: its helm-controller job (`status.jobName`) and how it went."""
+    """A HelmChart's install: its helm-controller job (`status.jobName`) and how it went,
+    then what it runs (`workloads`, by `Chart.workloads` entry) ready or not."""
+    workloads = workloads or {}
     if chart is None:
         return AddonState("HelmChart", name, False, f"no HelmChart {NAMESPACE}/{name} yet")
     job_name = chart.get("status", {}).get("jobName")
@@ -252,7 +370,9 @@ def helm_chart_state(
         return AddonState("HelmChart", name, False, f"job {job_name} not found")
     complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
     if complete is not None and complete.get("status") == "True":
-        return AddonState("HelmChart", name, True, f"job {job_name} complete")
+        ready = [_workload_ready(workload, found) for workload, found in workloads.items()]
+        detail = "; ".join([f"job {job_name} complete", *(text for _, text in ready)])
+        return AddonState("HelmChart", name, all(ok for ok, _ in ready), detail)
     if failed is not None and failed.get("status") == "True":
         reason = failed.get("message") or failed.get("reason") or "no reason given"
         return AddonState("HelmChart", name, False, f"job {job_name} failed: {reason}")
@@ -281,14 +401,18 @@ def issuer_state(name: str, issuer: Mapping[str, Any] | None) -> AddonState:
 
 
 def addon_status(get: ApiGet) -> tuple[AddonState, ...]:
-    """The two HelmCharts' install jobs and the two ClusterIssuers' Ready condition, read
+    """The HelmCharts' install jobs and the two ClusterIssuers' Ready condition, read
     through `get` (a Kubernetes API client); for `raya status`."""
     states = []
     for chart in CHARTS:
         found = get(f"/apis/helm.cattle.io/v1/namespaces/{NAMESPACE}/helmcharts/{chart.name}")
         job_name = (found or {}).get("status", {}).get("jobName")
         job = get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{job_name}") if job_name else None
-        states.append(helm_chart_state(chart.name, found, job))
+        workloads = {
+            workload: get(f"/apis/apps/v1/namespaces/{chart.target_namespace}/{workload}")
+            for workload in chart.workloads
+        }
+        states.append(helm_chart_state(chart.name, found, job, workloads))
     for name in ISSUERS:
         states.append(issuer_state(name, get(f"/apis/cert-manager.io/v1/clusterissuers/{name}")))
     return tuple(states)

@@ -30,6 +30,9 @@ _BOOTSTRAP_TOKEN = re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}")
 _JOIN_SECRET = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
 # What google-auth requires of a service account key file besides "type" (the rest is optional).
 _SERVICE_ACCOUNT_FIELDS = ("client_email", "token_uri", "private_key")
+# A Hetzner Cloud API token: exactly 64 characters (what terraform-provider-hcloud checks,
+# `hcloud/provider.go`), visible ASCII.
+_HCLOUD_TOKEN = re.compile(r"[!-~]{64}")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class ClusterSecrets:
     client_ca: CertificateAuthority
     external_dns_key: str  # GCP service account key file (JSON text, base64-decoded)
     cert_manager_key: str
+    # The cluster's own Hetzner API token (raya:clusterHcloudToken), for its cloud controller
+    # and CSI driver: the control plane's alone.
+    hcloud_token: str
     host_keys: Mapping[str, HostKey]  # node name -> its host key; a node's share holds its own
     snapshot_store: SnapshotStore | None = None  # None: snapshots stay on the control plane
 
@@ -109,6 +115,15 @@ def check_join_secret(field: str, secret: str) -> None:
         raise RenderError(
             f"secrets: {field} is not usable; accepted: 16-256 characters of "
             "A-Z a-z 0-9 . _ ~ + / = -, not shaped like a bootstrap token (xxxxxx.xxxxxxxxxxxxxxxx)"
+        )
+
+
+def check_hcloud_token(token: str) -> None:
+    """The cluster's Hetzner token, checked without ever being shown."""
+    if not _HCLOUD_TOKEN.fullmatch(token):
+        raise RenderError(
+            f"secrets: hcloud_token (raya:clusterHcloudToken) is {len(token)} characters; "
+            "accepted: a Hetzner Cloud API token, 64 characters without spaces"
         )
 
 
@@ -217,6 +232,7 @@ def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
         cert_manager_key=example_service_account_key(
             "cert-manager@raya-example.iam.gserviceaccount.com", "raya-example"
         ),
+        hcloud_token=secrets.token_hex(32),
         host_keys={node: example_host_key() for node in nodes},
         snapshot_store=SnapshotStore(
             endpoint="storage.googleapis.com",

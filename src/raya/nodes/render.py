@@ -23,13 +23,14 @@ from raya.errors import ButaneError, RenderError
 from raya.model.config import PRIVATE_ROUTE
 from raya.model.fleet import Cluster, Node, node_password
 from raya.model.pins import ChartPins
-from raya.nodes.addons import GCP_SECRETS
+from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
 from raya.nodes.addons import manifests as addon_manifests
 from raya.nodes.github_keys import GITHUB_URL, KEY_FIELDS
 from raya.nodes.identity import (
     ClusterSecrets,
     agent_token,
     check_certificate_authority,
+    check_hcloud_token,
     check_host_key,
     check_join_secret,
     check_server_secrets,
@@ -45,7 +46,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 PRIVATE_INTERFACE = "enp7s0"
 PRIVATE_MTU = 1450  # Hetzner's private networks
 METADATA_ADDRESS = "169.254.169.254"  # Hetzner's metadata service: it serves user_data
-METADATA_PUBLIC_IPV4 = f"http://{METADATA_ADDRESS}/hetzner/v1/metadata/public-ipv4"
+METADATA_URL = f"http://{METADATA_ADDRESS}/hetzner/v1/metadata"
 K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
 K3S_PORT = 6443
@@ -138,6 +139,7 @@ def _check_inputs(nodes: Sequence[Node], secrets: ClusterSecrets, volume_id: str
         check_certificate_authority("client_ca", secrets.client_ca)
         for field in GCP_SECRETS:
             check_service_account_key(field, getattr(secrets, field))
+        check_hcloud_token(secrets.hcloud_token)
     else:  # an agent never sees the control plane's private keys nor the server token
         check_join_secret("agent_secret", secrets.agent_secret)
         load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
@@ -198,11 +200,11 @@ def _context(
             "gateway": config.gateway,
             "route": PRIVATE_ROUTE,
         },
-        "public_ipv4": {
-            "unit": "raya-public-ipv4.service",
-            "script": "/usr/local/bin/raya-public-ipv4",
-            "url": METADATA_PUBLIC_IPV4,
-            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-external-ip.yaml",
+        "node_metadata": {
+            "unit": "raya-node-metadata.service",
+            "script": "/usr/local/bin/raya-node-metadata",
+            "url": METADATA_URL,
+            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-metadata.yaml",
         },
         "metadata_guard": {
             "unit": "raya-metadata-guard.service",
@@ -292,6 +294,17 @@ def _context(
                 {"file": file, "name": name, "key": getattr(secrets, field)}
                 for field, (file, name) in GCP_SECRETS.items()
             ],
+            "local_path": {
+                "unit": "raya-local-path.service",
+                "storage_class": LOCAL_PATH_CLASS,
+                "retry": "10",
+            },
+            "hcloud_secret": {
+                "file": HCLOUD_SECRET[0],
+                "name": HCLOUD_SECRET[1],
+                "token": secrets.hcloud_token,
+                "network": config.network_name,
+            },
             "addons": sorted(
                 addon_manifests(
                     config, charts, secrets.external_dns_key, secrets.cert_manager_key

@@ -11,6 +11,10 @@ its pods are gone, not merely accepted for eviction (an evicted pod stays Termin
 grace period), its server replaced with the current inputs, and uncordoned once the node is
 back: registered with a new boot ID, Ready, on the pinned kubelet. The first failure stops the
 roll and says what state it left the node in.
+
+Claims on Hetzner Volumes move with their pods (the drain lets the CSI driver detach them).
+A claim whose volume lives on the node's own disk (k3s' local-path) would be lost with the
+server: a node with such a claim in use is not touched unless the operator accepts the loss.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from raya.cloud.kubeconfig import reason
 from raya.errors import RayaError
+from raya.nodes.addons import STORAGE_CLASS
 
 POLL = 5.0  # seconds between two looks at the API
 DRAIN_TIMEOUT = 600.0
@@ -81,13 +86,17 @@ class Kubernetes:
         self._k8s = k8s
         self.core = k8s.CoreV1Api(api)
 
-    def node(self, name: str) -> Any | None:
+    def _read(self, read: Callable[..., Any], *names: str) -> Any | None:
+        """`read(*names)`, or None when the object does not exist (404)."""
         try:
-            return self.core.read_node(name, _request_timeout=30)
+            return read(*names, _request_timeout=30)
         except self._k8s.ApiException as error:
             if error.status == 404:
                 return None
             raise
+
+    def node(self, name: str) -> Any | None:
+        return self._read(self.core.read_node, name)
 
     def nodes(self) -> list[Any]:
         return list(self.core.list_node(_request_timeout=30).items)
@@ -100,6 +109,12 @@ class Kubernetes:
             field_selector=f"spec.nodeName={name}", _request_timeout=30
         )
         return list(listed.items)
+
+    def claim(self, namespace: str, name: str) -> Any | None:
+        return self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+
+    def volume(self, name: str) -> Any | None:
+        return self._read(self.core.read_persistent_volume, name)
 
     def evict(self, pod: Any) -> bool:
         """Ask for the pod's eviction; False when a disruption budget refuses it for now."""
@@ -151,6 +166,26 @@ def stays(pod: Any) -> bool:
     )
 
 
+def local_claims(kube: Kubernetes, node: str) -> list[str]:
+    """The claims in use by pods on `node` whose volume is on that node's disk, as
+    `namespace/claim (pod name)`: what replacing its server destroys. k3s' local-path
+    provisioner makes such volumes: a PersistentVolume with a `hostPath` (or `local`) source
+    pinned to the node (rancher/local-path-provisioner, provisioner.go); a Hetzner Volume's
+    source is `csi`, and moves."""
+    found = []
+    for pod in kube.pods_on(node):
+        for source in pod.spec.volumes or []:
+            if source.persistent_volume_claim is None:
+                continue
+            namespace, name = pod.metadata.namespace, source.persistent_volume_claim.claim_name
+            claim = kube.claim(namespace, name)
+            bound = claim.spec.volume_name if claim is not None else None
+            volume = kube.volume(bound) if bound else None
+            if volume is not None and (volume.spec.host_path or volume.spec.local):
+                found.append(f"{namespace}/{name} (pod {pod.metadata.name})")
+    return sorted(set(found))
+
+
 def managed(pod: Any) -> bool:
     return any(owner.controller for owner in pod.metadata.owner_references or [])
 
@@ -164,6 +199,8 @@ class Roll:
     clock: Clock
     drain_timeout: float = DRAIN_TIMEOUT
     ready_timeout: float = READY_TIMEOUT
+    # `raya roll --accept-local-data-loss`: replace nodes whose pods use local-path claims.
+    accept_local_loss: bool = False
     left: str = ""  # the state the current step has brought its node to, for the error
 
     def run(self, steps: Sequence[Step]) -> None:
@@ -171,6 +208,7 @@ class Roll:
             self.say(f"[{number}/{len(steps)}] {step.describe()}")
             self.left = "left as it was"
             try:
+                self.check_local_data(step.node)
                 if step.drain:
                     self.agent(step.node)
                 else:
@@ -184,6 +222,19 @@ class Roll:
                 left = [s.node for s in steps[number:]]
                 rest = f"; not touched: {', '.join(left)}" if left else ""
                 raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
+
+    def check_local_data(self, name: str) -> None:
+        """Refuse to touch a node whose pods keep claims on its disk, unless accepted."""
+        claims = local_claims(self.kube, name)
+        if not claims:
+            return
+        if not self.accept_local_loss:
+            raise RollError(
+                f"local-path claims on this node's disk would be lost with its server: "
+                f"{', '.join(claims)}; move their data to {STORAGE_CLASS} claims, or roll "
+                "with --accept-local-data-loss"
+            )
+        self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
 
     def agent(self, name: str) -> None:
         before = self.kube.node(name)

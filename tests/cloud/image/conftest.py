@@ -29,6 +29,8 @@ PINS = Pins(fcos=FCOS, k3s=K3S)
 CHARTS = ChartPins(
     cert_manager=ChartPin(version="v1.18.2", digest="1" * 64),
     external_dns=ChartPin(version="1.14.3", digest="2" * 64),
+    hcloud_ccm=ChartPin(version="1.35.0", digest="6" * 64),
+    hcloud_csi=ChartPin(version="2.22.1", digest="8" * 64),
 )
 
 
@@ -72,6 +74,10 @@ class FakeWeb:
     @property
     def external_dns_charts(self) -> str:
         return f"{self.url}/charts/external-dns/"  # a trailing slash, as the real one has
+
+    @property
+    def hetzner_charts(self) -> str:
+        return f"{self.url}/charts/hetzner"
 
     def paths(self) -> list[str]:
         return [path for path, _, _ in self.requests]
@@ -164,15 +170,23 @@ class FakeWeb:
         self.publish_charts(charts)
 
     def publish_charts(self, charts: ChartPins) -> None:
-        """Two Helm repository indexes, as `helm repo index` writes them: the newest release
+        """Three Helm repository indexes, as `helm repo index` writes them: the newest release
         of each chart is `charts`' version; older releases (the project's pins among them)
-        and a newer pre-release are listed too, and the jetstack index holds another chart."""
-        self.publish_index(
-            "/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager
-        )
-        self.publish_index(
-            "/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns
-        )
+        and a newer pre-release are listed too, the jetstack index holds another chart, and
+        Hetzner's holds both of its charts, as https://charts.hetzner.cloud does."""
+        self.files.pop("/charts/hetzner/index.yaml", None)
+        for path, chart, newest, older in (
+            ("/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager),
+            ("/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns),
+            (
+                "/charts/hetzner",
+                "hcloud-cloud-controller-manager",
+                charts.hcloud_ccm,
+                CHARTS.hcloud_ccm,
+            ),
+            ("/charts/hetzner", "hcloud-csi", charts.hcloud_csi, CHARTS.hcloud_csi),
+        ):
+            self.publish_index(path, chart, newest, older)
 
     def publish_index(
         self, path: str, chart: str, newest: ChartPin, older: ChartPin | None = None
@@ -199,6 +213,9 @@ class FakeWeb:
         }
         if chart == "cert-manager":
             entries["trust-manager"] = [entry("trust-manager", "v999.0.0", "5" * 64)]
+        published = self.files.get(f"{path}/index.yaml")  # another chart of that repository
+        if published is not None:
+            entries = {**yaml.safe_load(published)["entries"], **entries}
         index = {"apiVersion": "v1", "entries": entries, "generated": "2026-07-01T00:00:00Z"}
         self.files[f"{path}/index.yaml"] = yaml.safe_dump(index).encode()
 

@@ -54,6 +54,7 @@ def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess
         "RAYA_K3S_RELEASES_URL": web.k3s_releases,
         "RAYA_CERT_MANAGER_CHARTS_URL": web.cert_manager_charts,
         "RAYA_EXTERNAL_DNS_CHARTS_URL": web.external_dns_charts,
+        "RAYA_HETZNER_CHARTS_URL": web.hetzner_charts,
     }
     return subprocess.run(
         [sys.executable, "-m", "raya", "image", "pins", "--root", str(project), *args],
@@ -80,6 +81,7 @@ def endpoints(web: FakeWeb) -> Endpoints:
         k3s_releases=web.k3s_releases,
         cert_manager_charts=web.cert_manager_charts,
         external_dns_charts=web.external_dns_charts,
+        hetzner_charts=web.hetzner_charts,
     )
 
 
@@ -268,6 +270,8 @@ def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None
 NEW_CHARTS = ChartPins(
     cert_manager=ChartPin(version="v1.19.1", digest="8" * 64),
     external_dns=ChartPin(version="1.20.0", digest="9" * 64),
+    hcloud_ccm=ChartPin(version="1.36.0", digest="a" * 64),
+    hcloud_csi=ChartPin(version="2.23.0", digest="b" * 64),
 )
 
 
@@ -278,6 +282,11 @@ def test_update_records_new_chart_releases_and_their_digests(project: Path, web:
     assert result.returncode == 0, result.stderr
     assert "image/charts.pin: outdated, cert-manager v1.18.2" in result.stdout
     assert f"newest cert-manager v1.19.1 (sha256 {'8' * 64}), external-dns 1.20.0" in result.stdout
+    # Hetzner's two charts, read from the one index of their repository.
+    assert (
+        f"hcloud-cloud-controller-manager 1.36.0 (sha256 {'a' * 64}), "
+        f"hcloud-csi 2.23.0 (sha256 {'b' * 64})"
+    ) in result.stdout
     assert snapshot(project) == before
     result = pins(project, web, "--update")
     assert result.returncode == 0, result.stderr
@@ -285,12 +294,16 @@ def test_update_records_new_chart_releases_and_their_digests(project: Path, web:
     assert (project / "image" / "charts.pin").read_text() == dump_chart_pins(NEW_CHARTS)
     after = snapshot(project)
     assert after["fcos.pin"] == before["fcos.pin"] and after["k3s.pin"] == before["k3s.pin"]
-    assert {"/charts/jetstack/index.yaml", "/charts/external-dns/index.yaml"} <= set(web.paths())
+    assert {
+        "/charts/jetstack/index.yaml",
+        "/charts/external-dns/index.yaml",
+        "/charts/hetzner/index.yaml",
+    } <= set(web.paths())
 
 
 def test_a_digest_not_yet_recorded_is_recorded(project: Path, web: FakeWeb) -> None:
-    unrecorded = ChartPins(
-        cert_manager=ChartPin(CHARTS.cert_manager.version, None), external_dns=CHARTS.external_dns
+    unrecorded = dataclasses.replace(
+        CHARTS, cert_manager=ChartPin(CHARTS.cert_manager.version, None)
     )
     (project / "image" / "charts.pin").write_text(dump_chart_pins(unrecorded))
     web.publish(PINS)

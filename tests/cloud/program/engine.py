@@ -39,6 +39,7 @@ other resources get the outputs `ProviderMocks` computes.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Callable, Collection, Mapping
@@ -411,6 +412,15 @@ def provider_diff(old: Resource, inputs: Mapping[str, Any]) -> Diff:
 
 
 
+def _config_text(value: Any) -> str:
+    """A stack setting as the program receives it: text, lists and booleans as JSON text, a
+    `secure:` value decrypted. The model's secrets provider: `secure` holds the value in
+    base64 (Pulumi's passphrase provider encrypts; the program only ever sees the value)."""
+    if isinstance(value, dict) and set(value) == {"secure"}:
+        return base64.b64decode(value["secure"]).decode()
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 class EngineStack:
     """What `raya.cloud.deploy` asks of an `auto.Stack`, answered by the engine model running
     the real program (`raya.cloud.program.main`) on the project folder as `pulumi up` runs it:
@@ -438,10 +448,7 @@ class EngineStack:
     ) -> auto.UpResult:
         self.calls.append(("up", tuple(replace)))
         document = yaml.safe_load((self.root / f"Pulumi.{self.engine.stack}.yaml").read_text())
-        config = {
-            key: value if isinstance(value, str) else json.dumps(value)
-            for key, value in document["config"].items()
-        }
+        config = {key: _config_text(value) for key, value in document["config"].items()}
         saved = {name: os.environ.get(name) for name in self.workspace.env_vars}
         os.environ.update(self.workspace.env_vars)
         pulumi.runtime.set_all_config(config)

@@ -18,7 +18,7 @@ from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.nodes.render import render_node
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import ProviderMocks, Run, reveal, run_program
-from tests.cloud.program.test_program import provider_mocks
+from tests.cloud.program.test_program import CLUSTER_TOKEN, provider_mocks
 from tests.support import REPO
 
 PINS = load_pins(REPO)
@@ -36,7 +36,7 @@ def sized(count: int, agents: int = 3) -> Cluster:
 
 
 def run(mocks: ProviderMocks, cluster: Cluster) -> Run:
-    return run_program(mocks, lambda: define(cluster, PINS, RENDER))
+    return run_program(mocks, lambda: define(cluster, PINS, RENDER, hcloud_token=CLUSTER_TOKEN))
 
 
 def names(count: int) -> list[str]:

@@ -121,6 +121,25 @@ def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Stand
     assert standin.calls() == []
 
 
+@pytest.mark.parametrize("action", ["preview", "up"])
+def test_a_missing_cluster_token_fails_before_pulumi_starts(
+    project: Path, standin: Standin, action: deploy.Action
+) -> None:
+    stack_file = project / "Pulumi.prod.yaml"
+    text = stack_file.read_text()
+    stack_file.write_text(text[: text.index("  raya:clusterHcloudToken:")])
+    with pytest.raises(ConfigError) as caught:
+        deploy.run(action, project, "prod", lambda line: None)
+    assert str(caught.value).startswith(
+        f"{stack_file}: raya:clusterHcloudToken is not set; accepted: a Hetzner Cloud API "
+        "token (read and write) of the cluster's own, set with `pulumi config set --secret "
+        "raya:clusterHcloudToken <token>`"
+    )
+    assert standin.calls() == []
+    # A destroy needs no token: it runs no program.
+    deploy.run("destroy", project, "prod", lambda line: None)
+
+
 def test_bad_chart_pins_fail_before_pulumi_starts(project: Path, standin: Standin) -> None:
     (project / "image" / "charts.pin").write_text("{}")
     with pytest.raises(ConfigError, match=r"charts\.pin: expected a JSON object with exactly"):

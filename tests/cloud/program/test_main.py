@@ -28,7 +28,15 @@ from raya.model.pins import (
 from raya.model.project import EXAMPLE_ROOT
 from raya.nodes.render import SSH_HANDLES_FILE
 from tests.cloud.program.ignition import ignition_files
-from tests.cloud.program.mocks import ProviderMocks, Snapshot, Zone, reveal, run_program
+from tests.cloud.program.mocks import (
+    ProviderMocks,
+    Snapshot,
+    Zone,
+    is_secret,
+    reveal,
+    run_program,
+)
+from tests.cloud.program.test_program import CLUSTER_TOKEN
 from tests.support import EXAMPLE_KEYS, REPO
 
 # The keys the `github` fixture serves (tests/conftest.py): a test may change them.
@@ -55,6 +63,7 @@ def stack_config() -> Iterator[dict[str, str]]:
         "raya:managedSubdomain": "k8s",
         "raya:parentZone": "example.com",
         "raya:acmeEmail": "ops@example.org",
+        "raya:clusterHcloudToken": CLUSTER_TOKEN,
     }
     yield values
     pulumi.runtime.set_all_config({})
@@ -90,6 +99,33 @@ def test_main_reads_the_stack_and_fetches_keys(
         for body in KEYS.values():
             for line in filter(None, body.splitlines()):
                 assert line.split()[1] not in user_data
+
+
+def test_the_cluster_token_from_the_stack_reaches_the_control_plane_only(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    pulumi.runtime.set_all_config(stack_config)
+    result = run_program(mocks(project), lambda: main(project))
+    secret_file = "/var/lib/raya/k3s-server-seed/manifests/raya-hcloud-credentials.yaml"
+    for name, resource in result.resources.items():
+        if not resource.typ.endswith(":Server"):
+            continue
+        assert is_secret(resource.inputs["userData"]), name
+        files = ignition_files(reveal(resource.inputs["userData"]))
+        holding = [path for path, data in files.items() if CLUSTER_TOKEN.encode() in data]
+        assert holding == ([secret_file] if name == "control-plane" else []), name
+    assert CLUSTER_TOKEN not in json.dumps(result.outputs, default=str)
+
+
+def test_a_stack_without_the_cluster_token_declares_nothing(
+    project: Path, github: list[str], stack_config: dict[str, str]
+) -> None:
+    del stack_config["raya:clusterHcloudToken"]
+    pulumi.runtime.set_all_config(stack_config)
+    targets = mocks(project)
+    with pytest.raises(pulumi.ConfigMissingError, match="raya:clusterHcloudToken"):
+        run_program(targets, lambda: main(project))
+    assert targets.resources == {}
 
 
 def test_a_user_rotating_keys_on_github_changes_nothing(

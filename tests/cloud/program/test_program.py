@@ -45,6 +45,8 @@ RECORD = "gcp:dns/recordSet:RecordSet"
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
 SERVER_CA = "/var/lib/raya/k3s-server-seed/tls/server-ca.crt"  # copied onto the volume
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+# raya:clusterHcloudToken as the stack would hold it (64 characters, like Hetzner's).
+CLUSTER_TOKEN = "hcloudTestToken0" * 4
 
 
 def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
@@ -69,6 +71,7 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
 
 def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
     kwargs.setdefault("render", RENDER)
+    kwargs.setdefault("hcloud_token", CLUSTER_TOKEN)
     return run_program(mocks, lambda: define(cluster, PINS, **kwargs))
 
 
@@ -301,8 +304,11 @@ def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> N
     control_plane = ignition_files(user_data(result)["control-plane"])
     manifests = "/var/lib/raya/k3s-server-seed/manifests"  # copied onto the volume at boot
     zone = EXAMPLE.config.zone_dns_name.rstrip(".")
-    charts = list(yaml.safe_load_all(control_plane[f"{manifests}/raya-helm-charts.yaml"]))
-    values = yaml.safe_load(charts[1]["spec"]["valuesContent"])
+    charts = {
+        doc["metadata"]["name"]: doc
+        for doc in yaml.safe_load_all(control_plane[f"{manifests}/raya-helm-charts.yaml"])
+    }
+    values = yaml.safe_load(charts["external-dns"]["spec"]["valuesContent"])
     # The project the mocks create the service accounts (and every GCP resource) in.
     assert f"--google-project={PROJECT}" in values["extraArgs"]
     assert values["domainFilters"] == [zone]
@@ -313,6 +319,10 @@ def test_the_add_ons_use_the_project_of_the_service_accounts_and_the_zone() -> N
     for name in ("external-dns", "cert-manager"):
         email = result.resources[name].outputs["email"]
         assert email.endswith(f"@{PROJECT}.iam.gserviceaccount.com")
+    # The cloud controller's Secret: the stack's token, and the network the program creates.
+    (secret,) = yaml.safe_load_all(control_plane[f"{manifests}/raya-hcloud-credentials.yaml"])
+    network = reveal(result.resources["network"].inputs)["name"]
+    assert secret["stringData"] == {"token": CLUSTER_TOKEN, "network": network}
 
 
 def test_the_engine_is_told_which_outputs_are_secret() -> None:

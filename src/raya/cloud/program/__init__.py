@@ -22,7 +22,7 @@ from raya.cloud.program.network import define_network
 from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import define_identity
 from raya.errors import DeployError
-from raya.model.config import KEYS, NAMESPACE, parse_stack_config
+from raya.model.config import CLUSTER_HCLOUD_TOKEN, KEYS, NAMESPACE, parse_stack_config
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.model.pins import Pins, load_chart_pins, load_pins
 from raya.nodes.github_keys import GITHUB_URL, fetch_keys
@@ -58,12 +58,14 @@ def define(
     pins: Pins,
     render: Renderer,
     *,
+    hcloud_token: pulumi.Input[str],
     replace: Set[str] = frozenset(),
 ) -> dict[str, Any]:
     """Declare every resource; returns the stack outputs. `render` builds a node's config
-    (`render_node` with the chart pins). The nodes named in `replace` take the current inputs
-    whole, to be re-created with them; every other server keeps what it was created with and
-    reports the difference as drift."""
+    (`render_node` with the chart pins); `hcloud_token` is the cluster's own Hetzner token,
+    which only the control plane's config carries (as a secret). The nodes named in
+    `replace` take the current inputs whole, to be re-created with them; every other server
+    keeps what it was created with and reports the difference as drift."""
     config = cluster.config
     unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
     if unknown:
@@ -81,7 +83,7 @@ def define(
     network = define_network(config, {"managed_by": config.cluster_name})
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
-    identity = define_identity(config, [node.name for node in cluster.nodes])
+    identity = define_identity(config, [node.name for node in cluster.nodes], hcloud_token)
     volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
     groups = define_placement_groups(cluster)
     define_registration_balancer(cluster, network)
@@ -138,5 +140,6 @@ def main(root: Path) -> None:
     fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
     replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
     render = functools.partial(render_node, charts=load_chart_pins(root))
-    for name, value in define(cluster, pins, render, replace=replace).items():
+    token = pulumi.Config(NAMESPACE).require_secret(CLUSTER_HCLOUD_TOKEN)
+    for name, value in define(cluster, pins, render, hcloud_token=token, replace=replace).items():
         pulumi.export(name, value)

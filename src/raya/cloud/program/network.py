@@ -24,7 +24,7 @@ class Network:
 def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
     network = hcloud.Network(
         "network",
-        name=config.cluster_name,
+        name=config.network_name,
         ip_range=str(config.network_range),
         labels=labels,
     )

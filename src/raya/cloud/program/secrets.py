@@ -1,5 +1,6 @@
 """The cluster's identities: join secrets, server and client CAs, DNS service accounts, the
-admin's client certificate and kubeconfig, each node's SSH host key.
+admin's client certificate and kubeconfig, each node's SSH host key, and the cluster's own
+Hetzner token (a stack setting, carried as a secret).
 
 Random and TLS resources live in the Pulumi state, so they are generated once and never
 change between runs; every value here is a Pulumi secret.
@@ -46,6 +47,7 @@ class Identity:
     client_ca: Authority
     external_dns_key: pulumi.Output[str]
     cert_manager_key: pulumi.Output[str]
+    hcloud_token: pulumi.Output[str]  # the cluster's own (raya:clusterHcloudToken)
     host_keys: dict[str, tls.PrivateKey]  # node name -> its SSH host key
     kubeconfig: pulumi.Output[str]  # the admin's, a secret
 
@@ -68,6 +70,7 @@ class Identity:
             self.client_ca.key_pem,
             self.external_dns_key,
             self.cert_manager_key,
+            self.hcloud_token,
             self.host_key(node),
             snapshot_store,
         )
@@ -80,8 +83,9 @@ class Identity:
                     client_ca=CertificateAuthority(cert_pem=v[4], key_pem=v[5]),
                     external_dns_key=v[6],
                     cert_manager_key=v[7],
-                    host_keys={node: v[8]},
-                    snapshot_store=v[9],
+                    hcloud_token=v[8],
+                    host_keys={node: v[9]},
+                    snapshot_store=v[10],
                 )
             )
         )
@@ -104,6 +108,7 @@ class Identity:
                     client_ca=CertificateAuthority(cert_pem="", key_pem=""),
                     external_dns_key="",
                     cert_manager_key="",
+                    hcloud_token="",
                     host_keys={node: v[2]},
                 )
             )
@@ -219,7 +224,9 @@ def _join_secret(name: str) -> pulumi.Output[str]:
     return pulumi.Output.secret(secret.result)
 
 
-def define_identity(config: StackConfig, nodes: Sequence[str]) -> Identity:
+def define_identity(
+    config: StackConfig, nodes: Sequence[str], hcloud_token: pulumi.Input[str]
+) -> Identity:
     external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
     server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
     client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
@@ -230,6 +237,7 @@ def define_identity(config: StackConfig, nodes: Sequence[str]) -> Identity:
         client_ca=client_ca,
         external_dns_key=external_dns,
         cert_manager_key=cert_manager,
+        hcloud_token=pulumi.Output.secret(hcloud_token),
         host_keys={node: _host_key(node) for node in nodes},
         kubeconfig=_admin_kubeconfig(config, server_ca, client_ca),
     )
