@@ -79,20 +79,11 @@ class Result:
 
 def translate(text: str, files_dir: Path | None = None) -> Result:
     """The Ignition config as a dict plus every diagnostic (warnings do not stop it)."""
-    result = _translate(text, files_dir, text)
-    if result.diagnostics:
-        # Entries copied from earlier translations were not walked: their YAML nodes are
-        # unknown to the findings' positions. Findings come from a full walk.
-        return _translate(text, files_dir, None)
-    return result
-
-
-def _translate(text: str, files_dir: Path | None, shared: str | None) -> Result:
     try:
         root = compose(text)
     except YamlSyntaxError as error:
         return Result(None, [error.diagnostic])
-    translator = Walker(files_dir, shared)
+    translator = Walker(files_dir)
     try:
         config = translator.config(root)
     except RecursionError:  # an alias that contains itself, or absurd nesting

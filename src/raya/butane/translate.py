@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path as FsPath
 from typing import Any
 
 import yaml
@@ -45,28 +44,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UNSUPPORTED = {"boot_device", "grub"}
 
 
-# Entries of the top-level lists (files, units...) already translated cleanly, by what
-# decides their translation; see Walker.entry. Bounded: a fleet's configs share most entries.
-_ENTRIES: dict[tuple[object, ...], Json] = {}
-_ENTRIES_MAX = 2048
-# A YAML directive (%TAG) changes what the tags written in an entry mean.
-_DIRECTIVE = re.compile(r"^%", re.MULTILINE)
-
-
 class Walker(Translator):
-    """The walk over the YAML nodes, driven by schema.py's tables.
-
-    Given the document's `text`, an entry of a top-level list (`storage.files`,
-    `systemd.units`...) whose exact text was translated cleanly before is not walked again:
-    its translation is copied. Findings are only ever reported by a walk without that
-    shortcut (see `translate`).
-    """
-
-    def __init__(self, files_dir: FsPath | None, text: str | None = None) -> None:
-        super().__init__(files_dir)
-        # Not with a files directory: local files can change between two translations.
-        shared = text is not None and files_dir is None and not _DIRECTIVE.search(text)
-        self.text = text if shared else None
+    """The walk over the YAML nodes, driven by schema.py's tables."""
 
     def config(self, root: Node | None) -> Json | None:
         if root is not None and not isinstance(root, yaml.MappingNode):
@@ -159,10 +138,7 @@ class Walker(Translator):
             if is_null(item):
                 dropped.append((index, item))
                 continue
-            if len(path) == 2 and isinstance(kind.item, Obj):
-                found = self.entry(kind.item, item, (*path, index))
-            else:
-                found = self.value(kind.item, item, (*path, index))
+            found = self.value(kind.item, item, (*path, index))
             items.append(_zero(kind.item) if found is None else found)
         if isinstance(kind.item, Obj):
             # The Go list is then shorter than the YAML one, and Butane's unused-key pass
@@ -172,46 +148,6 @@ class Walker(Translator):
                     self.nodes[(*path, index)] = item
                     self._not_a_mapping(kind.item, (*path, index))
         return items or None
-
-    def entry(self, spec: Obj, node: Node, path: Path) -> Any:
-        """A top-level list's entry: walked, or copied from an earlier clean walk of the same
-        text at the same place (same list, column and fcos version)."""
-        key = self._entry_key(spec, node, path)
-        if key is None:
-            return self.value(spec, node, path)
-        found = _ENTRIES.get(key)
-        if found is not None:
-            return _copy(found)
-        before = self._findings()
-        found = self.value(spec, node, path)
-        if self._findings() == before and isinstance(found, dict):
-            if len(_ENTRIES) >= _ENTRIES_MAX:
-                _ENTRIES.clear()
-            _ENTRIES[key] = _copy(found)
-        return found
-
-    def _entry_key(self, spec: Obj, node: Node, path: Path) -> tuple[object, ...] | None:
-        """What decides an entry's translation, or None when its text alone does not: an
-        alias to a node outside it (its marks lie elsewhere in the document)."""
-        if self.text is None:
-            return None
-        start, end = node.start_mark.index, node.end_mark.index
-        pending = [node]
-        while pending:
-            each = pending.pop()
-            if not start <= each.start_mark.index <= each.end_mark.index <= end:
-                return None
-            if isinstance(each, yaml.MappingNode):
-                pending.extend(part for pair in each.value for part in pair)
-            elif isinstance(each, yaml.SequenceNode):
-                pending.extend(each.value)
-        return (spec, path[:-1], node.start_mark.column, self.minor, self.text[start:end])
-
-    def _findings(self) -> tuple[int, ...]:
-        """How much the walk has reported or collected for later: diagnostics of any kind,
-        embedded configs' findings, filesystems with a mount unit."""
-        return (len(self.diagnostics), len(self.undecoded), len(self.embedded),
-                len(self.mounts), len(self.origins))
 
     def obj(self, spec: Obj, node: Node | None, path: Path) -> Json:
         if node is None or is_null(node):
@@ -301,15 +237,6 @@ def _text(data: bytes) -> str:
     """Bytes as a Go string holds them: invalid UTF-8 is kept (as surrogates) for to_json to
     write the way Go's encoder does."""
     return data.decode("utf-8", "surrogateescape")
-
-
-def _copy(value: Any) -> Any:
-    """A translated entry's copy: dicts and lists of scalars (later passes may change them)."""
-    if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value
 
 
 def _zero(kind: Kind) -> Any:
