@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.proces
 
 from bench.processes import compile_raya, load, paired, ratios, spread
 from raya.butane import ButaneDiagnostics, dataurl, transpile
-from raya.butane.translate import _ENTRIES
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
 from raya.nodes.identity import generate_example_secrets
@@ -70,13 +69,12 @@ def rate(texts: list[str], files_dir: Path | None, rounds: int) -> tuple[float, 
 
     CPU time is the figure for "one core": on a shared machine the wall clock also
     counts the time other processes held the core. Each pass starts with an empty
-    compression cache and no translated entries, as a fresh process would: without that,
-    every pass after the first would only look up what the first one translated.
+    compression cache, as a fresh process would: without that, every pass after the
+    first would only look up what the first one compressed.
     """
     best_cpu = best_wall = float("inf")
     for _ in range(rounds):
         dataurl._gzip_if_shorter.cache_clear()
-        _ENTRIES.clear()
         wall, cpu = time.perf_counter(), time.process_time()
         for text in texts:
             transpile(text, files_dir)

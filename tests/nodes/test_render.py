@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raya.butane import dataurl
-from raya.butane.translate import _ENTRIES
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, build_cluster, node_password
 from raya.nodes import render as render_module
@@ -80,12 +79,11 @@ def test_rendering_is_deterministic(
 
 def test_a_fleet_renders_as_each_node_alone(cluster: Cluster, secrets: ClusterSecrets) -> None:
     """Nodes share the work of what they have alike (compiled templates, literal blocks,
-    translated entries, compressed contents): each node's bytes are still those it renders
-    to with nothing shared."""
+    compressed contents): each node's bytes are still those it renders to with nothing
+    shared."""
     fleet = build_cluster(cluster.config, ("cx23",) * 8, "test")
     nodes = render_cluster(fleet, secrets, volume_id=VOLUME_ID, charts=CHARTS)
     for node in nodes:
-        _ENTRIES.clear()
         dataurl._gzip_if_shorter.cache_clear()
         render_module.yaml_literal.cache_clear()
         render_module._environment.cache_clear()
