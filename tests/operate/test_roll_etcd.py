@@ -155,6 +155,23 @@ def test_a_roll_is_refused_while_another_member_is_a_learner(
     assert replace.asked == []
 
 
+def test_a_roll_is_refused_while_another_control_plane_is_not_ready(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # control-plane-2's kubelet reports NotReady; its etcd member still votes. The roll
+    # wants every other control plane Ready as well: a condition k3s' leader wrote can be
+    # stale, and a control plane whose node is not Ready is not one to count on.
+    conditions = cluster.nodes["control-plane-2"]["status"]["conditions"]
+    conditions[0] = {"type": "Ready", "status": "False", "reason": "KubeletNotReady"}
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError, match=(
+        r"^control-plane: refused before any change: control-plane-2 is voter, not Ready, "
+        r"member control-plane-2-[0-9a-f]{8}; replacing control-plane needs every other"
+    )):  # fmt: skip
+        etcd_roller(deployed, api, replace, clock).run(rl.plan(NODES, ["control-plane"], []))
+    assert replace.asked == []
+
+
 def test_a_control_plane_back_as_a_new_member_stops_the_roll(
     deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:

@@ -30,7 +30,6 @@ class Member:
     ready: bool  # the node's Ready condition
     name: str  # the member's name, "" if the node has none
     detail: str  # the condition's message, or why there is none
-    changed: str  # the condition's lastTransitionTime, "" if none
 
     @property
     def voter(self) -> bool:
@@ -55,17 +54,15 @@ def _condition(node: Any, kind: str) -> Any | None:
 def member(name: str, node: Any | None) -> Member:
     """The member on `node` (the client's V1Node), or missing when there is no node."""
     if node is None:
-        return Member(name, "missing", False, "", "no node object: not registered", "")
+        return Member(name, "missing", False, "", "no node object: not registered")
     ready = _condition(node, "Ready")
     is_ready = ready is not None and ready.status == "True"
     member_name = (node.metadata.annotations or {}).get(MEMBER_NAME, "")
     found = _condition(node, CONDITION)
     if found is None:
-        return Member(name, "no etcd status", is_ready, member_name, "k3s has not reported it", "")
-    changed = found.last_transition_time
-    when = changed.isoformat() if hasattr(changed, "isoformat") else str(changed or "")
+        return Member(name, "no etcd status", is_ready, member_name, "k3s has not reported it")
     state = "voter" if found.status == "True" else STATES.get(found.reason, found.reason or "?")
-    return Member(name, state, is_ready, member_name, found.message or "", when)
+    return Member(name, state, is_ready, member_name, found.message or "")
 
 
 def members(nodes: Iterable[Any], control_planes: Sequence[str]) -> list[Member]:

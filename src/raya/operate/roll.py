@@ -304,18 +304,19 @@ class Roll:
                 )
 
     def wait_member(self, before: etcd.Member) -> None:
-        """Until the node's `EtcdIsVoter` condition is True again and has changed since the
-        server was replaced (k3s' etcd leader marks a member whose server is gone Unhealthy
-        within 15 s, so a True from before the replacement is stale), then insist on the
-        same member name: a new one means the datastore on its volume was not used."""
+        """Until the node's `EtcdIsVoter` condition is True again, then insist on the same
+        member name: a new one means the datastore on its volume was not used. This runs once
+        the node is back from a new boot: its server was gone far longer than the 15 s
+        between two writes of the condition by k3s' etcd leader, which marked it Unhealthy
+        meanwhile, so a True is the leader's word on the new server."""
         name = before.node
         deadline = self.clock.now() + self.ready_timeout
         while True:
             try:
                 found = etcd.member(name, self.kube.node(name))
             except Exception as error:  # the API may be unreachable for a moment
-                found = etcd.Member(name, "unknown", False, "", f"API: {reason(error)}", "")
-            if found.voter and found.changed != before.changed:
+                found = etcd.Member(name, "unknown", False, "", f"API: {reason(error)}")
+            if found.voter:
                 break
             if self.clock.now() >= deadline:
                 raise RollError(
