@@ -194,7 +194,7 @@ def test_a_control_plane_back_as_a_new_member_stops_the_roll(
         f"control-plane-1: rejoined etcd as a new member {new}, not as {old} from its volume: "
         "its datastore was set aside; check `raya status` before rolling another control "
         "plane; its server was replaced and the control plane is back, but not as a voting "
-        "etcd member (no other node was touched): see `raya status`; not touched: "
+        "etcd member (no agent was touched): see `raya status`; not touched: "
         "control-plane-2"
     )
     # The roll waited through the learner until the leader wrote voter.

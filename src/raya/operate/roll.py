@@ -275,7 +275,7 @@ class Roll:
         if several:
             self.left = (
                 "its server was replaced and the control plane is back, but not as a voting etcd "
-                "member (no other node was touched): see `raya status`"
+                "member (no agent was touched): see `raya status`"
             )
             self.wait_member(etcd.member(name, before))
         self.left = "the control plane is back; no agent was touched: see `raya status`"
