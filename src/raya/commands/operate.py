@@ -58,7 +58,7 @@ def status(
     if as_json:
         out.print_json(json.dumps(report.as_json()))
     else:
-        _print(report)
+        print_report(report)
     if not report.healthy:
         raise typer.Exit(1)
 
@@ -128,7 +128,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
     )
 
 
-def _print(report: st.Report) -> None:
+def print_report(report: st.Report) -> None:
     from rich.markup import escape
     from rich.table import Table
 
