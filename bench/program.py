@@ -12,18 +12,15 @@ clock also counts other processes.
 
 from __future__ import annotations
 
-import argparse
-import compileall
 import functools
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.cloud.program.mocks
 
-from bench.processes import compile_raya, load, ratios, spread
+from bench.processes import arguments, checkouts, child, load, ratios, spread
 
 AGENTS = 200
 TARGET = 2.0
@@ -57,34 +54,19 @@ def one_run() -> None:
     print(json.dumps({"seconds": seconds, "resources": len(result.resources)}))
 
 
-def run(env: list[str]) -> tuple[float, int]:
-    child = subprocess.run(
-        [*env, sys.executable, __file__, "--child"], check=True, capture_output=True, text=True
-    )
-    found = json.loads(child.stdout.splitlines()[-1])
-    return found["seconds"], found["resources"]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="paired rounds")
-    parser.add_argument("--before", type=Path, help="another checkout's src, to compare with")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0], rounds=3)
     if args.child:
         one_run()
         return
-    compile_raya()
-    sources: dict[str, list[str]] = {"this tree": []}
-    if args.before is not None:
-        compileall.compile_dir(args.before, quiet=1)
-        sources["before"] = ["env", f"PYTHONPATH={args.before}"]
+    sources = checkouts(args.before)
     times: dict[str, list[float]] = {label: [] for label in sources}
     resources = 0
     start_load = load()
     for _ in range(args.rounds):
         for label, env in sources.items():
-            taken, resources = run(env)
+            found = child(__file__, env)
+            taken, resources = found["seconds"], found["resources"]
             times[label].append(taken)
     print(
         f"program under mocks: control plane + {AGENTS} agents, {resources} resources, new "

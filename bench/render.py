@@ -14,14 +14,11 @@ CPU time is the figure: on a shared machine the wall clock also counts other pro
 
 from __future__ import annotations
 
-import argparse
-import compileall
 import dataclasses
 import json
 import random
 import shutil
 import string
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.processes
 
-from bench.processes import compile_raya, cpu_time, load, ratios, spread
+from bench.processes import arguments, checkouts, child, cpu_time, load, ratios, spread
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, build_cluster, fleet_file
 from raya.model.pins import load_chart_pins
@@ -60,20 +57,8 @@ def one_render() -> None:
     print(json.dumps({"seconds": seconds, "bytes": sum(len(node.ignition) for node in nodes)}))
 
 
-def in_process(env: list[str]) -> tuple[float, int]:
-    child = subprocess.run(
-        [*env, sys.executable, __file__, "--child"], check=True, capture_output=True, text=True
-    )
-    found = json.loads(child.stdout)
-    return found["seconds"], found["bytes"]
-
-
 def fleet_time(rounds: int, before: Path | None) -> None:
-    compile_raya()
-    sources: dict[str, list[str]] = {"this tree": []}
-    if before is not None:
-        compileall.compile_dir(before, quiet=1)
-        sources["before"] = ["env", f"PYTHONPATH={before}"]
+    sources = checkouts(before)
     with tempfile.TemporaryDirectory(prefix="raya-bench-") as folder:
         project = Path(folder) / "project"
         shutil.copytree(EXAMPLE_ROOT, project)
@@ -86,7 +71,8 @@ def fleet_time(rounds: int, before: Path | None) -> None:
         start_load = load()
         for _ in range(rounds):
             for label, env in sources.items():
-                taken, size = in_process(env)
+                found = child(__file__, env)
+                taken, size = found["seconds"], found["bytes"]
                 times.setdefault((label, "in-process"), []).append(taken)
                 times.setdefault((label, "as a process"), []).append(
                     cpu_time([*render[:4], *env, *render[4:]])
@@ -152,11 +138,7 @@ def size_table() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="paired rounds")
-    parser.add_argument("--before", type=Path, help="another checkout's src, to compare with")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0], rounds=5)
     if args.child:
         one_render()
         return
