@@ -161,6 +161,21 @@ def test_version_help_and_plain_butane_start_without_typer(args: list[str]) -> N
     assert "typer" in loaded_by("butane" if args[0] == "butane" else "keys", "--help")
 
 
+# Stdlib modules a plain `raya butane` starts without (start-up time; issue 26): dataclasses
+# pulls in inspect, ast and dis; pathlib only for --files-dir.
+BUTANE_FREE = {"dataclasses", "inspect", "ast", "pathlib"}
+
+
+def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> None:
+    config = tmp_path / "node.bu"
+    config.write_text("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n"
+                      "    - path: /etc/motd\n      contents:\n        inline: hello\n")
+    loaded = loaded_by("butane", "--strict", str(config))
+    assert not loaded & BUTANE_FREE, sorted(loaded & BUTANE_FREE)
+    # and the probe sees them when they are loaded: local files need pathlib.
+    assert "pathlib" in loaded_by("butane", "--files-dir", str(tmp_path), str(config))
+
+
 def test_version() -> None:
     result = raya("--version")
     assert result.returncode == 0

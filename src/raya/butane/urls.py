@@ -9,7 +9,7 @@ problem Ignition would report, or None.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote
 
 INVALID_URL = "unable to parse url"
@@ -26,8 +26,7 @@ _URL_UNSAFE = frozenset(" <>#\"{}|\\^[]`")
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 
-@dataclass(frozen=True)
-class GoUrl:
+class GoUrl(NamedTuple):
     scheme: str  # lower-cased, as url.Parse leaves it
     opaque: str
     query: str
