@@ -140,6 +140,18 @@ def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
         assert {"jinja2", "cryptography"} <= loaded_by("render", "--help")
 
 
+# What no command needs before its own work (start-up time): the cloud SDKs, which the
+# functions that call them import.
+SDKS = {"hcloud", "requests", "pulumi", "boto3", "botocore", "kubernetes"}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_no_command_loads_a_cloud_sdk_before_its_work(name: str) -> None:
+    loaded = loaded_by(name, "--help")
+    assert not loaded & SDKS, sorted(loaded & SDKS)
+    assert f"raya.commands.{COMMANDS[name][0]}" in loaded  # the command's module itself
+
+
 # What `raya --version`, `raya --help` and a plain `raya butane` must start without: Typer
 # (and the click it vendors), rich, the templates and Pulumi, and for --version and --help
 # the transpiler and PyYAML.
