@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from typing import NamedTuple
-from urllib.parse import unquote
 
 INVALID_URL = "unable to parse url"
 _SCHEMES = ("http", "https", "tftp", "s3", "gs", "data")
@@ -134,6 +133,8 @@ def _query_values(query: str, key: str) -> list[str] | None:
 
 
 def _query_unescape(text: str) -> str:
+    from urllib.parse import unquote  # rarely needed: urllib.parse costs start-up
+
     _unescape(text, host=False)
     return unquote(text.replace("+", " "))
 
