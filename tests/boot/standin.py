@@ -145,8 +145,8 @@ def serve(config: dict[str, Any]) -> int:
 # --- the datastore (issue 22: SQLite to etcd, a first control plane that joins) ----------
 # What k3s keeps in its data dir (k3s pkg/etcd/etcd.go: `sqliteFile`, `etcdDBDir`, `walDir`)
 # and the order in which it decides where its datastore comes from (k3s pkg/cluster/
-# bootstrap.go `shouldBootstrapLoad`, pkg/etcd/etcd.go `Start`): an etcd member whose WAL
-# directory exists starts from it, whatever `cluster-init` and `server` say; else, with
+# bootstrap.go `shouldBootstrapLoad`, pkg/etcd/etcd.go `Start`, read at 001bb93): a member
+# whose WAL directory exists starts from it, whatever `cluster-init` and `server` say; else, with
 # `server`, it joins that server's cluster; else, with `cluster-init`, it starts a new one
 # (`newCluster`), then moves what a SQLite datastore in the data dir holds into etcd
 # (`migrateFromSQLite`: every key under /registry/, then state.db renamed state.db.migrated).

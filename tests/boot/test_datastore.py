@@ -59,14 +59,6 @@ def test_a_sqlite_datastore_moves_into_etcd_with_nothing_lost(boots: DatastoreBo
     /registry/, is not carried over (k3s writes it anew at start)."""
     node = boots.sqlite
     assert node.volume is not None
-    assert any("holds raya's filesystem" in m and "keeping it" in m
-               for m in _messages(node, "raya-k3s-volume"))  # fmt: skip
-    (decision,) = _messages(node, "raya-k3s-datastore")
-    assert "holds a datastore: k3s starts from it as configured" in decision
-    log = _messages(node, "k3s")
-    assert "etcd: cluster-init, starting a new cluster" in log
-    assert not [m for m in log if m.startswith("joined")]
-
     files = node.volume.files()
     assert "db/state.db" not in files
     # The SQLite file, renamed as it was: k3s keeps it, as the record of what it moved.
@@ -79,6 +71,14 @@ def test_a_sqlite_datastore_moves_into_etcd_with_nothing_lost(boots: DatastoreBo
     keys = _store(node)["keys"]
     assert keys == expected
     assert BOOTSTRAP not in keys
+    # How: the volume kept, the guard leaving k3s as configured, k3s converting.
+    assert any("holds raya's filesystem" in m and "keeping it" in m
+               for m in _messages(node, "raya-k3s-volume"))  # fmt: skip
+    (decision,) = _messages(node, "raya-k3s-datastore")
+    assert "holds a datastore: k3s starts from it as configured" in decision
+    log = _messages(node, "k3s")
+    assert "etcd: cluster-init, starting a new cluster" in log
+    assert not [m for m in log if m.startswith("joined")]
     assert "etcd: 199 keys under /registry/ migrated from /var/lib/rancher/k3s/server/db/" \
         "state.db, now /var/lib/rancher/k3s/server/db/state.db.migrated" in log
     assert node.state["failed"] == []
