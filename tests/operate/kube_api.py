@@ -46,6 +46,7 @@ its controllers and the kubelet do, not from what raya expects:
   boots for `boot` seconds, then its kubelet registers under the same name with a new
   `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
   nothing answers on the API's address: a connection is closed without a reply.
+- etcd members, and k3s removing one through the API: the section "etcd members" below.
 
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
@@ -118,6 +119,8 @@ class Cluster:
     # it first owns here
     controllers: dict[str, tuple[str, int]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # k3s' embedded etcd, for its member controller (the section "etcd members" below)
+    etcd: Etcd = field(default_factory=lambda: Etcd())
     _serial: int = 0
 
     # --- the Hetzner side ------------------------------------------------------------------
@@ -174,6 +177,7 @@ class Cluster:
         self._schedule(now)
         for budget in self.budgets:
             self._budget_status(budget, now)
+        member_controller(self)
 
     def _register(self, name: str, machine: Machine) -> None:
         node = self.nodes.setdefault(name, node_object(name, machine.kubelet_version))
@@ -499,6 +503,143 @@ def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items}
 
 
+# --- etcd members: k3s' member controller, removing members through the API -----------------
+#
+# Written from k3s-io/k3s `pkg/etcd/member_controller.go` (`etcdMemberHandler.sync`, `onRemove`)
+# and `pkg/etcd/etcd.go` (`RemovePeer`, `setEtcdStatusCondition`), and etcd
+# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
+# - k3s labels a server's node `node-role.kubernetes.io/etcd: "true"` and annotates it with its
+#   member's name (`etcd.k3s.cattle.io/node-name`, `<node>-<8 hex>`) and address
+#   (`etcd.k3s.cattle.io/node-address`); the etcd leader sets the node condition `EtcdIsVoter`
+#   (True "MemberNotLearner" for a voting member, False "Unhealthy" for one it cannot reach).
+# - `sync`, on every change of such a node: with `etcd.k3s.cattle.io/remove` "true" and no
+#   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)`; once it succeeds
+#   the node gets `removed-node-name` = the member's name and loses the name and address
+#   annotations. An error leaves the node as it is; the controller retries (here: at every
+#   request, as `settle` runs the controller).
+# - `RemovePeer` removes the member whose name and peer address both match, and returns
+#   nothing when none does. etcd commits the removal only with a quorum of its members up
+#   (otherwise the request times out), and with its strict reconfiguration check refuses to
+#   remove a running member when the running ones left would be fewer than the quorum of the
+#   smaller cluster (`ErrUnhealthy`); a member that is down may always go.
+# - Deleting a node (`onRemove`, which wrangler runs behind its finalizer
+#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
+#   through the annotation goes at once; another etcd node's member is removed first, and
+#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
+
+ETCD_ROLE = "node-role.kubernetes.io/etcd"
+MEMBER_NAME = "etcd.k3s.cattle.io/node-name"
+MEMBER_ADDRESS = "etcd.k3s.cattle.io/node-address"
+REMOVE = "etcd.k3s.cattle.io/remove"
+REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
+
+
+@dataclass
+class Etcd:
+    """The members (name -> peer address) and which of them are down."""
+
+    members: dict[str, str] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+
+    def remove_peer(self, name: str, address: str) -> str | None:
+        """`RemovePeer`: None once removed (or when no member matches), else etcd's error."""
+        if self.members.get(name) != address:
+            return None
+        running = [member for member in self.members if member not in self.down]
+        if len(running) < len(self.members) // 2 + 1:
+            return "etcdserver: request timed out"
+        left = len(self.members) - 1
+        if name not in self.down and len(running) - 1 < left // 2 + 1:
+            return "etcdserver: unhealthy cluster"
+        del self.members[name]
+        return None
+
+
+def etcd_node(state: Cluster, name: str, version: str, address: str) -> dict[str, Any]:
+    """A control plane's node as k3s leaves it, and its member in `state.etcd`, running."""
+    made = node_object(name, version)
+    member = member_name(name)
+    made["metadata"]["labels"] = {
+        ETCD_ROLE: "true",
+        "node-role.kubernetes.io/control-plane": "true",
+    }
+    made["metadata"]["annotations"] = {MEMBER_NAME: member, MEMBER_ADDRESS: address}
+    made["metadata"]["finalizers"] = [FINALIZER]
+    made["status"]["conditions"].append(_voter(True))
+    made["status"]["addresses"] = [{"type": "InternalIP", "address": address}]
+    state.etcd.members[member] = address
+    return made
+
+
+def member_name(node: str) -> str:
+    """k3s names a member after its node and 8 random hex digits; here derived from the node."""
+    return f"{node}-{uuid.uuid5(uuid.NAMESPACE_DNS, node).hex[:8]}"
+
+
+def member_down(state: Cluster, name: str) -> None:
+    """Control plane `name`'s member stops answering: the leader marks its node Unhealthy."""
+    node = state.nodes[name]
+    state.etcd.down.add(node["metadata"]["annotations"][MEMBER_NAME])
+    conditions = [c for c in node["status"]["conditions"] if c["type"] != "EtcdIsVoter"]
+    node["status"]["conditions"] = [*conditions, _voter(False)]
+
+
+def _voter(voting: bool) -> dict[str, str]:
+    if voting:
+        return {"type": "EtcdIsVoter", "status": "True", "reason": "MemberNotLearner"}
+    return {"type": "EtcdIsVoter", "status": "False", "reason": "Unhealthy"}
+
+
+def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A strategic merge patch of labels and annotations: keys set, a null deletes."""
+    for key in ("labels", "annotations"):
+        current = node["metadata"].setdefault(key, {})
+        for name, value in (patch.get(key) or {}).items():
+            if value is None:
+                current.pop(name, None)
+            else:
+                current[name] = value
+
+
+def member_controller(state: Cluster) -> None:
+    """`sync` over every etcd node: the removals asked for through the annotation."""
+    for name, node in state.nodes.items():
+        labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
+        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
+            continue
+        if str(notes.get(REMOVE, "")).lower() != "true":
+            continue
+        member = notes.get(MEMBER_NAME, "")
+        error = state.etcd.remove_peer(member, notes.get(MEMBER_ADDRESS, ""))
+        if error:
+            state.events.append((state.clock(), f"etcd member {member} not removed: {error}"))
+            continue
+        notes[REMOVED] = member
+        notes.pop(MEMBER_NAME, None)
+        notes.pop(MEMBER_ADDRESS, None)
+        state.events.append((state.clock(), f"etcd member {member} removed ({name})"))
+
+
+def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
+    node = state.nodes.get(name)
+    if node is None:
+        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+    notes = node["metadata"].get("annotations") or {}
+    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {})
+    if etcd and not (str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)):
+        error = state.etcd.remove_peer(notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, ""))
+        if error:
+            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+            state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
+            return 200, node
+        state.events.append((state.clock(), f"etcd member {notes.get(MEMBER_NAME)} removed"))
+    del state.nodes[name]
+    state.events.append((state.clock(), f"node {name} deleted"))
+    return 200, node
+
+
 # --- the server ------------------------------------------------------------------------------
 
 _POD = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)")
@@ -583,6 +724,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if match and match[1] in state.nodes:
             state.nodes[match[1]]["spec"].update(body.get("spec", {}))
+            merge_metadata(state.nodes[match[1]], body.get("metadata") or {})
+            member_controller(state)
             return 200, state.nodes[match[1]]
         return 404, _status(404, reason="NotFound")
 
@@ -597,6 +740,9 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return state.evict(found, grace)
 
     def _delete(path: str, query: str, body: Any) -> tuple[int, Any]:
+        node = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
+        if node:
+            return delete_node(state, node[1])
         match = _POD.fullmatch(path)
         found = state.find(match[1], match[2]) if match else None
         if found is None:

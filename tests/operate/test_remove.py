@@ -1,0 +1,260 @@
+"""`raya up` removing nodes the inputs no longer declare, never by a bare delete: end to end
+through the engine and Hetzner models (tests/cloud/program/engine.py, hetzner.py) running the
+real program, against the Kubernetes API stand-in over real TLS (tests/operate/kube_api.py),
+whose etcd section removes a member the way k3s' member controller does and refuses what
+etcd refuses. Hetzner's deletions reach the stand-in's timeline (`events`), so one list shows
+the order of drains, member removals, server deletions and node object deletions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud.kubeconfig import api_client
+from raya.nodes.identity import CertificateAuthority
+from raya.operate import remove as rm
+from raya.operate import roll as rl
+from tests.cloud.program.engine import Cloud, deployed_cloud
+from tests.cloud.program.test_program import PINS, provider_mocks
+from tests.operate import kube_api as ka
+from tests.operate.test_roll import Clock
+
+PIN = PINS.k3s.version
+PLANES = ["control-plane", *(f"control-plane-{k}" for k in range(1, 5))]
+POOL = {"name": "web", "type": "cx23", "count": 3, "addresses": "10.0.1.64/27"}
+
+
+def settings(root: Path, **values: Any) -> None:
+    path = root / "Pulumi.prod.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"].update({f"raya:{key}": value for key, value in values.items()})
+    path.write_text(yaml.safe_dump(document))
+
+
+def pool_count(root: Path, count: int) -> None:
+    path = root / "deploy" / "fleet" / "agents.json"
+    path.write_text(json.dumps({"agents": ["cx23"], "pools": [{**POOL, "count": count}]}))
+
+
+@pytest.fixture
+def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    """Five control planes, agent-0 and pool web of three, deployed."""
+    settings(project, controlPlanes=5)
+    pool_count(project, 3)
+    example = provider_mocks()
+    return deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
+    """Every node registered, each control plane a running etcd member; web-2 runs a
+    ReplicaSet's pod and a DaemonSet's; Hetzner's deletions reach the stand-in's machines."""
+    state = ka.Cluster(clock=clock.now)
+    for k, name in enumerate(PLANES):
+        state.nodes[name] = ka.etcd_node(state, name, PIN, f"10.0.1.{10 + k}")
+    for name in ("agent-0", "web-0", "web-1", "web-2"):
+        state.nodes[name] = ka.node_object(name, PIN)
+    state.pods = [
+        ka.pod("shop-1", "default", "web-2"),
+        ka.pod("flannel-x", "kube-system", "web-2", owner="DaemonSet"),
+    ]
+
+    def deleted(server_name: str) -> None:
+        name = server_name.removeprefix("raya-")
+        with state.lock:
+            on_it = sorted(
+                p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
+            )
+            node = state.nodes.get(name)
+            cordoned = bool(node and node["spec"].get("unschedulable"))
+            state.events.append((clock.now(), f"{name}: pods {on_it}, cordoned {cordoned}"))
+            state.server_deleted(name)
+
+    cloud.hetzner.on_delete = deleted
+    return state
+
+
+@pytest.fixture
+def api(
+    cloud: Cloud, cluster: ka.Cluster, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    resources = cloud.engine.resources
+    server_ca = CertificateAuthority(
+        resources["server-ca"].outputs["certPem"],
+        resources["server-ca-key"].outputs["privateKeyPem"],
+    )
+    client_ca = resources["client-ca"].outputs["certPem"]
+    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        monkeypatch.setattr(
+            "raya.commands.deploy.kube_api_client", lambda text: api_client(text, server=url)
+        )
+        monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+        yield url
+
+
+def up(cloud: Cloud, *flags: str) -> Any:
+    return CliRunner().invoke(app, ["up", "--root", str(cloud.root), *flags])
+
+
+def failure(result: Any) -> str:
+    """What `raya up` printed, and the one-line error `raya` prints for its exception."""
+    assert result.exit_code == 1
+    return f"{result.output}error: {result.exception}"
+
+
+def timeline(cluster: ka.Cluster) -> list[str]:
+    """What happened to leaving nodes and members, in order (pods' own events left out)."""
+    return [text for _, text in cluster.events if not text.startswith("pod ")]
+
+
+def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi_deletes(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    settings(cloud.root, controlPlanes=3)
+    pool_count(cloud.root, 1)
+    mark = len(cloud.hetzner.log)
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    m4, m3 = ka.member_name("control-plane-4"), ka.member_name("control-plane-3")
+    # Every member removed, the highest first, each once etcd kept its quorum, all before the
+    # first server went, every leaving node cordoned then; then the node objects.
+    assert timeline(cluster) == [
+        f"etcd member {m4} removed (control-plane-4)",
+        f"etcd member {m3} removed (control-plane-3)",
+        "control-plane-4: pods [], cordoned True",
+        "control-plane-4: server deleted",
+        "control-plane-3: pods [], cordoned True",
+        "control-plane-3: server deleted",
+        "web-2: pods ['flannel-x'], cordoned True",
+        "web-2: server deleted",
+        "web-1: pods [], cordoned True",
+        "web-1: server deleted",
+        "node web-1 deleted",
+        "node web-2 deleted",
+        "node control-plane-3 deleted",
+        "node control-plane-4 deleted",
+    ]
+    # web-2 drained (its ReplicaSet's pod evicted and gone, the DaemonSet's left) before the
+    # first member was removed.
+    events = [text for _, text in cluster.events]
+    assert events.index("pod default/shop-1 gone") < events.index(timeline(cluster)[0])
+    assert set(cluster.etcd.members) == {ka.member_name(n) for n in PLANES[:3]}
+    # Hetzner's side: each server stopped then deleted, the leaving control planes' volumes
+    # (their removed members' data) deleted once detached; nothing else.
+    assert cloud.since(mark) == [
+        "shutdown server raya-control-plane-4",
+        "detach volume raya-control-plane-4-state (server deleted)",
+        "delete server raya-control-plane-4 (off)",
+        "shutdown server raya-control-plane-3",
+        "detach volume raya-control-plane-3-state (server deleted)",
+        "delete server raya-control-plane-3 (off)",
+        "shutdown server raya-web-2",
+        "delete server raya-web-2 (off)",
+        "shutdown server raya-web-1",
+        "delete server raya-web-1 (off)",
+        "delete volume raya-control-plane-4-state",
+        "delete volume raya-control-plane-3-state",
+    ]
+    assert "etcd members of control-plane-4" not in result.output  # `up` acts, `preview` tells
+
+
+def test_a_shrink_that_would_lose_quorum_is_refused_before_anything_changes(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    # Five members, two of those that stay down: removing control-plane-4 (healthy) would
+    # leave two healthy of four, where a quorum of four members is three.
+    ka.member_down(cluster, "control-plane-1")
+    ka.member_down(cluster, "control-plane-2")
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert "shrinking refused, nothing changed" in text
+    assert "after removing control-plane-4: 2 healthy of 4 members, 3 needed" in text
+    assert "control-plane-1 (EtcdIsVoter False (Unhealthy))" in text
+    assert "control-plane-2 (EtcdIsVoter False (Unhealthy))" in text
+    assert cloud.since(mark) == []
+    assert [path for _, method, path in cluster.log if method != "GET"] == []
+    assert len(cluster.etcd.members) == 5
+
+
+def test_an_unhealthy_leaving_member_goes_first_and_the_shrink_keeps_quorum(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    # control-plane-3 down: removing it first leaves four members, four healthy; then
+    # control-plane-4 leaves three of three.
+    ka.member_down(cluster, "control-plane-3")
+    settings(cloud.root, controlPlanes=3)
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    removed = [text for text in timeline(cluster) if text.startswith("etcd member")]
+    assert removed == [
+        f"etcd member {ka.member_name('control-plane-3')} removed (control-plane-3)",
+        f"etcd member {ka.member_name('control-plane-4')} removed (control-plane-4)",
+    ]
+
+
+def test_a_drain_that_fails_stops_the_update_before_pulumi(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    # A budget that allows no disruption of shop: its pod on web-2 cannot be evicted.
+    cluster.budgets = [ka.budget("shop", "default", "shop", minAvailable=1)]
+    settings(cloud.root, controlPlanes=3)
+    pool_count(cloud.root, 1)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert "web-2: drain timed out after 600 s" in text
+    assert "refused by a PodDisruptionBudget: default/shop-1" in text
+    assert "no server was deleted" in text
+    assert cloud.since(mark) == []
+    assert len(cluster.etcd.members) == 5  # the members stay: drains come first
+    assert cloud.stack.calls[-1][0] == "export"  # Pulumi's update never ran
+
+
+def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(
+    cloud: Cloud, cluster: ka.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens there: the API cannot be reached.
+    monkeypatch.setattr(
+        "raya.commands.deploy.kube_api_client",
+        lambda text: api_client(text, server="https://127.0.0.1:9"),
+    )
+    pool_count(cloud.root, 2)
+    mark = len(cloud.hetzner.log)
+    refused = failure(up(cloud))
+    assert "cannot reach the Kubernetes API" in refused
+    assert f"pass {rm.WITHOUT_DRAIN}" in refused
+    assert cloud.since(mark) == []
+    forced = up(cloud, rm.WITHOUT_DRAIN)
+    assert forced.exit_code == 0, forced.output
+    assert "delete server raya-web-2 (off)" in cloud.since(mark)
+    assert "deleting web-2 undrained" in forced.output
+
+
+def test_quorum_arithmetic() -> None:
+    healthy = dict.fromkeys(PLANES, "")
+    # 5 -> 3, all healthy: fine at every step.
+    assert rm.quorum_problem(healthy, ["control-plane-4", "control-plane-3"]) is None
+    # 3 -> 1 with control-plane (which stays) down: one member left, none healthy.
+    three = {"control-plane": "not Ready", "control-plane-1": "", "control-plane-2": ""}
+    problem = rm.quorum_problem(three, ["control-plane-2", "control-plane-1"])
+    assert problem is not None and "after removing control-plane-2" in problem
+    assert "not healthy: control-plane (not Ready)" in problem
+    # Unhealthy leaving members go first, then the highest numbers.
+    order = rm.removal_order(
+        ["control-plane-3", "control-plane-4", "control-plane-2"],
+        {"control-plane-2": "", "control-plane-3": "", "control-plane-4": "", "x": ""}
+        | {"control-plane-3": "not Ready"},
+    )
+    assert order == ["control-plane-3", "control-plane-4", "control-plane-2"]
