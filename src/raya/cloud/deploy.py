@@ -262,7 +262,7 @@ def _urn(root: Path, stack_name: str, kind: str, name: str) -> str:
 
 def _leaving(stack: auto.Stack, cluster: Cluster) -> tuple[str, ...]:
     """The nodes whose servers are in the stack's state but not in the inputs: agents first,
-    in state order, then control planes."""
+    then control planes, each by name and number (`web-2` before `web-10`)."""
     state = stack.export_stack()
     resources = state.deployment.get("resources", []) if state.deployment else []
     declared = {node.name for node in cluster.nodes}
@@ -271,8 +271,15 @@ def _leaving(stack: auto.Stack, cluster: Cluster) -> tuple[str, ...]:
         for resource in resources
         if resource.get("type") == SERVER_TYPE
     ]
-    gone = [name for name in dict.fromkeys(names) if name not in declared]
-    return tuple(sorted(gone, key=lambda name: name.startswith(CONTROL_PLANE_NAME)))
+    gone = {name for name in names if name not in declared}
+
+    def order(name: str) -> tuple[bool, str, int]:
+        stem, _, number = name.rpartition("-")
+        if not number.isdigit():
+            stem, number = name, "-1"
+        return name.startswith(CONTROL_PLANE_NAME), stem, int(number)
+
+    return tuple(sorted(gone, key=order))
 
 
 def check_sold(root: Path, stack_name: str, cluster: Cluster, stack: auto.Stack) -> None:
