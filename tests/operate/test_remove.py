@@ -261,3 +261,25 @@ def test_quorum_arithmetic() -> None:
         | {"control-plane-3": "not Ready"},
     )
     assert order == ["control-plane-3", "control-plane-4", "control-plane-2"]
+
+
+def test_the_standin_removes_members_as_k3s_and_etcd_do() -> None:
+    state = ka.Cluster()
+    for k, name in enumerate(PLANES[:3]):
+        state.nodes[name] = ka.etcd_node(state, name, PIN, f"10.0.1.{10 + k}")
+    ka.member_down(state, "control-plane-1")
+    # Two of three members run: removing a running one would leave one running of two,
+    # below the quorum of two. etcd refuses; the node stays, held by the finalizer.
+    status, node = ka.delete_node(state, "control-plane-2")
+    assert status == 200 and node["metadata"]["deletionTimestamp"]
+    assert "control-plane-2" in state.nodes and len(state.etcd.members) == 3
+    # The member that is down may go at any time, through the annotation too.
+    ka.merge_metadata(state.nodes["control-plane-1"], {"annotations": {rm.REMOVE: "true"}})
+    ka.member_controller(state)
+    notes = state.nodes["control-plane-1"]["metadata"]["annotations"]
+    assert notes == {rm.REMOVE: "true", rm.REMOVED: ka.member_name("control-plane-1")}
+    staying = ("control-plane", "control-plane-2")
+    assert set(state.etcd.members) == {ka.member_name(name) for name in staying}
+    # Its node object then goes at once: k3s' onRemove finds the member already removed.
+    ka.delete_node(state, "control-plane-1")
+    assert "control-plane-1" not in state.nodes and len(state.etcd.members) == 2
