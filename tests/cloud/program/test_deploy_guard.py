@@ -120,7 +120,8 @@ def test_the_guard_refuses_before_anything_changes(
     stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
     with pytest.raises(DeployError) as error:
         deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
-    assert [action for action, _ in stack.calls] == ["preview"]  # no up, state untouched
+    # The state read (nodes leaving), no up, the state untouched.
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
     message = str(error.value)
     assert message.startswith("up of stack prod refused, nothing changed: its preview would ")
     assert "the control plane (control-plane, hcloud:index/server:Server): replace" in message
@@ -141,7 +142,7 @@ def test_the_guard_lets_a_clean_preview_through(
 ) -> None:
     stack = stack_playing(monkeypatch, "drift-users.jsonl")
     deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
-    assert [action for action, _ in stack.calls] == ["preview", "up"]
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview", "up"]
 
 
 def test_without_the_flag_there_is_no_preview_first(
@@ -149,7 +150,7 @@ def test_without_the_flag_there_is_no_preview_first(
 ) -> None:
     stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
     deploy.run("up", project, "prod", lambda line: None)
-    assert [action for action, _ in stack.calls] == ["up"]
+    assert [action for action, _ in stack.calls] == ["export_stack", "up"]
 
 
 def test_the_cli_flag_reaches_the_guard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,7 +176,8 @@ def test_replace_exempts_only_the_servers_it_names_from_the_guard(
         )
     assert "the control plane (" not in str(error.value)
     assert "the DNS zone" in str(error.value) and "volume" in str(error.value)
-    assert [action for action, _ in stack.calls] == ["preview"]  # nor was anything unprotected
+    # Nor was anything unprotected (no import).
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
 
 
 def test_replace_of_the_named_nodes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,7 +185,9 @@ def test_replace_of_the_named_nodes(project: Path, monkeypatch: pytest.MonkeyPat
     deploy.run(
         "up", project, "prod", lambda line: None, replace=("control-plane", "agent-1")
     )
-    assert [action for action, _ in stack.calls] == ["export_stack", "import_stack", "up"]
+    # The state read for nodes leaving, then read and written to unprotect.
+    actions = [action for action, _ in stack.calls]
+    assert actions == ["export_stack", "export_stack", "import_stack", "up"]
     _, options = stack.calls[-1]
     assert options["replace"] == [CP_URN, AGENT_URN]
     assert options["env"] == {REPLACE_ENV: "control-plane,agent-1"}
@@ -200,8 +204,8 @@ def test_preview_of_a_replacement_changes_no_state(
 ) -> None:
     stack = stack_playing(monkeypatch, "drift-users.jsonl")
     deploy.run("preview", project, "prod", lambda line: None, replace=("agent-1",))
-    assert [action for action, _ in stack.calls] == ["preview"]
-    assert stack.calls[0][1]["replace"] == [AGENT_URN]
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
+    assert stack.calls[1][1]["replace"] == [AGENT_URN]
 
 
 @pytest.mark.parametrize(
