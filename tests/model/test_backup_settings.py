@@ -114,8 +114,12 @@ def test_an_existing_bucket() -> None:
     ("value", "message"),
     [
         ("s3://team-backups", "is 's3://team-backups'; accepted: a mapping"),
-        ({"bucket": "b-1"}, "lacks 'endpoint'"),
-        ({"endpoint": "h", "bucket": "b-1", "prefix": "x"}, "has unknown key 'prefix'"),
+        ({"bucket": "b-1"}, "backupS3 field 'endpoint' is required"),
+        (
+            {"endpoint": "h", "bucket": "b-1", "prefix": "x"},
+            "backupS3 field 'prefix' is not a known field; accepted: endpoint, bucket, region, "
+            "folder",
+        ),
         ({"endpoint": "https://h.example", "bucket": "b-1"}, "endpoint is 'https://h.example'"),
         ({"endpoint": "h", "bucket": "Team_Backups"}, "bucket is 'Team_Backups'"),
         ({"endpoint": "h", "bucket": "b-1", "folder": "a/b"}, "folder is 'a/b'"),

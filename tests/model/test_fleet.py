@@ -23,6 +23,7 @@ from raya.model.fleet import (
     sold_problem,
 )
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, find_root, load_cluster
+from tests.pool_change import ADDRESSES_AFTER, ADDRESSES_BEFORE, AFTER, BEFORE, STAYING
 from tests.support import REPO
 
 BASE: dict[str, Any] = {
@@ -324,46 +325,12 @@ def test_pool_nodes_have_their_own_names_addresses_and_records(tmp_path: Path) -
 
 
 def test_growing_adding_and_removing_pools_moves_no_node_that_stays(tmp_path: Path) -> None:
-    before_file: dict[str, Any] = {
-        "agents": ["cx23"],
-        "pools": [
-            {"name": "web", "type": "cx33", "count": 2, "addresses": "10.0.1.64/28"},
-            {"name": "batch", "type": "cx43", "count": 2, "addresses": "10.0.1.96/28"},
-            {"name": "arm", "type": "cax21", "count": 1, "addresses": "10.0.1.128/27"},
-        ],
-    }
-    # arm grows to 3 and moves to the front, batch is removed, gpu is added between them.
-    after_file: dict[str, Any] = {
-        "agents": ["cx23"],
-        "pools": [
-            {"name": "arm", "type": "cax21", "count": 3, "addresses": "10.0.1.128/27"},
-            {"name": "gpu", "type": "ccx33", "count": 1, "addresses": "10.0.1.80/28"},
-            {"name": "web", "type": "cx33", "count": 2, "addresses": "10.0.1.64/28"},
-        ],
-    }
-    before = identities(build_cluster(config(), load_fleet(write(tmp_path, before_file)), "f"))
-    after = identities(build_cluster(config(), load_fleet(write(tmp_path, after_file)), "f"))
-    assert {name: value[0] for name, value in before.items()} == {
-        "control-plane": "10.0.1.10",
-        "agent-0": "10.0.1.20",
-        "web-0": "10.0.1.64",
-        "web-1": "10.0.1.65",
-        "batch-0": "10.0.1.96",
-        "batch-1": "10.0.1.97",
-        "arm-0": "10.0.1.128",
-    }
-    assert {name: value[0] for name, value in after.items()} == {
-        "control-plane": "10.0.1.10",
-        "agent-0": "10.0.1.20",
-        "arm-0": "10.0.1.128",
-        "arm-1": "10.0.1.129",
-        "arm-2": "10.0.1.130",
-        "gpu-0": "10.0.1.80",
-        "web-0": "10.0.1.64",
-        "web-1": "10.0.1.65",
-    }
+    before = identities(build_cluster(config(), load_fleet(write(tmp_path, BEFORE)), "f"))
+    after = identities(build_cluster(config(), load_fleet(write(tmp_path, AFTER)), "f"))
+    assert {name: value[0] for name, value in before.items()} == ADDRESSES_BEFORE
+    assert {name: value[0] for name, value in after.items()} == ADDRESSES_AFTER
     stayed = before.keys() & after.keys()
-    assert stayed == {"control-plane", "agent-0", "web-0", "web-1", "arm-0"}
+    assert stayed == STAYING
     assert all(before[name] == after[name] for name in stayed)
 
 

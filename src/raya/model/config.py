@@ -19,6 +19,7 @@ import yaml
 
 from raya.errors import ConfigError
 from raya.model.cron import CronError, Schedule
+from raya.model.jsonfile import check_keys
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
@@ -66,7 +67,6 @@ CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # they are accepted here so that a stack file holding them is valid, never part of the model.
 SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
 BACKUP_RETENTION = range(1, 1001)
-_BACKUP_S3_FIELDS = {"endpoint": True, "bucket": True, "region": False, "folder": False}
 _S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
 # S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -252,13 +252,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
-    accepted = (*KEYS, *SECRET_KEYS)
-    unknown = sorted(set(values) - set(accepted))
-    if unknown:
-        raise fail(unknown[0], f"is not a known setting; accepted: {', '.join(sorted(accepted))}")
-    missing = [key for key in REQUIRED if key not in values]
-    if missing:
-        raise fail(missing[0], "is required")
+    check_keys(values, sorted((*KEYS, *SECRET_KEYS)), REQUIRED, fail, "a known setting")
     merged = {**DEFAULTS, **values}
 
     def text(key: str, pattern: re.Pattern[str], accepted: str) -> str:
@@ -447,11 +441,13 @@ def _backup_s3(
     shape = "a mapping with endpoint and bucket (region, folder optional)"
     if not isinstance(value, dict):
         raise fail("backupS3", f"is {value!r}; accepted: {shape}")
-    unknown = sorted(set(value) - set(_BACKUP_S3_FIELDS))
-    missing = [key for key, required in _BACKUP_S3_FIELDS.items() if required and key not in value]
-    if unknown or missing:
-        problem = f"has unknown key {unknown[0]!r}" if unknown else f"lacks {missing[0]!r}"
-        raise fail("backupS3", f"{problem}; accepted: {shape}")
+    check_keys(
+        value,
+        ("endpoint", "bucket", "region", "folder"),
+        ("endpoint", "bucket"),
+        lambda key, problem: fail("backupS3", f"field {key!r} {problem}"),
+        "a known field",
+    )
     checks = {
         "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
         "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),

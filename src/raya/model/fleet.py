@@ -30,7 +30,7 @@ from typing import Literal
 
 from raya.errors import ConfigError
 from raya.model.config import LOCATIONS, StackConfig, architecture, server_type_problem
-from raya.model.jsonfile import read_json
+from raya.model.jsonfile import check_keys, read_json
 from raya.model.kube import label_problem, taint_identity, taint_problem
 
 AGENT_HOST_OFFSET = 20
@@ -157,12 +157,7 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
     def fail(field: str, problem: str) -> ConfigError:
         return ConfigError(f"{where}: field '{field}' {problem}")
 
-    unknown = sorted(set(entry) - set(POOL_KEYS))
-    if unknown:
-        raise fail(unknown[0], f"is not a pool field; accepted: {', '.join(POOL_KEYS)}")
-    missing = [field for field in _POOL_REQUIRED if field not in entry]
-    if missing:
-        raise fail(missing[0], "is required")
+    check_keys(entry, POOL_KEYS, _POOL_REQUIRED, fail, "a pool field")
     if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
         raise fail(
             "name",

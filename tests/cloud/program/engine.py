@@ -112,8 +112,6 @@ class Goal:
 
     urn: str
     options: Options
-    delete_before_replace: bool | None  # None: not set in the program
-    retain_on_delete: bool
     dependencies: frozenset[str]
     property_dependencies: dict[str, frozenset[str]]
 
@@ -126,7 +124,7 @@ class Diff:
 
 
 class GoalMonitor(RecordingMonitor):
-    """The mock monitor, also keeping what the engine plans with: the URN, `deleteBeforeReplace`
+    """The mock monitor, also keeping what the engine plans with: the URN, the options
     and the property dependencies of each registration."""
 
     def __init__(self, mocks: Engine) -> None:
@@ -141,13 +139,10 @@ class GoalMonitor(RecordingMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         urn = self.make_urn(request.parent, request.type, request.name)
-        defined = bool(request.deleteBeforeReplaceDefined or request.deleteBeforeReplace)
         with self.engine._lock:
             self.engine.goals[request.name] = Goal(
                 urn,
-                Options(tuple(request.ignoreChanges), bool(request.protect)),
-                bool(request.deleteBeforeReplace) if defined else None,
-                bool(request.retainOnDelete),
+                Options.of(request),
                 frozenset(request.dependencies),
                 {
                     key: frozenset(deps.urns)
@@ -226,7 +221,7 @@ class Engine(ProviderMocks):
             inputs,
             {},
             goal.options.protect,
-            goal.retain_on_delete,
+            goal.options.retain_on_delete,
             goal.dependencies,
             goal.property_dependencies,
         )
@@ -266,8 +261,8 @@ class Engine(ProviderMocks):
                 f"unable to replace resource {goal.urn} as it is currently marked for protection"
             )
         delete_first = (
-            goal.delete_before_replace
-            if goal.delete_before_replace is not None
+            goal.options.delete_before_replace
+            if goal.options.delete_before_replace is not None
             else diff.delete_before_replace
         )
         if delete_first:

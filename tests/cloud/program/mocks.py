@@ -72,6 +72,19 @@ class Options:
     ignore_changes: tuple[str, ...] = ()
     protect: bool = False
     retain_on_delete: bool = False
+    delete_before_replace: bool | None = None  # None: not set in the program
+
+    @classmethod
+    def of(cls, request: Any) -> Options:
+        """The options of a `RegisterResourceRequest`; `deleteBeforeReplaceDefined` tells an
+        explicit False from an unset option (pulumi/pulumi `proto/pulumi/resource.proto`)."""
+        defined = bool(request.deleteBeforeReplaceDefined or request.deleteBeforeReplace)
+        return cls(
+            tuple(request.ignoreChanges),
+            bool(request.protect),
+            bool(request.retainOnDelete),
+            bool(request.deleteBeforeReplace) if defined else None,
+        )
 
 
 @dataclass
@@ -118,9 +131,7 @@ class RecordingMonitor(MockMonitor):
                 request.additionalSecretOutputs
             )
             self.provider_mocks.dependencies[request.name] = frozenset(request.dependencies)
-            self.provider_mocks.options[request.name] = Options(
-                tuple(request.ignoreChanges), bool(request.protect), bool(request.retainOnDelete)
-            )
+            self.provider_mocks.options[request.name] = Options.of(request)
         return super().RegisterResource(request)  # type: ignore[no-untyped-call]
 
 

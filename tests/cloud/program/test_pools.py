@@ -5,16 +5,19 @@ record and placement group; pools grown, added and removed without touching who 
 from __future__ import annotations
 
 import ipaddress
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from raya.errors import DeployError
-from raya.model.fleet import Cluster, Fleet, Pool, build_cluster
+from raya.model.fleet import Cluster, Fleet, Pool, build_cluster, load_fleet
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import reveal
 from tests.cloud.program.test_program import EXAMPLE, SERVER, provider_mocks, run, user_data
+from tests.pool_change import ADDRESSES_AFTER, ADDRESSES_BEFORE, AFTER, BEFORE, STAYING
 
 GROUP = "hcloud:index/placementGroup:PlacementGroup"
 RECORD = "gcp:dns/recordSet:RecordSet"
@@ -107,40 +110,23 @@ def test_each_pool_is_spread_over_hosts_for_its_first_ten_nodes() -> None:
     }
 
 
-def test_growing_adding_and_removing_pools_changes_no_server_that_stays() -> None:
-    mocks = provider_mocks()
-    batch = pool("batch", "cx43", 2, "10.0.1.96/28")
-    small_arm = pool("arm", "cax21", 1, "10.0.1.128/27", location="fsn1")
-    before = run(mocks, fleet(WEB, batch, small_arm))
-    # arm grows to 3 (and comes first), gpu is added, batch removed.
-    gpu = pool("gpu", "ccx33", 1, "10.0.1.80/28")
-    after = run(mocks, fleet(pool("arm", "cax21", 3, "10.0.1.128/27", location="fsn1"), gpu, WEB))
+def test_growing_adding_and_removing_pools_changes_no_server_that_stays(tmp_path: Path) -> None:
+    def cluster(fleet_file: dict[str, Any]) -> Cluster:
+        path = tmp_path / "agents.json"
+        path.write_text(json.dumps(fleet_file))
+        return build_cluster(EXAMPLE.config, load_fleet(path), "test fleet")
 
     def addresses(result: Any) -> dict[str, str]:
         servers = result.of_type(SERVER).items()
         return {name: reveal(r.inputs)["networks"][0]["ip"] for name, r in servers}
 
-    assert addresses(before) == {
-        "control-plane": "10.0.1.10",
-        "agent-0": "10.0.1.20",
-        "web-0": "10.0.1.64",
-        "web-1": "10.0.1.65",
-        "batch-0": "10.0.1.96",
-        "batch-1": "10.0.1.97",
-        "arm-0": "10.0.1.128",
-    }
-    assert addresses(after) == {
-        "control-plane": "10.0.1.10",
-        "agent-0": "10.0.1.20",
-        "web-0": "10.0.1.64",
-        "web-1": "10.0.1.65",
-        "arm-0": "10.0.1.128",
-        "arm-1": "10.0.1.129",
-        "arm-2": "10.0.1.130",
-        "gpu-0": "10.0.1.80",
-    }
+    mocks = provider_mocks()
+    before = run(mocks, cluster(BEFORE))
+    after = run(mocks, cluster(AFTER))
+    assert addresses(before) == ADDRESSES_BEFORE
+    assert addresses(after) == ADDRESSES_AFTER
     stayed = set(before.of_type(SERVER)) & set(after.of_type(SERVER))
-    assert stayed == {"control-plane", "agent-0", "web-0", "web-1", "arm-0"}
+    assert stayed == STAYING
     for name in stayed:
         assert reveal(after.resources[name].inputs) == reveal(before.resources[name].inputs)
         assert after.resources[name].id == before.resources[name].id, name
