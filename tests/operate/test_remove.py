@@ -245,6 +245,24 @@ def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(
     assert "deleting web-2 undrained" in forced.output
 
 
+def test_a_leaving_control_plane_without_a_node_object_needs_the_flag(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    del cluster.nodes["control-plane-4"]  # never registered, or deleted by hand
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    refused = failure(up(cloud))
+    assert "control-plane-4: no node object, so raya cannot remove its etcd member" in refused
+    assert cloud.since(mark) == [] and len(cluster.etcd.members) == 5
+    forced = up(cloud, rm.WITHOUT_DRAIN)
+    assert forced.exit_code == 0, forced.output
+    removed = [text for text in timeline(cluster) if text.startswith("etcd member")]
+    assert removed == [
+        f"etcd member {ka.member_name('control-plane-3')} removed (control-plane-3)",
+    ]
+    assert "delete server raya-control-plane-4 (off)" in cloud.since(mark)
+
+
 def test_quorum_arithmetic() -> None:
     healthy = dict.fromkeys(PLANES, "")
     # 5 -> 3, all healthy: fine at every step.

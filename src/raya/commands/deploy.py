@@ -124,9 +124,9 @@ def up(
         bool,
         typer.Option(
             remove.WITHOUT_DRAIN,
-            help="When the Kubernetes API cannot be reached, delete the nodes the inputs no "
-            "longer declare anyway: undrained, and a control plane's etcd member left in "
-            "place until its node object is deleted.",
+            help="When the Kubernetes API cannot be reached (or a leaving control plane has "
+            "no node object), delete the nodes the inputs no longer declare anyway: "
+            "undrained, and a control plane's etcd member left in place until removed by hand.",
         ),
     ] = False,
     accept_local_data_loss: Annotated[

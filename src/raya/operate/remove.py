@@ -76,9 +76,9 @@ def member_health(node: Any) -> str:
 
 
 def removal_order(leaving: Sequence[str], health: Mapping[str, str]) -> list[str]:
-    """The leaving control planes in the order their members go: unhealthy ones first, then
-    the highest numbers first."""
-    planes = [name for name in leaving if is_control_plane(name)]
+    """The leaving control planes with a node (`health` holds them) in the order their members
+    go: unhealthy ones first, then the highest numbers first."""
+    planes = [name for name in leaving if is_control_plane(name) and name in health]
     return sorted(planes, key=lambda name: (not health.get(name), _number(name)))
 
 
@@ -167,11 +167,16 @@ class Removal:
     def check(self, leaving: Sequence[str], nodes: Mapping[str, Any]) -> None:
         """Everything that would refuse the removal, before the first change."""
         missing = [n for n in leaving if is_control_plane(n) and n not in nodes]
-        if missing:
+        if missing and not self.without_drain:
             raise RemovalError(
                 f"{', '.join(missing)}: no node object, so raya cannot remove its etcd member "
                 f"through the API; nothing changed. Pass {WITHOUT_DRAIN} to delete it anyway "
                 "and remove the member by hand (docs/control-plane.md, Shrinking)"
+            )
+        if missing:
+            self.say(
+                f"{', '.join(missing)}: no node object; deleting it with whatever etcd member "
+                f"it has, as {WITHOUT_DRAIN} asks"
             )
         health = self.health()
         problem = quorum_problem(health, removal_order(leaving, health))
