@@ -186,27 +186,35 @@ def run(
     }
     if urns:
         options["replace"] = urns
+    # A leaving control plane's server and volume are protected in the state until `up` lifts
+    # it, and the engine refuses to delete a protected resource in a preview too
+    # (pulumi/pulumi `pkg/resource/deploy/step.go`, `DeleteStep.Apply`): previews leave them
+    # out (`Result.leaving` tells), and what hangs on them.
+    protected = sorted(
+        _urn(root, stack_name, kind, f"{node}{suffix}")
+        for node in leaving
+        if node.startswith(f"{CONTROL_PLANE_NAME}-")
+        for kind, suffix in ((SERVER_TYPE, ""), (VOLUME_TYPE, "-state"))
+    )
+    previewed = (
+        {**options, "exclude": protected, "exclude_dependents": True} if protected else options
+    )
     try:
         if action == "preview":
-            preview = stack.preview(**options)
+            preview = stack.preview(**previewed)
             return Result(
                 _counts(preview.change_summary), {}, dict(sorted(found.items())), leaving
             )
         if action == "up":
             if no_destroy_protected:
-                _guard(stack, stack_name, {**options, "on_event": None}, set(replace))
+                _guard(stack, stack_name, {**previewed, "on_event": None}, set(replace))
             if removal is not None and leaving:
                 kubeconfig = stack.outputs().get("kubeconfig")
                 removal.before(
                     leaving, kubeconfig.value if kubeconfig is not None else None
                 )
-            doomed = {
-                _urn(root, stack_name, kind, f"{node}{suffix}")
-                for node in leaving
-                for kind, suffix in ((SERVER_TYPE, ""), (VOLUME_TYPE, "-state"))
-            }
-            if urns or doomed:
-                _unprotect(stack, set(urns) | doomed)
+            if urns or protected:
+                _unprotect(stack, set(urns) | set(protected))
             up = stack.up(**options)
             if removal is not None and leaving:
                 removal.after(leaving)

@@ -71,6 +71,9 @@ class RecordedStack:
         self.calls.append(("destroy", kwargs))
         return auto.DestroyResult("", "", update_summary("destroy", {auto.OpType.DELETE: 26}))
 
+    def outputs(self) -> dict[str, auto.OutputValue]:
+        return {"kubeconfig": auto.OutputValue("apiVersion: v1", secret=True)}
+
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export_stack", {}))
         return auto.Deployment(
@@ -269,3 +272,50 @@ def test_the_subnet_counts_as_the_network() -> None:
     assert deploy.protected_changes([event]) == [
         "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
     ]
+
+
+def test_previews_leave_out_a_leaving_control_planes_protected_server_and_volume(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The state holds control-plane-1 (and its volume), protected; the inputs have one
+    # control plane. The engine would refuse to delete them even in a preview.
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    server = CP_URN.replace("::control-plane", "::control-plane-1")
+    volume = VOLUME_URN.replace("::control-plane-state", "::control-plane-1-state")
+    assert stack.state.deployment is not None
+    resources = [
+        *stack.state.deployment["resources"],
+        {"urn": server, "type": deploy.SERVER_TYPE, "protect": True},
+        {"urn": volume, "type": deploy.VOLUME_TYPE, "protect": True},
+    ]
+    stack.state = auto.Deployment(version=3, deployment={"resources": resources})
+    result = deploy.run("preview", project, "prod", lambda line: None)
+    assert result.leaving == ("control-plane-1",)
+    (preview,) = [options for action, options in stack.calls if action == "preview"]
+    assert preview["exclude"] == [server, volume] and preview["exclude_dependents"] is True
+    # The guard's preview too, and `up` lifts their protection (theirs only) before Pulumi.
+    removal = Hooks()
+    deploy.run(
+        "up", project, "prod", lambda line: None, no_destroy_protected=True, removal=removal
+    )
+    (guard,) = [options for action, options in stack.calls[2:] if action == "preview"]
+    assert guard["exclude"] == [server, volume]
+    (imported,) = stack.imported
+    assert {r["urn"]: r.get("protect") for r in imported} == {
+        CP_URN: True, VOLUME_URN: True, AGENT_URN: None, server: False, volume: False
+    }
+    assert removal.calls == [("before", ("control-plane-1",)), ("after", ("control-plane-1",))]
+
+
+class Hooks:
+    """A `deploy.Removal` that records what it is asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def before(self, leaving: Any, kubeconfig: str | None) -> None:
+        assert kubeconfig == "apiVersion: v1"  # the stack's, for the API
+        self.calls.append(("before", tuple(leaving)))
+
+    def after(self, leaving: Any) -> None:
+        self.calls.append(("after", tuple(leaving)))
