@@ -11,7 +11,9 @@ the private addresses present when it starts (never the token), then plays its r
   `/cacerts`, as k3s does;
 - `agent`: the k3s join check against its `server` with its token (tests/nodes/k3s_join.py);
   connection failures are retried, as k3s does; a refused join exits 1;
-- `kubectl`: refused until the server answers on its advertised address, then done.
+- `kubectl`: refused until the server answers on its advertised address, then done;
+- `server --cluster-reset`: the reset of a restore, and what each server's etcd finds when
+  it starts (section "etcd restore").
 Tokens are never logged, only their SHA-256 (`token sha256: ...`), for the tests to compare.
 It signals readiness on $NOTIFY_SOCKET itself (the unit is Type=notify, and a
 systemd-notify child is not the main process).
@@ -165,11 +167,125 @@ def kubectl(config: dict[str, Any], arguments: list[str]) -> int:
     return 0
 
 
+# --- etcd restore (issue 23): the reset and the rejoin ------------------------------------
+# What k3s does with its etcd data directory when raya restores a snapshot (k3s-io/k3s
+# pkg/etcd/etcd.go, `Reset`, `Start`, `IsInitialized`; k3s-io/docs docs/cli/etcd-snapshot.md,
+# "Restoring Snapshots"), reduced to what a test can read back: which snapshot the datastore
+# was reset to (its sha256), and whether a server started from its own member data, as the
+# reset member, or with none (a new member). The reset runs outside systemd (raya runs it
+# over SSH): its lines go to the journal too, as k3s', so one log holds every step.
+
+DB = Path("/var/lib/rancher/k3s/server/db")
+ETCD = DB / "etcd"
+RESET_FLAG = DB / "reset-flag"  # k3s' guard against a second reset; removed by a normal start
+RESTORED = ETCD / "restored-from"  # the stand-in's mark: the snapshot's sha256
+
+
+def record(text: str) -> None:
+    """`say`, and the same line in the node's journal as k3s' (systemd's native protocol)."""
+    say(text)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as journal:
+        journal.sendto(
+            f"MESSAGE={text}\nSYSLOG_IDENTIFIER=k3s\n".encode(), "/run/systemd/journal/socket"
+        )
+
+
+def _flags(arguments: list[str]) -> dict[str, str]:
+    """`--name=value` and `--name` (true) flags, as urfave/cli reads them."""
+    flags = {}
+    for argument in arguments:
+        name, equals, value = argument.removeprefix("--").partition("=")
+        flags[name] = value if equals else "true"
+    return flags
+
+
+def _true(value: Any) -> bool:
+    return str(value).lower() in ("true", "1")
+
+
+def cluster_reset(arguments: list[str]) -> int:
+    """`k3s server --cluster-reset [--cluster-reset-restore-path=P]`. A command-line flag wins
+    over config.yaml's value (pkg/configfilearg: the file's values go before the command
+    line's). With `etcd-s3` true, P is a name in the bucket, fetched with the S3 settings of
+    the command line; given only `etcd-s3-config-secret`, k3s cannot read the Secret during a
+    reset (no API server: pkg/etcd/s3/s3.go `Start` keeps no core client under ClusterReset,
+    config_secret.go `getConfigFromSecret` then fails) and the reset fails. Otherwise P is a
+    local file, which must exist: the old data moves to `etcd-old-<time>`, etcd starts with
+    this server as its only member, `reset-flag` is written and k3s exits."""
+    record("k3s " + " ".join(arguments))
+    config = load_config()
+    flags = {**{k: str(v) for k, v in config.items()}, **_flags(arguments[1:])}
+    address = (str(config["advertise-address"]), 6443)
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            record(f"listen tcp {address[0]}:6443: bind: address already in use")
+            return 1
+    if RESET_FLAG.exists():
+        record("cluster-reset was successfully performed, please remove the cluster-reset flag "
+               f"and start k3s normally; to reset again, first delete {RESET_FLAG}")  # fmt: skip
+        return 1
+    path = flags.get("cluster-reset-restore-path", "")
+    digest = ""
+    if path and _true(flags.get("etcd-s3", "false")):
+        given = [k for k in _flags(arguments[1:]) if k.startswith("etcd-s3-")]
+        secret = flags.get("etcd-s3-config-secret")
+        if secret and not given:
+            record(f"failed to get config from etcd-s3-config-secret {secret!r}: failed to get "
+                   "etcd S3 config secret: core not ready")  # fmt: skip
+            return 1
+        record("stand-in: fetching the snapshot from S3 is not modelled")
+        return 2
+    if path:
+        snapshot = Path(path)
+        if not snapshot.is_file():
+            record(f"etcd: snapshot path does not exist or is not a file: {path}")
+            return 1
+        digest = hashlib.sha256(snapshot.read_bytes()).hexdigest()
+        record(f"etcd: restoring snapshot {path} (sha256 {digest})")
+        if ETCD.exists():
+            ETCD.rename(DB / f"etcd-old-{int(time.time())}")
+    _new_member(str(config["node-name"]))
+    RESTORED.write_text(digest)
+    RESET_FLAG.touch()
+    record("Managed etcd cluster membership has been reset, restart without --cluster-reset "
+           "flag now. Backup and delete ${datadir}/server/db on each peer etcd server and "
+           "rejoin the nodes.")  # fmt: skip
+    return 0
+
+
+def _new_member(node: str) -> str:
+    """A fresh member's data: its WAL directory and its name (node name and 8 hex digits)."""
+    (ETCD / "member" / "wal").mkdir(parents=True, exist_ok=True)
+    name = f"{node}-{os.urandom(4).hex()}"
+    (ETCD / "name").write_text(name)
+    return name
+
+
+def etcd_start(config: dict[str, Any]) -> None:
+    """What a starting server's etcd finds: the reset member (reset-flag, then removed, as a
+    normal start does), its own member data (a WAL), or nothing: then a new member."""
+    if RESET_FLAG.exists():
+        RESET_FLAG.unlink()
+        say(f"etcd: the reset member {(ETCD / 'name').read_text()}, restored from "
+            f"{RESTORED.read_text() or 'no snapshot'}; reset-flag removed")  # fmt: skip
+    elif (ETCD / "member" / "wal").is_dir():
+        say(f"etcd: existing member data: restarting as {(ETCD / 'name').read_text()}")
+    else:
+        role = "a new cluster" if config.get("cluster-init") is True else "a new member"
+        say(f"etcd: no member data: starting as {role}, {_new_member(str(config['node-name']))}")
+
+
 def main(arguments: list[str]) -> int:
+    if "--cluster-reset" in arguments:
+        return cluster_reset(arguments)
     say("k3s " + " ".join(arguments))
     config = load_config()
     say(f"{PRIVATE_INTERFACE} addresses at start: {' '.join(private_addresses()) or 'none'}")
     if arguments[:1] == ["server"]:
+        etcd_start(config)
         return serve(config)
     if arguments[:1] == ["agent"]:
         return agent(config)

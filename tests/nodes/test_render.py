@@ -365,6 +365,13 @@ def test_the_control_plane_keeps_its_state_on_its_volume(
     # The four CA files and the six manifests (the two service account Secrets, the cluster's
     # Hetzner token's Secret, the snapshots' S3 Secret, the HelmCharts, the issuers).
     assert len(seeded) == 10
+    # The seed folder is fresh on each boot (the root disk is new): no seeded file overwrites.
+    overwriting = [
+        entry["path"]
+        for entry in config["storage"]["files"]
+        if entry["path"] in seeded and entry.get("overwrite")
+    ]
+    assert overwriting == []
     on_volume = "/var/lib/rancher/k3s/server"
     assert not [e for e in config["storage"]["files"] if e["path"].startswith(on_volume)]
     files = ignition_files(rendered["control-plane"].ignition)

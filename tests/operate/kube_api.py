@@ -46,7 +46,8 @@ its controllers and the kubelet do, not from what raya expects:
   boots for `boot` seconds, then its kubelet registers under the same name with a new
   `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
   nothing answers on the API's address: a connection is closed without a reply.
-- etcd members, and k3s removing one through the API: the section "etcd members" below.
+- etcd members removed through the API (`raya up` shrinking): the section "removing etcd
+  members" at the end, on the etcd model of the section "etcd".
 
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
@@ -119,9 +120,10 @@ class Cluster:
     # it first owns here
     controllers: dict[str, tuple[str, int]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
-    # k3s' embedded etcd, for its member controller (the section "etcd members" below)
-    etcd: Etcd = field(default_factory=lambda: Etcd())
     _serial: int = 0
+    # k3s' embedded etcd as the API shows it (the section "etcd" below); None: not modelled,
+    # and the API answers while `control_plane`'s machine runs
+    etcd: Etcd | None = None
 
     # --- the Hetzner side ------------------------------------------------------------------
 
@@ -149,6 +151,8 @@ class Cluster:
             self.events.append((self.clock(), f"{name}: server created"))
 
     def api_up(self) -> bool:
+        if self.etcd is not None:
+            return self.etcd.quorum(self)
         machine = self.machines.get(self.control_plane)
         return machine is None or machine.running
 
@@ -177,7 +181,9 @@ class Cluster:
         self._schedule(now)
         for budget in self.budgets:
             self._budget_status(budget, now)
-        member_controller(self)
+        if self.etcd is not None:
+            self.etcd.settle(self, now)
+            member_controller(self)
 
     def _register(self, name: str, machine: Machine) -> None:
         node = self.nodes.setdefault(name, node_object(name, machine.kubelet_version))
@@ -503,143 +509,6 @@ def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items}
 
 
-# --- etcd members: k3s' member controller, removing members through the API -----------------
-#
-# Written from k3s-io/k3s `pkg/etcd/member_controller.go` (`etcdMemberHandler.sync`, `onRemove`)
-# and `pkg/etcd/etcd.go` (`RemovePeer`, `setEtcdStatusCondition`), and etcd
-# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
-# - k3s labels a server's node `node-role.kubernetes.io/etcd: "true"` and annotates it with its
-#   member's name (`etcd.k3s.cattle.io/node-name`, `<node>-<8 hex>`) and address
-#   (`etcd.k3s.cattle.io/node-address`); the etcd leader sets the node condition `EtcdIsVoter`
-#   (True "MemberNotLearner" for a voting member, False "Unhealthy" for one it cannot reach).
-# - `sync`, on every change of such a node: with `etcd.k3s.cattle.io/remove` "true" and no
-#   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)`; once it succeeds
-#   the node gets `removed-node-name` = the member's name and loses the name and address
-#   annotations. An error leaves the node as it is; the controller retries (here: at every
-#   request, as `settle` runs the controller).
-# - `RemovePeer` removes the member whose name and peer address both match, and returns
-#   nothing when none does. etcd commits the removal only with a quorum of its members up
-#   (otherwise the request times out), and with its strict reconfiguration check refuses to
-#   remove a running member when the running ones left would be fewer than the quorum of the
-#   smaller cluster (`ErrUnhealthy`); a member that is down may always go.
-# - Deleting a node (`onRemove`, which wrangler runs behind its finalizer
-#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
-#   through the annotation goes at once; another etcd node's member is removed first, and
-#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
-
-ETCD_ROLE = "node-role.kubernetes.io/etcd"
-MEMBER_NAME = "etcd.k3s.cattle.io/node-name"
-MEMBER_ADDRESS = "etcd.k3s.cattle.io/node-address"
-REMOVE = "etcd.k3s.cattle.io/remove"
-REMOVED = "etcd.k3s.cattle.io/removed-node-name"
-FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
-
-
-@dataclass
-class Etcd:
-    """The members (name -> peer address) and which of them are down."""
-
-    members: dict[str, str] = field(default_factory=dict)
-    down: set[str] = field(default_factory=set)
-
-    def remove_peer(self, name: str, address: str) -> str | None:
-        """`RemovePeer`: None once removed (or when no member matches), else etcd's error."""
-        if self.members.get(name) != address:
-            return None
-        running = [member for member in self.members if member not in self.down]
-        if len(running) < len(self.members) // 2 + 1:
-            return "etcdserver: request timed out"
-        left = len(self.members) - 1
-        if name not in self.down and len(running) - 1 < left // 2 + 1:
-            return "etcdserver: unhealthy cluster"
-        del self.members[name]
-        return None
-
-
-def etcd_node(state: Cluster, name: str, version: str, address: str) -> dict[str, Any]:
-    """A control plane's node as k3s leaves it, and its member in `state.etcd`, running."""
-    made = node_object(name, version)
-    member = member_name(name)
-    made["metadata"]["labels"] = {
-        ETCD_ROLE: "true",
-        "node-role.kubernetes.io/control-plane": "true",
-    }
-    made["metadata"]["annotations"] = {MEMBER_NAME: member, MEMBER_ADDRESS: address}
-    made["metadata"]["finalizers"] = [FINALIZER]
-    made["status"]["conditions"].append(_voter(True))
-    made["status"]["addresses"] = [{"type": "InternalIP", "address": address}]
-    state.etcd.members[member] = address
-    return made
-
-
-def member_name(node: str) -> str:
-    """k3s names a member after its node and 8 random hex digits; here derived from the node."""
-    return f"{node}-{uuid.uuid5(uuid.NAMESPACE_DNS, node).hex[:8]}"
-
-
-def member_down(state: Cluster, name: str) -> None:
-    """Control plane `name`'s member stops answering: the leader marks its node Unhealthy."""
-    node = state.nodes[name]
-    state.etcd.down.add(node["metadata"]["annotations"][MEMBER_NAME])
-    conditions = [c for c in node["status"]["conditions"] if c["type"] != "EtcdIsVoter"]
-    node["status"]["conditions"] = [*conditions, _voter(False)]
-
-
-def _voter(voting: bool) -> dict[str, str]:
-    if voting:
-        return {"type": "EtcdIsVoter", "status": "True", "reason": "MemberNotLearner"}
-    return {"type": "EtcdIsVoter", "status": "False", "reason": "Unhealthy"}
-
-
-def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
-    """A strategic merge patch of labels and annotations: keys set, a null deletes."""
-    for key in ("labels", "annotations"):
-        current = node["metadata"].setdefault(key, {})
-        for name, value in (patch.get(key) or {}).items():
-            if value is None:
-                current.pop(name, None)
-            else:
-                current[name] = value
-
-
-def member_controller(state: Cluster) -> None:
-    """`sync` over every etcd node: the removals asked for through the annotation."""
-    for name, node in state.nodes.items():
-        labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
-        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
-            continue
-        if str(notes.get(REMOVE, "")).lower() != "true":
-            continue
-        member = notes.get(MEMBER_NAME, "")
-        error = state.etcd.remove_peer(member, notes.get(MEMBER_ADDRESS, ""))
-        if error:
-            state.events.append((state.clock(), f"etcd member {member} not removed: {error}"))
-            continue
-        notes[REMOVED] = member
-        notes.pop(MEMBER_NAME, None)
-        notes.pop(MEMBER_ADDRESS, None)
-        state.events.append((state.clock(), f"etcd member {member} removed ({name})"))
-
-
-def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
-    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
-    node = state.nodes.get(name)
-    if node is None:
-        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
-    notes = node["metadata"].get("annotations") or {}
-    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {})
-    if etcd and not (str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)):
-        error = state.etcd.remove_peer(notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, ""))
-        if error:
-            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
-            state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
-            return 200, node
-        state.events.append((state.clock(), f"etcd member {notes.get(MEMBER_NAME)} removed"))
-    del state.nodes[name]
-    state.events.append((state.clock(), f"node {name} deleted"))
-    return 200, node
-
-
 # --- the server ------------------------------------------------------------------------------
 
 _POD = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)")
@@ -782,3 +651,327 @@ def kubernetes_api(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+# --- etcd: k3s' embedded etcd as the Kubernetes API shows it (issue 22, raya roll/status) ------
+#
+# Written from k3s' own source (k3s-io/k3s):
+# - `pkg/etcd/metadata_controller.go`, `handleSelf`: each server's k3s labels its own node
+#   `node-role.kubernetes.io/etcd` (and control-plane, master) "true" and annotates it with its
+#   member name `etcd.k3s.cattle.io/node-name` and address `etcd.k3s.cattle.io/node-address`.
+# - `pkg/etcd/etcd.go`, `setName`: the member name is `<node name>-<8 hex>`, written once to
+#   `db/etcd/name` on the server's data volume; `Start`, `IsInitialized`: a data directory with
+#   a WAL starts "etcd for existing cluster member", the same member, a voter as before; `join`
+#   adds a new member with `MemberAddAsLearner`.
+# - `pkg/etcd/etcd.go`, `manageLearners`: every 15 s (`manageTickerTime`) the etcd leader, and
+#   only it (so nothing is written without quorum), tries to promote each learner
+#   (`trackLearnerProgress`, `MemberPromote`: etcd accepts it once the learner has caught up)
+#   and sets the node condition `EtcdIsVoter` (`setEtcdStatusCondition`) on each etcd node
+#   whose annotation names a member: True `MemberNotLearner` for a voter, False
+#   `MemberIsLearner` for a learner (also on the tick that promotes it: the status is taken
+#   before the promotion), False `Unhealthy` with etcd's error when the member's status
+#   cannot be read (its server is down); False `NotAMember` for an etcd node no member
+#   matches. A condition that does not change keeps its times (its heartbeat is refreshed
+#   every 5 min only); one that changes gets new `lastTransitionTime` and `lastHeartbeatTime`.
+#   While nothing is written, a node keeps the condition last written: stale.
+# - `pkg/etcd/member_controller.go`, `onRemove`: a deleted node object with the etcd label has
+#   its member removed (`RemovePeer`); `pkg/daemons/executor/embed.go`, `ETCD`: a server
+#   whose member was removed writes a `tombstone`, and on its next start (`Register`) k3s
+#   moves its data directory aside, takes a new name and joins again as a learner through its
+#   `server:`. The first control plane has no `server:` but `cluster-init`: it starts a cluster
+#   of its own, whose API this one never sees.
+# - The `kubernetes` EndpointSlice in `default` lists each API server's advertise address
+#   (k3s' `advertise-address`: raya's private address) while its lease lives
+#   (kubernetes/kubernetes `pkg/controlplane/reconcilers/lease.go`, `ReconcileEndpoints`;
+#   `endpointsadapter.go`, `updateEndpointSlice`; TTL 15 s, `DefaultEndpointReconcilerTTL` in
+#   `pkg/controlplane/instance.go`). The API answers while a majority of the voters runs.
+
+MANAGE_TICK = 15.0  # k3s' manageTickerTime
+HEARTBEAT = 300.0  # k3s' heartbeatInterval for an unchanged condition
+LEASE_TTL = 15.0  # kube-apiserver's DefaultEndpointReconcilerTTL
+ETCD_ROLE = "node-role.kubernetes.io/etcd"
+MEMBER_NAME = "etcd.k3s.cattle.io/node-name"
+MEMBER_ADDRESS = "etcd.k3s.cattle.io/node-address"
+SLICE = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes"
+_CONDITIONS = {
+    "voter": ("True", "MemberNotLearner", "Node is a voting member of the etcd cluster"),
+    "learner": ("False", "MemberIsLearner", "Node has not been promoted to voting member of the "
+                "etcd cluster"),
+    "unhealthy": ("False", "Unhealthy", "failed to check etcd member status: context deadline "
+                  "exceeded"),
+    "unjoined": ("False", "NotAMember", "Node is not a member of the etcd cluster"),
+}  # fmt: skip
+
+
+@dataclass
+class Member:
+    name: str  # <node>-<8 hex>, as on the server's volume
+    learner: bool = False
+    since: float = 0.0  # when it joined
+
+
+@dataclass
+class Etcd:
+    """The members by node name (each a control plane: `control-plane`, `control-plane-<k>`),
+    their addresses, and the `EtcdIsVoter` condition the leader last wrote on each node.
+    `cloud_controller`: a node whose server is gone is deleted once it is not Ready, as
+    Hetzner's cloud controller does (k8s.io/cloud-provider `CloudNodeLifecycleController`:
+    the node's provider ID names a server that no longer exists)."""
+
+    addresses: dict[str, str]  # node -> private address (member address, API advertise)
+    members: dict[str, Member] = field(default_factory=dict)
+    conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> written
+    cluster_init: str = "control-plane"  # the server whose config has no `server:`
+    catch_up: float = 20.0  # a learner's time to catch up with the leader's log
+    cloud_controller: bool = False
+    last_tick: float = 0.0
+    stopped: dict[str, float] = field(default_factory=dict)  # node -> when its API went away
+    split: set[str] = field(default_factory=set)  # started a cluster of its own
+
+    @classmethod
+    def of(cls, cluster: Cluster, addresses: Mapping[str, str], **options: Any) -> Etcd:
+        """Every node in `addresses` a voter since time 0, its node labelled, annotated and
+        its condition True; `cluster.etcd` set."""
+        etcd = cls(dict(addresses), **options)
+        etcd.members = {node: Member(f"{node}-{uuid.uuid4().hex[:8]}") for node in addresses}
+        cluster.etcd = etcd
+        for node in addresses:
+            cluster.nodes[node]["status"]["addresses"] = [
+                {"type": "InternalIP", "address": addresses[node]}
+            ]
+            etcd._label(cluster.nodes[node], node)
+            etcd._condition(cluster, node, "voter", 0.0)
+        etcd.settle(cluster, 0.0)
+        return etcd
+
+    def _running(self, cluster: Cluster, node: str) -> bool:
+        machine = cluster.machines.get(node)
+        return node not in self.split and (machine is None or machine.running)
+
+    def quorum(self, cluster: Cluster) -> bool:
+        voters = [n for n, m in self.members.items() if not m.learner]
+        up = [n for n in voters if self._running(cluster, n)]
+        return len(up) > len(voters) / 2
+
+    def delete_node(self, cluster: Cluster, node: str) -> None:
+        """`kubectl delete node`: the node object goes, and with it its member."""
+        with cluster.lock:
+            cluster.settle()
+            self._delete(cluster, node)
+
+    def _delete(self, cluster: Cluster, node: str) -> None:
+        cluster.nodes.pop(node, None)
+        self.conditions.pop(node, None)
+        cluster.events.append((cluster.clock(), f"{node}: node object deleted"))
+        if node in self.members and self.quorum(cluster):
+            del self.members[node]
+            cluster.events.append((cluster.clock(), f"etcd: {node}'s member removed"))
+            machine = cluster.machines.get(node)
+            if node == self.cluster_init and machine is not None and not machine.running:
+                self.split.add(node)  # its next start makes a cluster of its own
+                machine.comes_up = False  # ... whose API this one is not
+
+    def settle(self, cluster: Cluster, now: float) -> None:
+        for node in self.addresses:
+            gone = not self._running(cluster, node)
+            ready = node in cluster.nodes and _node_ready(cluster.nodes[node])
+            if self.cloud_controller and gone and node in cluster.nodes and not ready:
+                self._delete(cluster, node)
+            if gone or node not in cluster.nodes:
+                continue
+            if node not in self.members:
+                # Removed while it was gone: a tombstone, a restart, a new name, a learner.
+                machine = cluster.machines.get(node)
+                since = machine.since if machine is not None else now
+                self.members[node] = Member(f"{node}-{uuid.uuid4().hex[:8]}", True, since)
+                cluster.events.append((since, f"etcd: {node} joined as a learner"))
+            self._label(cluster.nodes[node], node)
+        while self.last_tick + MANAGE_TICK <= now:
+            self.last_tick += MANAGE_TICK
+            if self.quorum(cluster):
+                self._manage(cluster, self.last_tick)
+        for node, written in self.conditions.items():
+            if node in cluster.nodes:
+                conditions = cluster.nodes[node]["status"]["conditions"]
+                kept = [c for c in conditions if c["type"] != "EtcdIsVoter"]
+                cluster.nodes[node]["status"]["conditions"] = [*kept, dict(written)]
+        for node in self.addresses:
+            machine = cluster.machines.get(node)
+            if self._running(cluster, node):
+                self.stopped.pop(node, None)
+            else:  # since its server was deleted (or re-created, at once, with the Replacer)
+                self.stopped.setdefault(node, machine.since if machine is not None else now)
+        if self.quorum(cluster):
+            self._slice(cluster, now)
+
+    def _manage(self, cluster: Cluster, tick: float) -> None:
+        """One run of the leader's `manageLearners`."""
+        named = {
+            node["metadata"].get("annotations", {}).get(MEMBER_NAME): name
+            for name, node in cluster.nodes.items()
+            if node["metadata"].get("labels", {}).get(ETCD_ROLE) == "true"
+        }
+        for owner, member in list(self.members.items()):
+            state = "learner" if member.learner else "voter"
+            up = self._running(cluster, owner)
+            if member.learner and up and tick >= member.since + self.catch_up:
+                member.learner = False  # MemberPromote; the condition says so next tick
+                cluster.events.append((tick, f"etcd: {owner} promoted to voter"))
+            node = named.pop(member.name, None)
+            if node is not None:
+                self._condition(cluster, node, state if up else "unhealthy", tick)
+        for node in named.values():
+            self._condition(cluster, node, "unjoined", tick)
+
+    def _condition(self, cluster: Cluster, node: str, state: str, tick: float) -> None:
+        status, reason, message = _CONDITIONS[state]
+        old = self.conditions.get(node)
+        if old and (old["status"], old["reason"], old["message"]) == (status, reason, message):
+            if tick - seconds_of(old["lastHeartbeatTime"]) >= HEARTBEAT:
+                old["lastHeartbeatTime"] = stamp(tick)
+            return
+        cluster.events.append((tick, f"etcd: {node} {state}"))
+        self.conditions[node] = {
+            "type": "EtcdIsVoter",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": stamp(tick),
+            "lastTransitionTime": stamp(tick),
+        }
+
+    def _label(self, node: dict[str, Any], name: str) -> None:
+        meta = node["metadata"]
+        meta.setdefault("labels", {}).update(
+            {
+                ETCD_ROLE: "true",
+                "node-role.kubernetes.io/control-plane": "true",
+                "node-role.kubernetes.io/master": "true",
+            }
+        )
+        meta.setdefault("annotations", {}).update(
+            {MEMBER_NAME: self.members[name].name, MEMBER_ADDRESS: self.addresses[name]}
+        )
+
+    def _slice(self, cluster: Cluster, now: float) -> None:
+        """The API servers whose lease lives: running, or gone less than the TTL ago."""
+        serving = sorted(
+            self.addresses[node]
+            for node in self.addresses
+            if node not in self.stopped or now < self.stopped[node] + LEASE_TTL
+        )
+        cluster.objects[SLICE] = {
+            "kind": "EndpointSlice",
+            "apiVersion": "discovery.k8s.io/v1",
+            "metadata": {
+                "name": "kubernetes",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in serving],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+        }
+
+
+# --- removing etcd members through the API (`raya up` shrinking the control planes) ----------
+#
+# On the etcd model above, written from k3s-io/k3s `pkg/etcd/member_controller.go`
+# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`) and etcd
+# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
+# - `sync`, on every change of an etcd node: with `etcd.k3s.cattle.io/remove` "true" and no
+#   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)` from the node's
+#   annotations; once it succeeds the node gets `removed-node-name` = the member's name and
+#   loses the name and address annotations. An error leaves the node as it is; the
+#   controller retries (here: at every request, as `settle` runs it).
+# - `RemovePeer` removes the member whose name and address both match (none: nothing to do).
+#   etcd commits it only with a majority of the voters running (else the request times
+#   out), and its strict reconfiguration check refuses to remove a running voter when the
+#   running voters left would be fewer than the quorum of the smaller cluster
+#   (`ErrUnhealthy`); a stopped member or a learner may always go.
+# - The removed server's etcd stops ("the member has been permanently removed"), and k3s
+#   with it: its machine is marked stopped here. k3s, restarted, would find a tombstone and
+#   join again as a new learner (the section above); that restart is not modelled.
+# - Deleting a node (`onRemove`, behind wrangler's finalizer
+#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
+#   through the annotation goes at once; another etcd node's member is removed first, and
+#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
+
+REMOVE = "etcd.k3s.cattle.io/remove"
+REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+
+
+def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A strategic merge patch of labels and annotations: keys set, a null deletes."""
+    for key in ("labels", "annotations"):
+        current = node["metadata"].setdefault(key, {})
+        for name, value in (patch.get(key) or {}).items():
+            if value is None:
+                current.pop(name, None)
+            else:
+                current[name] = value
+
+
+def remove_peer(state: Cluster, node: str, member: str, address: str) -> str | None:
+    """`RemovePeer` through etcd's checks: None once removed (or no such member), else
+    etcd's error."""
+    etcd = state.etcd
+    assert etcd is not None, "Etcd.of(cluster, ...) first"
+    found = etcd.members.get(node)
+    if found is None or found.name != member or etcd.addresses.get(node) != address:
+        return None
+    voters = [n for n, m in etcd.members.items() if not m.learner]
+    running = [n for n in voters if etcd._running(state, n)]
+    if len(running) <= len(voters) / 2:
+        return "etcdserver: request timed out"
+    if node in running and len(running) - 1 < (len(voters) - 1) // 2 + 1:
+        return "etcdserver: unhealthy cluster"
+    del etcd.members[node]
+    machine = state.machines.get(node)
+    if machine is None or machine.running:  # its etcd, and k3s with it, stop
+        state.machines[node] = Machine(running=False, since=state.clock())
+    state.events.append((state.clock(), f"etcd: {node}'s member {member} removed"))
+    return None
+
+
+def member_controller(state: Cluster) -> None:
+    """`sync` over every etcd node: the removals asked for through the annotation."""
+    if state.etcd is None:
+        return
+    for name, node in state.nodes.items():
+        labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
+        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
+            continue
+        if str(notes.get(REMOVE, "")).lower() != "true":
+            continue
+        member = notes.get(MEMBER_NAME, "")
+        error = remove_peer(state, name, member, notes.get(MEMBER_ADDRESS, ""))
+        if error:
+            state.events.append((state.clock(), f"etcd: {name}'s member not removed: {error}"))
+            continue
+        notes[REMOVED] = member
+        notes.pop(MEMBER_NAME, None)
+        notes.pop(MEMBER_ADDRESS, None)
+
+
+def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
+    node = state.nodes.get(name)
+    if node is None:
+        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+    notes = node["metadata"].get("annotations") or {}
+    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None
+    removed = str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)
+    if etcd and not removed:
+        error = remove_peer(
+            state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, "")
+        )
+        if error:
+            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+            state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
+            return 200, node
+    del state.nodes[name]
+    if state.etcd is not None:
+        state.etcd.conditions.pop(name, None)
+    state.events.append((state.clock(), f"node {name} deleted"))
+    return 200, node

@@ -4,11 +4,13 @@ through raya's remote runner."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import secrets
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -20,9 +22,15 @@ from raya.cli import app
 from raya.cloud import deploy
 from raya.commands import backups as commands
 from raya.errors import RayaError
+from raya.operate import backups as bk
+from raya.operate import status as st
+from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
+from tests.operate import kube_api as ka
 from tests.operate.s3 import client, k3s_upload
+from tests.operate.test_status import LABELS, VERSION, _authority, addons_installed
+from tests.support import http_server, routes
 
 SNAPSHOTS = "/var/lib/rancher/k3s/server/db/snapshots"
 DB = "/var/lib/rancher/k3s/server/db"
@@ -35,6 +43,10 @@ class K3sServer:
       `on-demand-<node>-<unix seconds>` with the token hash (pkg/etcd/snapshot.go, s3.go);
     - `k3s server --cluster-reset` refuses while k3s runs on the node (its etcd holds the data
       directory), restores the named local file and exits (docs: "Restoring a snapshot");
+      the servers' config says `etcd-s3: true`, so unless `--etcd-s3=false` is given k3s
+      takes the path for a name in the bucket and reads the S3 settings from the config
+      Secret, which fails during a reset (k3s-io/docs docs/cli/etcd-snapshot.md, "The S3
+      config Secret cannot be used when restoring a snapshot"; pkg/etcd/s3/config_secret.go);
     - a server that rejoins after another was reset must have removed its `server/db`, or
       its old etcd member data conflicts with the reset cluster (docs: "remove the db dir").
     """
@@ -47,6 +59,9 @@ class K3sServer:
     files: dict[str, bytes] = field(default_factory=dict)
     db: str = "original"  # what its etcd holds
     log: list[str] = field(default_factory=list)
+    # The API it serves: while k3s is stopped nothing answers on its address, as when its
+    # server is gone; started, its kubelet registers again (tests/operate/kube_api.py).
+    api: ka.Cluster | None = None
 
 
 @dataclass
@@ -71,11 +86,15 @@ class Stand:
             return 0, f"Snapshot {name} saved."
         if argv[:2] == ("systemctl", "stop"):
             server.running = False
+            if server.api:
+                server.api.server_deleted(node)
             return 0, ""
         if argv[:2] == ("systemctl", "start"):
             if self.reset_from and node != next(iter(self.servers)) and server.db == "original":
                 return 1, "etcd: member has already been bootstrapped (cluster ID mismatch)"
             server.running = True
+            if server.api:
+                server.api.server_created(node, VERSION)
             if server.db == "removed":
                 server.db = self.servers[next(iter(self.servers))].db  # joined as a new member
             return 0, ""
@@ -89,6 +108,9 @@ class Stand:
         if argv[:3] == ("k3s", "server", "--cluster-reset"):
             if server.running:
                 return 1, "etcd: data directory is in use by the running k3s"
+            if "--etcd-s3=false" not in argv:
+                return 1, ('failed to get config from etcd-s3-config-secret "raya-etcd-s3": '
+                           "failed to get etcd S3 config secret: core not ready")  # fmt: skip
             path = argv[3].removeprefix("--cluster-reset-restore-path=")
             if path not in server.files:
                 return 1, f"open {path}: no such file or directory"
@@ -120,6 +142,48 @@ def setup(deployed: Run, s3: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Stan
     stand = Stand({"control-plane": K3sServer(s3, backups["bucket"], "raya", join_secret)})
     monkeypatch.setattr(commands, "remote", stand)
     return stand, outputs
+
+
+@pytest.fixture
+def api(
+    deployed: Run, setup: tuple[Stand, dict[str, Any]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[ka.Cluster]:  # fmt: skip
+    """What `raya status` asks, answering for a healthy cluster: Hetzner's API, the zone's
+    name servers, and the Kubernetes API (its nodes Ready, the add-ons installed), which the
+    control plane's k3s serves (Stand)."""
+    stand, outputs = setup
+    servers = outputs["servers"]
+    hetzner = {
+        f"/v1/servers/{entry['serverId']}": json.dumps(
+            {"server": fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)}
+        ).encode()
+        for name, entry in servers.items()
+    }
+    # k3s back from a start registers its node at once (the clock is the real one).
+    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers},
+                       clock=time.monotonic, boot=0.5)  # fmt: skip
+    addons_installed(state)
+    stand.servers["control-plane"].api = state
+    records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
+    delegations = {"raya.example.com.": list(deployed.outputs["nameServers"])}
+    monkeypatch.setattr(st, "system_address_of", lambda name: ["127.0.0.1"])
+    monkeypatch.setattr(st, "parent_name_servers", lambda zone: ["ns1.example.com."])
+    monkeypatch.setattr(bk, "POLL", 0.1)
+    monkeypatch.setenv("HCLOUD_TOKEN", "token")
+    with (
+        http_server(routes(hetzner)) as hcloud_url,
+        fakes.dns_server(records, delegations) as (port, _),
+        ka.kubernetes_api(
+            state, _authority(deployed, "server-ca"),
+            deployed.resources["client-ca"].outputs["certPem"], tmp_path, "cp.raya.example.com",
+        ) as api_url,
+    ):  # fmt: skip
+        monkeypatch.setenv("HCLOUD_ENDPOINT", f"{hcloud_url}/v1")
+        monkeypatch.setattr(st, "DNS_PORT", port)
+        for source in ("kubernetes_nodes", "kubernetes_addons", "api_certificate"):
+            monkeypatch.setattr(st, source, functools.partial(getattr(st, source), server=api_url))
+        yield state
 
 
 def raya(project: Path, *args: str, input: str | None = None) -> Any:
@@ -155,7 +219,7 @@ def test_a_snapshot_that_never_reaches_the_bucket_fails(
 
 
 def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
-    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run, api: ka.Cluster
 ) -> None:
     stand, outputs = setup
     backups = outputs["backups"]
@@ -177,6 +241,44 @@ def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
     ]
     # No object storage key on any command line.
     assert not any(backups["secretKey"] in " ".join(argv) for _, argv in stand.calls)
+    # It ends with the cluster's state as `raya status` shows it, once the API answered
+    # with every node Ready: the control plane's kubelet came back from k3s' restart.
+    assert [e for _, e in api.events] == [
+        "control-plane: server deleted", "control-plane: server created",
+        f"control-plane: registered, boot {api.machines['control-plane'].boot_id}",
+    ]  # fmt: skip
+    lines = restored.stdout.splitlines()
+    for node in outputs["servers"]:
+        assert [line for line in lines if f" {node} " in line and f"Ready {VERSION}" in line]
+    assert "backups: newest " in restored.stdout
+    assert lines[-2:] == [
+        "healthy", f"restored {name} (taken {datetime_of(name)} UTC on control-plane)"
+    ]
+
+
+def test_restore_says_which_nodes_are_not_ready_in_time(
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run, api: ka.Cluster
+) -> None:
+    """The control plane's k3s restarted but never serves the API again: after the timeout,
+    what was last seen, the state anyway, exit 1."""
+    stand, outputs = setup
+    name = f"etcd-snapshot-control-plane-{int(time.time()) - 60}"
+    k3s_upload(outputs["backups"]["endpoint"], outputs["backups"]["bucket"], "raya", name,
+               b"etcd" * 64, deployed.resources["join-secret"].outputs["result"])  # fmt: skip
+    api.boot = 3600.0
+    restored = raya(project, "restore", name, "--yes", "--ready-timeout", "1")
+    assert restored.exit_code == 1, restored.output
+    assert stand.servers["control-plane"].running
+    assert "not every node Ready 1 s after the restore: API https://127.0.0.1:" in (
+        restored.output
+    )
+    assert f"restored {name}" in restored.stdout and "not healthy" in restored.stdout
+
+
+def datetime_of(name: str) -> str:
+    taken = bk.parse_name(name)
+    assert taken is not None
+    return f"{taken[1]:%Y-%m-%d %H:%M}"
 
 
 @pytest.mark.parametrize("case", ["another cluster", "missing", "unreachable"])

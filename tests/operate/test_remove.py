@@ -62,10 +62,9 @@ def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
     """Every node registered, each control plane a running etcd member; web-2 runs a
     ReplicaSet's pod and a DaemonSet's; Hetzner's deletions reach the stand-in's machines."""
     state = ka.Cluster(clock=clock.now)
-    for k, name in enumerate(PLANES):
-        state.nodes[name] = ka.etcd_node(state, name, PIN, f"10.0.1.{10 + k}")
-    for name in ("agent-0", "web-0", "web-1", "web-2"):
+    for name in (*PLANES, "agent-0", "web-0", "web-1", "web-2"):
         state.nodes[name] = ka.node_object(name, PIN)
+    ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES)})
     state.pods = [
         ka.pod("shop-1", "default", "web-2"),
         ka.pod("flannel-x", "kube-system", "web-2", owner="DaemonSet"),
@@ -115,8 +114,26 @@ def failure(result: Any) -> str:
 
 
 def timeline(cluster: ka.Cluster) -> list[str]:
-    """What happened to leaving nodes and members, in order (pods' own events left out)."""
-    return [text for _, text in cluster.events if not text.startswith("pod ")]
+    """What happened to leaving nodes and members, in order: members removed, servers
+    deleted (and the node's state then), node objects deleted."""
+    marks = ("'s member", "server deleted", "cordoned", "node ")
+    return [text for _, text in cluster.events if any(mark in text for mark in marks)]
+
+
+def members(cluster: ka.Cluster) -> dict[str, str]:
+    """Each control plane's member name, by node."""
+    assert cluster.etcd is not None
+    return {node: member.name for node, member in cluster.etcd.members.items()}
+
+
+def down(cluster: ka.Cluster, clock: Clock, *names: str) -> None:
+    """The servers of `names` stop; 45 s later the etcd leader has marked their members
+    Unhealthy (every 15 s) and the node controller their nodes not Ready (40 s)."""
+    for name in names:
+        cluster.machines[name] = ka.Machine(running=False)
+    clock.t += 45
+    with cluster.lock:
+        cluster.settle()
 
 
 def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi_deletes(
@@ -127,16 +144,17 @@ def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi
     mark = len(cloud.hetzner.log)
     result = up(cloud)
     assert result.exit_code == 0, result.output
-    m4, m3 = ka.member_name("control-plane-4"), ka.member_name("control-plane-3")
+    before = members(cluster)
+    m4, m3 = before["control-plane-4"], before["control-plane-3"]
     leaving = ["web-1", "web-2", "control-plane-3", "control-plane-4"]
     events = timeline(cluster)
     # The members removed one at a time, the highest first, both before the first server
     # went (the engine deletes the servers in an order of its own).
     assert events[:2] == [
-        f"etcd member {m4} removed (control-plane-4)",
-        f"etcd member {m3} removed (control-plane-3)",
+        f"etcd: control-plane-4's member {m4} removed",
+        f"etcd: control-plane-3's member {m3} removed",
     ]
-    assert set(cluster.etcd.members) == {ka.member_name(n) for n in PLANES[:3]}
+    assert members(cluster) == {name: before[name] for name in PLANES[:3]}
     # Each leaving node cordoned and drained when its server was deleted (web-2's
     # ReplicaSet pod evicted and gone, the DaemonSet's left, as kubectl drain leaves it)...
     assert sorted(events[2:10]) == sorted(
@@ -174,37 +192,37 @@ def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi
 
 
 def test_a_shrink_that_would_lose_quorum_is_refused_before_anything_changes(
-    cloud: Cloud, cluster: ka.Cluster, api: str
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     # Five members, two of those that stay down: removing control-plane-4 (healthy) would
     # leave two healthy of four, where a quorum of four members is three.
-    ka.member_down(cluster, "control-plane-1")
-    ka.member_down(cluster, "control-plane-2")
+    down(cluster, clock, "control-plane-1", "control-plane-2")
     settings(cloud.root, controlPlanes=3)
     mark = len(cloud.hetzner.log)
     text = failure(up(cloud))
     assert "shrinking refused, nothing changed" in text
     assert "after removing control-plane-4: 2 healthy of 4 members, 3 needed" in text
-    assert "control-plane-1 (EtcdIsVoter False (Unhealthy))" in text
-    assert "control-plane-2 (EtcdIsVoter False (Unhealthy))" in text
+    assert "not healthy: control-plane-1 (unhealthy, not Ready, member " in text
+    assert "control-plane-2 (unhealthy, not Ready, member " in text
     assert cloud.since(mark) == []
     assert [path for _, method, path in cluster.log if method != "GET"] == []
-    assert len(cluster.etcd.members) == 5
+    assert len(members(cluster)) == 5
 
 
 def test_an_unhealthy_leaving_member_goes_first_and_the_shrink_keeps_quorum(
-    cloud: Cloud, cluster: ka.Cluster, api: str
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     # control-plane-3 down: removing it first leaves four members, four healthy; then
     # control-plane-4 leaves three of three.
-    ka.member_down(cluster, "control-plane-3")
+    down(cluster, clock, "control-plane-3")
+    before = members(cluster)
     settings(cloud.root, controlPlanes=3)
     result = up(cloud)
     assert result.exit_code == 0, result.output
-    removed = [text for text in timeline(cluster) if text.startswith("etcd member")]
+    removed = [text for text in timeline(cluster) if "'s member" in text]
     assert removed == [
-        f"etcd member {ka.member_name('control-plane-3')} removed (control-plane-3)",
-        f"etcd member {ka.member_name('control-plane-4')} removed (control-plane-4)",
+        f"etcd: control-plane-3's member {before['control-plane-3']} removed",
+        f"etcd: control-plane-4's member {before['control-plane-4']} removed",
     ]
 
 
@@ -221,7 +239,7 @@ def test_a_drain_that_fails_stops_the_update_before_pulumi(
     assert "refused by a PodDisruptionBudget: default/shop-1" in text
     assert "no server was deleted" in text
     assert cloud.since(mark) == []
-    assert len(cluster.etcd.members) == 5  # the members stay: drains come first
+    assert len(members(cluster)) == 5  # the members stay: drains come first
     assert cloud.stack.calls[-1][0] == "export"  # Pulumi's update never ran
 
 
@@ -253,13 +271,12 @@ def test_a_leaving_control_plane_without_a_node_object_needs_the_flag(
     mark = len(cloud.hetzner.log)
     refused = failure(up(cloud))
     assert "control-plane-4: no node object, so raya cannot remove its etcd member" in refused
-    assert cloud.since(mark) == [] and len(cluster.etcd.members) == 5
+    assert cloud.since(mark) == [] and len(members(cluster)) == 5
+    m3 = members(cluster)["control-plane-3"]
     forced = up(cloud, rm.WITHOUT_DRAIN)
     assert forced.exit_code == 0, forced.output
-    removed = [text for text in timeline(cluster) if text.startswith("etcd member")]
-    assert removed == [
-        f"etcd member {ka.member_name('control-plane-3')} removed (control-plane-3)",
-    ]
+    removed = [text for text in timeline(cluster) if "'s member" in text]
+    assert removed == [f"etcd: control-plane-3's member {m3} removed"]
     assert "delete server raya-control-plane-4 (off)" in cloud.since(mark)
 
 
@@ -283,21 +300,22 @@ def test_quorum_arithmetic() -> None:
 
 def test_the_standin_removes_members_as_k3s_and_etcd_do() -> None:
     state = ka.Cluster()
-    for k, name in enumerate(PLANES[:3]):
-        state.nodes[name] = ka.etcd_node(state, name, PIN, f"10.0.1.{10 + k}")
-    ka.member_down(state, "control-plane-1")
+    for name in PLANES[:3]:
+        state.nodes[name] = ka.node_object(name, PIN)
+    ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES[:3])})
+    before = members(state)
+    state.machines["control-plane-1"] = ka.Machine(running=False)
     # Two of three members run: removing a running one would leave one running of two,
     # below the quorum of two. etcd refuses; the node stays, held by the finalizer.
     status, node = ka.delete_node(state, "control-plane-2")
     assert status == 200 and node["metadata"]["deletionTimestamp"]
-    assert "control-plane-2" in state.nodes and len(state.etcd.members) == 3
+    assert "control-plane-2" in state.nodes and len(members(state)) == 3
     # The member that is down may go at any time, through the annotation too.
     ka.merge_metadata(state.nodes["control-plane-1"], {"annotations": {rm.REMOVE: "true"}})
     ka.member_controller(state)
     notes = state.nodes["control-plane-1"]["metadata"]["annotations"]
-    assert notes == {rm.REMOVE: "true", rm.REMOVED: ka.member_name("control-plane-1")}
-    staying = ("control-plane", "control-plane-2")
-    assert set(state.etcd.members) == {ka.member_name(name) for name in staying}
+    assert notes == {rm.REMOVE: "true", rm.REMOVED: before["control-plane-1"]}
+    assert members(state) == {n: before[n] for n in ("control-plane", "control-plane-2")}
     # Its node object then goes at once: k3s' onRemove finds the member already removed.
     ka.delete_node(state, "control-plane-1")
-    assert "control-plane-1" not in state.nodes and len(state.etcd.members) == 2
+    assert "control-plane-1" not in state.nodes and len(members(state)) == 2

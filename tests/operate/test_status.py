@@ -377,6 +377,7 @@ def test_the_command_end_to_end(
         for name, entry in servers.items()
     }
     state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers})
+    ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
     delegations = {"raya.example.com.": list(deployed.outputs["nameServers"])}
@@ -414,7 +415,12 @@ def test_the_command_end_to_end(
         ) as api_url,
     ):
         monkeypatch.setattr(st, "DNS_PORT", port)
-        for source in ("kubernetes_nodes", "kubernetes_addons", "api_certificate"):
+        for source in (
+            "kubernetes_nodes",
+            "kubernetes_addons",
+            "api_certificate",
+            "kubernetes_control_planes",
+        ):
             patched = functools.partial(getattr(st, source), server=api_url)
             monkeypatch.setattr(st, source, patched)
         arguments = ["status", "--root", str(project), "--hcloud-endpoint", f"{hcloud_url}/v1"]
@@ -443,6 +449,14 @@ def test_the_command_end_to_end(
     assert report["cluster"]["API certificate"]["text"].startswith("expires ")
     assert report["cluster"]["API certificate"]["state"] == st.HEALTHY
     assert report["nodes"]["agent-0"]["kubernetes"]["text"].startswith(f"Ready {VERSION}")
+    # One control plane, one etcd member, one API server.
+    etcd_member = report["cluster"]["etcd control-plane"]
+    assert etcd_member["state"] == st.HEALTHY
+    assert etcd_member["text"].startswith("voter, Ready, member control-plane-")
+    assert report["cluster"]["API servers"] == {
+        "state": st.HEALTHY, "text": f"control-plane ({servers['control-plane']['privateIp']})"
+    }
+    assert "etcd control-plane: voter, Ready" in table.output
     # Without the preview, drift is not judged, and the rest is healthy.
     skipped = json.loads(without_drift.stdout)
     assert {c["drift"]["state"] for c in skipped["nodes"].values()} == {st.SKIPPED}

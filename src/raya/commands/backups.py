@@ -12,14 +12,18 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from raya.cloud.image import HCLOUD_API_URL
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import StackOption
+from raya.commands.operate import HcloudEndpointOption, collect, print_report
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import DeployError
 from raya.model.project import DEFAULT_STACK, load_cluster
 from raya.operate import backups as bk
 from raya.operate import ssh as ssh_model
+from raya.operate import status as st
+from raya.operate.roll import Clock
 
 commands = typer.Typer()  # what this module adds to `raya`
 
@@ -51,8 +55,8 @@ remote: Remote = over_ssh
 def _context(command: str, stack: str, root: Path | None) -> tuple[
     list[str], dict[str, Any], bk.Target
 ]:  # fmt: skip
-    """The control planes (the first first), the servers' outputs and the snapshots' target,
-    from the deployed stack."""
+    """The control planes (the first first), the stack's outputs (each server's under
+    `servers`) and the snapshots' target, from the deployed stack."""
     folder = project_root(root)
     cluster = load_cluster(folder, stack)
     outputs = stack_outputs(command, stack, root)
@@ -61,7 +65,7 @@ def _context(command: str, stack: str, root: Path | None) -> tuple[
     missing = [name for name in control_planes if name not in servers]
     if missing:
         raise DeployError(f"stack {stack} has no server {missing[0]} yet; run `raya up`")
-    return control_planes, servers, bk.Target.from_outputs(outputs.get("backups"), stack)
+    return control_planes, outputs, bk.Target.from_outputs(outputs.get("backups"), stack)
 
 
 def _size(count: int) -> str:
@@ -106,11 +110,11 @@ def backup(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
     On the first control plane, k3s takes it (`k3s etcd-snapshot save`, over `raya ssh`'s
     pinned host key) and sends it to the cluster's bucket; raya prints its name and size as
     the bucket lists it."""
-    control_planes, servers, target = _context("backup", stack, root)
+    control_planes, outputs, target = _context("backup", stack, root)
     before = {snapshot.name for snapshot in bk.list_snapshots(target)}
     node = control_planes[0]
     with err.status(f"taking a snapshot on {node}..."):
-        code, printed = remote(servers[node], ("k3s", "etcd-snapshot", "save"), None)
+        code, printed = remote(outputs["servers"][node], ("k3s", "etcd-snapshot", "save"), None)
     if code != 0:
         raise DeployError(f"{node}: k3s etcd-snapshot save failed ({code}): {_tail(printed)}")
     new = [s for s in bk.list_snapshots(target) if s.name not in before]
@@ -128,14 +132,51 @@ def restore(
     stack: StackOption = DEFAULT_STACK,
     root: RootOption = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before acting.")] = False,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            "--ready-timeout",
+            help="Seconds to wait, once the steps are done, for the API and every node Ready.",
+        ),
+    ] = bk.READY_TIMEOUT,
+    hcloud_endpoint: HcloudEndpointOption = HCLOUD_API_URL,
 ) -> None:
     """Restore the cluster's datastore from a snapshot: every control plane's k3s stopped,
-    the first reset from it, the others rejoined.
+    the first reset from it, the others rejoined; then the cluster's state.
 
     The others rejoin as new etcd members; agents keep running. Everything written to the
     cluster after the snapshot is lost. The snapshot is checked (present, this cluster's,
-    readable) before anything stops."""
-    control_planes, servers, target = _context("restore", stack, root)
+    readable) before anything stops. Once the steps are done, raya waits for the API and
+    every node Ready and prints what `raya status --no-drift` prints; exits 1 when not
+    every node is Ready in time or anything is not healthy."""
+    control_planes, outputs, target = _context("restore", stack, root)
+    snapshot = restore_snapshot(name, control_planes, outputs["servers"], target, yes, remote)
+    kubeconfig = outputs.get("kubeconfig")
+
+    def ask() -> Mapping[str, st.NodeFacts] | str:
+        if not isinstance(kubeconfig, str):
+            return "no kubeconfig in the stack: run `raya up`"
+        return st.kubernetes_nodes(kubeconfig)
+
+    with err.status(f"waiting up to {ready_timeout:.0f} s for the API and every node Ready..."):
+        late = bk.wait_for_nodes(ask, list(outputs["servers"]), ready_timeout, Clock())
+    report = collect(stack, project_root(root), False, hcloud_endpoint)
+    print_report(report)
+    out.print(f"restored {snapshot.name} (taken {snapshot.taken:%Y-%m-%d %H:%M} UTC on "
+              f"{snapshot.node})", markup=False)  # fmt: skip
+    if late is not None:
+        err.print(f"not every node Ready {ready_timeout:.0f} s after the restore: {late}",
+                  markup=False)  # fmt: skip
+    if late is not None or not report.healthy:
+        raise typer.Exit(1)
+
+
+def restore_snapshot(
+    name: str, control_planes: list[str], servers: Mapping[str, Any], target: bk.Target,
+    yes: bool, run: Remote,
+) -> bk.Snapshot:  # fmt: skip
+    """Check snapshot `name`, download it, show the steps, ask (unless `yes`), then run
+    each step on its node through `run`; the first failure stops there, naming it."""
     with err.status(f"checking {name}..."):
         snapshot = bk.check_snapshot(target, name)
     with tempfile.TemporaryDirectory(prefix="raya-restore-") as folder:
@@ -156,7 +197,7 @@ def restore(
                 err.status(f"{number}/{len(steps)} {step.node}: {step.what}..."),
                 local.open("rb") if step.upload else contextlib.nullcontext() as stdin,
             ):
-                code, printed = remote(servers[step.node], step.command, stdin)
+                code, printed = run(servers[step.node], step.command, stdin)
             if code != 0:
                 raise DeployError(
                     f"restore stopped at step {number} ({step.node}: {step.what}), exit "
@@ -164,7 +205,7 @@ def restore(
                     "docs/backups.md to finish by hand"
                 )
             err.print(f"{number}/{len(steps)} {step.node}: {step.what}: done", markup=False)
-    out.print(f"restored {snapshot.name}; `raya status` shows the cluster", markup=False)
+    return snapshot
 
 
 def _tail(printed: str) -> str:

@@ -49,6 +49,8 @@ def status(
 ) -> None:
     """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
 
+    Below it: the etcd members and the API servers that serve, the add-ons, the backups.
+
     Exits 1 when anything is not healthy, so scripts can use it.
 
     Needs HCLOUD_TOKEN; asks the zone's own name servers and the API with the cluster's CA."""
@@ -56,7 +58,7 @@ def status(
     if as_json:
         out.print_json(json.dumps(report.as_json()))
     else:
-        _print(report)
+        print_report(report)
     if not report.healthy:
         raise typer.Exit(1)
 
@@ -91,6 +93,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         if isinstance(kubeconfig, str):
             nodes: dict[str, st.NodeFacts] | str = st.kubernetes_nodes(kubeconfig)
             addons = {
+                **st.kubernetes_control_planes(kubeconfig, st.control_plane_addresses(outputs)),
                 "API certificate": st.api_certificate(kubeconfig),
                 **st.kubernetes_addons(kubeconfig),
             }
@@ -125,7 +128,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
     )
 
 
-def _print(report: st.Report) -> None:
+def print_report(report: st.Report) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -178,7 +181,9 @@ def roll(
     """Apply drift one node at a time: the control plane first, then the agents.
 
     The control plane is replaced alone, and nothing else starts until the API answers and it is
-    back from a new boot, Ready. Agents are cordoned, drained until their pods are gone,
+    back from a new boot, Ready. With several control planes, each goes only while every other
+    one is Ready and a voting etcd member, and the next only once it is back as the same voting
+    member. Agents are cordoned, drained until their pods are gone,
     replaced, and uncordoned once back from a new boot, Ready. The first failure stops the roll
     and says what state it left the node in. A node whose pods use claims on its own disk
     (local-path) is not touched unless --accept-local-data-loss is given."""
@@ -215,6 +220,7 @@ def roll(
         drain_timeout=drain_timeout,
         ready_timeout=ready_timeout,
         accept_local_loss=accept_local_data_loss,
+        control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)
 

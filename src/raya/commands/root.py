@@ -41,7 +41,8 @@ COMMANDS = {
     "backup": ("backups", "Take an etcd snapshot now and upload it to the cluster's bucket."),
     "backups": ("backups", "List the cluster's etcd snapshots in object storage, newest first."),
     "restore": ("backups", "Restore the cluster's datastore from a snapshot: every control "
-                "plane's k3s stopped, the first reset from it, the others rejoined."),
+                "plane's k3s stopped, the first reset from it, the others rejoined; then "
+                "the cluster's state."),
     "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
              "agents."),
 }

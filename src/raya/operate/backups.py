@@ -17,14 +17,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raya.errors import RayaError
 from raya.nodes.identity import SnapshotStore
-from raya.operate.status import Check, bad, ok, unknown
+from raya.operate.roll import POLL, Clock
+from raya.operate.status import Check, NodeFacts, bad, ok, unknown
 
 METADATA_DIR = ".metadata"
 _NAME = re.compile(r"(?P<prefix>etcd-snapshot|on-demand)-(?P<node>.+)-(?P<unix>\d{9,11})(?:\.zip)?")
@@ -224,12 +225,19 @@ class Step:
 
 
 def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> list[Step]:
-    """k3s' restore with embedded etcd (docs.k3s.io, "Backup and Restore", "Restoring a
-    snapshot to existing nodes"): every server's k3s stopped; the first reset from the
+    """k3s' restore with embedded etcd (k3s-io/docs, docs/cli/etcd-snapshot.md, "Snapshot
+    Restore Steps", multiple servers): every server's k3s stopped; the first reset from the
     snapshot (`--cluster-reset --cluster-reset-restore-path`, which exits when done) and
     started; each other server's etcd data removed, then started, rejoining as a new member.
-    Agents keep running. The snapshot travels from raya over SSH and is checked by its
-    sha256 on the node: no object storage key reaches the node's command line."""
+    Agents keep running.
+
+    The snapshot travels from raya over SSH and is checked by its sha256 on the node, then
+    restored as a local file with `--etcd-s3=false`: the servers' config says `etcd-s3: true`,
+    and with it k3s would fetch the name from S3 with the keys of its config Secret, which it
+    cannot read during a reset (no API server: k3s-io/k3s pkg/etcd/s3/config_secret.go,
+    `getConfigFromSecret`, core not ready; the docs: "The S3 config Secret cannot be used when
+    restoring a snapshot"). Fetching from S3 on the node would need the keys on its command
+    line or config; this way no object storage key reaches the node."""
     first, others = control_planes[0], control_planes[1:]
     path = f"{SNAPSHOT_DIR}/{snapshot.name}"
     return [
@@ -240,7 +248,8 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
         Step(first, "check the copy's sha256",
              ("sh", "-c", f"echo '{digest}  {path}' | sha256sum --check --quiet")),
         Step(first, "reset etcd to the snapshot (one member: this server)",
-             ("k3s", "server", "--cluster-reset", f"--cluster-reset-restore-path={path}")),
+             ("k3s", "server", "--cluster-reset", f"--cluster-reset-restore-path={path}",
+              "--etcd-s3=false")),
         Step(first, "start k3s", ("systemctl", "start", "k3s")),
         *(
             step
@@ -251,6 +260,34 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
             )
         ),
     ]  # fmt: skip
+
+
+# How long `raya restore` waits for the API and every node Ready once the steps are done:
+# the first control plane starts etcd from the snapshot, the others rejoin one by one.
+READY_TIMEOUT = 600.0
+
+
+def wait_for_nodes(
+    ask: Callable[[], Mapping[str, NodeFacts] | str], names: Sequence[str], timeout: float,
+    clock: Clock,
+) -> str | None:  # fmt: skip
+    """Ask the API (`ask`: the nodes, or why it could not be asked) until every node of
+    `names` is registered and Ready: None then; after `timeout` seconds, what it last saw."""
+    deadline = clock.now() + timeout
+    while True:
+        nodes = ask()
+        if isinstance(nodes, str):
+            seen = nodes
+        else:
+            waiting = [name for name in names if not (name in nodes and nodes[name].ready)]
+            if not waiting:
+                return None
+            seen = ", ".join(
+                f"{name} {'NotReady' if name in nodes else 'not registered'}" for name in waiting
+            )
+        if clock.now() >= deadline:
+            return seen
+        clock.sleep(POLL)
 
 
 def health(

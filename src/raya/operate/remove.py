@@ -19,8 +19,8 @@ removal happen: so the annotation first, with the server still there, and the no
 deleted once the server is gone (`onRemove` then finds the member already removed).
 
 A member is healthy when its node is Ready and k3s' `EtcdIsVoter` condition on it is True
-(`pkg/etcd/etcd.go`, `setEtcdStatusCondition`: the etcd leader sets it on every member's
-node, False for a learner, an unhealthy or an unjoined member). etcd commits a membership
+(`raya.operate.etcd`, as the roll reads it: k3s `pkg/etcd/etcd.go`,
+`setEtcdStatusCondition`). etcd commits a membership
 change only with a quorum (`n // 2 + 1` of its members) and, by default, refuses to remove a
 started member when the healthy ones left would be fewer than the quorum of the smaller
 cluster (etcd `server/etcdserver/server.go`, `mayRemoveMember`, strict reconfiguration
@@ -37,6 +37,7 @@ from typing import Any
 
 from raya.cloud.kubeconfig import reason
 from raya.errors import RayaError
+from raya.operate import etcd
 from raya.operate.roll import (
     DRAIN_TIMEOUT,
     POLL,
@@ -44,13 +45,10 @@ from raya.operate.roll import (
     Drain,
     Kubernetes,
     is_control_plane,
-    ready,
 )
 
-ETCD_ROLE = "node-role.kubernetes.io/etcd"
 REMOVE = "etcd.k3s.cattle.io/remove"
 REMOVED = "etcd.k3s.cattle.io/removed-node-name"
-VOTER = "EtcdIsVoter"
 MEMBER_TIMEOUT = 120.0  # seconds for k3s to remove a member once asked (its RemovePeer: 1 min)
 WITHOUT_DRAIN = "--delete-without-drain"
 
@@ -61,18 +59,6 @@ class RemovalError(RayaError):
 
 def quorum(members: int) -> int:
     return members // 2 + 1
-
-
-def member_health(node: Any) -> str:
-    """'' for a healthy member, else why not: not Ready, or k3s' EtcdIsVoter condition."""
-    if not ready(node):
-        return "not Ready"
-    voter = next((c for c in node.status.conditions or [] if c.type == VOTER), None)
-    if voter is None:
-        return f"no {VOTER} condition"
-    if voter.status != "True":
-        return f"{VOTER} {voter.status} ({voter.reason})"
-    return ""
 
 
 def removal_order(leaving: Sequence[str], health: Mapping[str, str]) -> list[str]:
@@ -187,11 +173,11 @@ class Removal:
                 self.step(name, functools.partial(self.drainer_of().check_local_data, name))
 
     def health(self) -> dict[str, str]:
-        """Every control plane's member health, read again."""
+        """Every etcd member's node, read again: '' when healthy (a voter on a Ready node,
+        `raya.operate.etcd`), else what it is."""
         return {
-            node.metadata.name: member_health(node)
-            for node in self.kube.nodes()
-            if is_control_plane(node.metadata.name)
+            member.node: "" if member.healthy else member.describe()
+            for member in etcd.members(self.kube.nodes(), ())
         }
 
     def step(self, name: str, action: Callable[[], None]) -> None:

@@ -4,7 +4,10 @@ The control plane comes first and alone (k3s' upgrade guide: servers first, then
 Kubernetes version skew policy lets a kubelet be older than the API server, never newer): its
 server is replaced (its volume keeps the datastore), and nothing else starts until the API
 answers again, trusted through the cluster's CA, the control plane is back from a new boot,
-Ready, and every node is Ready. Then each agent is cordoned, drained through the Kubernetes API
+Ready, and every node is Ready. With several control planes they go one at a time, each only
+while every other one is Ready and a voting etcd member (`raya.operate.etcd`: so that etcd
+keeps its quorum while it is gone), and the next only once it is back as a voting member,
+the same member from its volume. Then each agent is cordoned, drained through the Kubernetes API
 (evictions, which honour PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data
 goes with the node: what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until
 its pods are gone, not merely accepted for eviction (an evicted pod stays Terminating for its
@@ -27,6 +30,7 @@ from typing import Any
 from raya.cloud.kubeconfig import reason
 from raya.errors import RayaError
 from raya.nodes.addons import STORAGE_CLASS
+from raya.operate import etcd
 
 POLL = 5.0  # seconds between two looks at the API
 DRAIN_TIMEOUT = 600.0
@@ -249,6 +253,8 @@ class Roll(Drain):
     replace: Callable[[str], None]  # replaces node's server with the current inputs
     kubelet_version: str  # the k3s pin: what a rolled node must run
     ready_timeout: float = READY_TIMEOUT
+    # The fleet's control planes, in order; with more than one, etcd's quorum is kept.
+    control_planes: Sequence[str] = ()
     left: str = ""  # the state the current step has brought its node to, for the error
 
     def run(self, steps: Sequence[Step]) -> None:
@@ -291,6 +297,9 @@ class Roll(Drain):
         self.say(f"{name}: back from a new boot, Ready on {self.kubelet_version}, uncordoned")
 
     def control_plane(self, name: str) -> None:
+        several = len(self.control_planes) > 1
+        if several:
+            self.check_quorum(name)
         before = self.kube.node(name)
         self.left = (
             "its server was replaced and the control plane is not back (no agent was touched): "
@@ -298,6 +307,12 @@ class Roll(Drain):
         )
         self.replace(name)
         self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
+        if several:
+            self.left = (
+                "its server was replaced and the control plane is back, but not as a voting etcd "
+                "member (no agent was touched): see `raya status`"
+            )
+            self.wait_member(etcd.member(name, before))
         self.left = "the control plane is back; no agent was touched: see `raya status`"
         deadline = self.clock.now() + self.ready_timeout
         while True:
@@ -310,6 +325,47 @@ class Roll(Drain):
                 )
             self.clock.sleep(POLL)
         self.say(f"{name}: the API answers; back from a new boot; every node Ready")
+
+    def check_quorum(self, name: str) -> None:
+        """Refuse to replace `name` unless every other etcd member is a voter on a Ready node:
+        then etcd keeps its quorum while `name` is gone. `name` itself may be in any state:
+        replacing a member that is down or not voting loses nothing more."""
+        for other in etcd.members(self.kube.nodes(), self.control_planes):
+            if other.node != name and not other.healthy:
+                raise RollError(
+                    f"refused before any change: {other.node} is {other.describe()}; replacing "
+                    f"{name} needs every other control plane Ready and a voting etcd member, "
+                    "or etcd could lose its quorum"
+                )
+
+    def wait_member(self, before: etcd.Member) -> None:
+        """Until the node's `EtcdIsVoter` condition is True again, then insist on the same
+        member name: a new one means the datastore on its volume was not used. This runs once
+        the node is back from a new boot: its server was gone far longer than the 15 s
+        between two writes of the condition by k3s' etcd leader, which marked it Unhealthy
+        meanwhile, so a True is the leader's word on the new server."""
+        name = before.node
+        deadline = self.clock.now() + self.ready_timeout
+        while True:
+            try:
+                found = etcd.member(name, self.kube.node(name))
+            except Exception as error:  # the API may be unreachable for a moment
+                found = etcd.Member(name, "unknown", False, "", f"API: {reason(error)}")
+            if found.voter:
+                break
+            if self.clock.now() >= deadline:
+                raise RollError(
+                    f"not back as a voting etcd member after {self.ready_timeout:.0f} s "
+                    f"(last seen: {found.describe()})"
+                )
+            self.clock.sleep(POLL)
+        if before.name and found.name != before.name:
+            raise RollError(
+                f"rejoined etcd as a new member {found.name}, not as {before.name} from its "
+                "volume: its datastore was set aside; check `raya status` before rolling "
+                "another control plane"
+            )
+        self.say(f"{name}: back as the voting etcd member {found.name}")
 
     def wait_ready(self, name: str, previous_boot: str) -> None:
         """Until the node has registered from a new boot (its boot ID changed), Ready, on the

@@ -17,6 +17,7 @@ from raya.cloud.kubeconfig import api_client as kubeconfig_api_client
 from raya.cloud.kubeconfig import reason
 from raya.errors import RayaError
 from raya.model.pins import Pins, snapshot_labels
+from raya.operate.etcd import Member, members
 
 HEALTHY, UNHEALTHY, UNKNOWN, SKIPPED = "ok", "bad", "unknown", "skipped"
 DNS_PORT = 53
@@ -168,6 +169,29 @@ def kubernetes_check(facts: NodeFacts | str | None, kubelet_version: str) -> Che
     return ok(text) if facts.ready and not facts.unschedulable else bad(text)
 
 
+def etcd_checks(members: Sequence[Member]) -> dict[str, Check]:
+    """One check per etcd member: healthy when it votes and its node is Ready."""
+    return {f"etcd {m.node}": (ok if m.healthy else bad)(m.describe()) for m in members}
+
+
+def api_servers_check(serving: Sequence[str], control_planes: Mapping[str, str]) -> Check:
+    """The API servers that serve the cluster (the `kubernetes` Service's endpoints: each
+    API server's advertise address, raya's private address) against the control planes
+    (name -> private address): each must serve."""
+    names = {address: name for name, address in control_planes.items()}
+    listed = ", ".join(
+        f"{names[a]} ({a})" if a in names else a for a in sorted(serving, key=_address_order)
+    )
+    missing = [f"{n} ({a})" for n, a in control_planes.items() if a not in serving]
+    if missing:
+        return bad(f"{', '.join(missing)} not serving; serving: {listed or 'none'}")
+    return ok(listed)
+
+
+def _address_order(address: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in address.split(".")) if address[:1].isdigit() else (999,)
+
+
 def _fqdn(name: str) -> str:
     return name.rstrip(".").lower() + "."
 
@@ -209,6 +233,16 @@ def assess(
     cluster = {"delegation": delegation_check(delegation, outputs.get("nameServers", []))}
     cluster.update(extra or {})
     return Report(tuple(rows), cluster)
+
+
+def control_plane_addresses(outputs: Mapping[str, Any]) -> dict[str, str]:
+    """The stack's control planes, in order: name -> private address."""
+    servers = outputs.get("servers", {})
+    return {
+        name: str(entry.get("privateIp", ""))
+        for name, entry in sorted(servers.items(), key=_node_order)
+        if _order(name)[0] == 0
+    }
 
 
 def _node_order(item: tuple[str, Any]) -> tuple[int, int, str]:
@@ -377,6 +411,34 @@ def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, C
     return {
         f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
         for state in states
+    }
+
+
+def kubernetes_control_planes(
+    kubeconfig: str, control_planes: Mapping[str, str], server: str | None = None
+) -> dict[str, Check]:
+    """The etcd members (from the nodes, `raya.operate.etcd`) and the API servers that serve
+    (the `kubernetes` EndpointSlice in `default`), for the control planes (name -> private
+    address, in order); `server` overrides the API's address (tests)."""
+    from kubernetes import client as k8s
+
+    try:
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return {"etcd": unknown(str(error))}
+    try:
+        nodes = k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT).items
+        found = k8s.DiscoveryV1Api(api).read_namespaced_endpoint_slice(
+            "kubernetes", "default", _request_timeout=API_TIMEOUT
+        )
+    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
+        return {"etcd": unknown(f"API {api.configuration.host} unreachable: {reason(error)}")}
+    finally:
+        api.close()
+    serving = [a for endpoint in found.endpoints or [] for a in endpoint.addresses or []]
+    return {
+        **etcd_checks(members(nodes, list(control_planes))),
+        "API servers": api_servers_check(serving, control_planes),
     }
 
 

@@ -1,0 +1,228 @@
+"""`raya roll` of three control planes against the Kubernetes API stand-in's etcd section
+(`tests/operate/kube_api.py`, "etcd": k3s' `EtcdIsVoter` node condition written every 15 s by
+the etcd leader, member names on the nodes, the API up while a majority of voters runs), over
+real TLS, with one clock that moves when the roll sleeps. Replacing a control plane deletes
+its server and creates it again on the pin; it boots in 100 s (not a multiple of the leader's
+15 s: the node is Ready before its member is written a voter again)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raya.nodes.identity import CertificateAuthority
+from raya.operate import roll as rl
+from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_program import provider_mocks, run
+from tests.operate import kube_api as ka
+from tests.operate.test_roll import OLD, PIN, Clock, Replacer, roller
+
+BOOT = 100.0
+
+CONTROL_PLANES = {
+    "control-plane": "10.0.1.10",
+    "control-plane-1": "10.0.1.11",
+    "control-plane-2": "10.0.1.12",
+}
+NODES = [*CONTROL_PLANES, "agent-0"]
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Run:
+    return run(provider_mocks())
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(clock: Clock) -> ka.Cluster:
+    """Three control planes, each a voting etcd member since time 0, and an agent; an old k3s
+    everywhere."""
+    state = ka.Cluster(
+        nodes={name: ka.node_object(name, OLD) for name in NODES}, clock=clock.now, boot=BOOT
+    )
+    ka.Etcd.of(state, CONTROL_PLANES)
+    return state
+
+
+@pytest.fixture
+def api(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
+    server_ca = CertificateAuthority(
+        deployed.resources["server-ca"].outputs["certPem"],
+        deployed.resources["server-ca-key"].outputs["privateKeyPem"],
+    )
+    client_ca = deployed.resources["client-ca"].outputs["certPem"]
+    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        yield url
+
+
+def etcd_roller(
+    deployed: Run, url: str, replace: Replacer, clock: Clock, **kwargs: object
+) -> rl.Roll:
+    return roller(deployed, url, replace, clock, control_planes=list(CONTROL_PLANES), **kwargs)
+
+
+def times(cluster: ka.Cluster, event: str) -> list[float]:
+    return [t for t, text in cluster.events if text == event]
+
+
+def member_names(cluster: ka.Cluster) -> dict[str, str]:
+    return {
+        name: cluster.nodes[name]["metadata"]["annotations"][ka.MEMBER_NAME]
+        for name in CONTROL_PLANES
+    }
+
+
+def test_three_control_planes_go_one_at_a_time_each_back_as_the_same_voting_member(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    names = member_names(cluster)
+    replace = Replacer(cluster)
+    etcd_roller(deployed, api, replace, clock).run(rl.plan(NODES, [], NODES))
+    assert [name for name, _, _ in replace.asked] == NODES
+    replaced = {name: when for name, when, _ in replace.asked}
+    for previous, name in zip(CONTROL_PLANES, [*list(CONTROL_PLANES)[1:], "agent-0"], strict=True):
+        # The leader marked the member Unhealthy within 15 s of its server going, and a voter
+        # again at its first 15 s tick after the new server registered (100 s after creation).
+        (down,) = [t for t in times(cluster, f"etcd: {previous} unhealthy")]
+        assert replaced[previous] < down <= replaced[previous] + 15
+        registered = replaced[previous] + 100
+        (back,) = [t for t in times(cluster, f"etcd: {previous} voter") if t > 0]
+        assert registered < back < registered + 15
+        # Nothing else was replaced until then.
+        assert replaced[name] >= back
+        # The API answered while it was gone: two of three voters were up.
+        assert any(replaced[previous] < t < registered for t, _, _ in cluster.log)
+    # The same members, from their volumes.
+    assert member_names(cluster) == names
+    for name in CONTROL_PLANES:
+        assert cluster.nodes[name]["status"]["nodeInfo"]["kubeletVersion"] == PIN
+
+
+def stop(cluster: ka.Cluster, name: str, clock: Clock, seconds: float) -> None:
+    """`name`'s server goes (a dead host), and `seconds` pass."""
+    cluster.server_deleted(name)
+    clock.t += seconds
+    with cluster.lock:
+        cluster.settle()
+
+
+def test_a_roll_is_refused_while_another_control_plane_is_down(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # control-plane-2's host died a minute ago: its node is no longer Ready (40 s), and the
+    # leader has marked its member Unhealthy (15 s ticks).
+    stop(cluster, "control-plane-2", clock, 60)
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError) as caught:
+        etcd_roller(deployed, api, replace, clock).run(
+            rl.plan(NODES, ["control-plane-1", "agent-0"], [])
+        )
+    name = member_names_of(cluster, "control-plane-2")
+    assert str(caught.value) == (
+        f"control-plane-1: refused before any change: control-plane-2 is unhealthy, not Ready, "
+        f"member {name}: failed to check etcd member status: context deadline exceeded; "
+        "replacing control-plane-1 needs every other control plane Ready and a voting etcd "
+        "member, or etcd could lose its quorum; left as it was; not touched: agent-0"
+    )
+    assert replace.asked == []
+    assert [method for _, method, _ in cluster.log if method != "GET"] == []
+
+
+def member_names_of(cluster: ka.Cluster, name: str) -> str:
+    assert cluster.etcd is not None
+    return cluster.etcd.members[name].name
+
+
+def test_a_roll_is_refused_while_another_member_is_a_learner(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # control-plane-2 is Ready but its member not yet promoted: with two voters, replacing
+    # one of them would leave one of two, no quorum.
+    assert cluster.etcd is not None
+    cluster.etcd.members["control-plane-2"].learner = True
+    cluster.etcd.catch_up = 3600
+    clock.t += 15
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError, match=(
+        r"^control-plane-1: refused before any change: control-plane-2 is learner, Ready, "
+        r"member control-plane-2-[0-9a-f]{8}: Node has not been promoted to voting member "
+        r"of the etcd cluster; replacing control-plane-1 needs"
+    )):  # fmt: skip
+        etcd_roller(deployed, api, replace, clock).run(rl.plan(NODES, ["control-plane-1"], []))
+    assert replace.asked == []
+
+
+def test_a_roll_is_refused_while_another_control_plane_is_not_ready(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # control-plane-2's kubelet reports NotReady; its etcd member still votes. The roll
+    # wants every other control plane Ready as well: a condition k3s' leader wrote can be
+    # stale, and a control plane whose node is not Ready is not one to count on.
+    conditions = cluster.nodes["control-plane-2"]["status"]["conditions"]
+    conditions[0] = {"type": "Ready", "status": "False", "reason": "KubeletNotReady"}
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError, match=(
+        r"^control-plane: refused before any change: control-plane-2 is voter, not Ready, "
+        r"member control-plane-2-[0-9a-f]{8}; replacing control-plane needs every other"
+    )):  # fmt: skip
+        etcd_roller(deployed, api, replace, clock).run(rl.plan(NODES, ["control-plane"], []))
+    assert replace.asked == []
+
+
+def test_a_control_plane_back_as_a_new_member_stops_the_roll(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # Hetzner's cloud controller deletes the node of a server that is gone once it is not
+    # Ready; k3s then removes its member, and the new server, finding itself removed, joins
+    # again as a learner under a new name: a voter 20 s after it caught up.
+    assert cluster.etcd is not None
+    cluster.etcd.cloud_controller = True
+    old = member_names_of(cluster, "control-plane-1")
+    replace = Replacer(cluster)
+    steps = rl.plan(NODES, ["control-plane-1", "control-plane-2"], [])
+    with pytest.raises(rl.RollError) as caught:
+        etcd_roller(deployed, api, replace, clock).run(steps)
+    new = member_names_of(cluster, "control-plane-1")
+    assert new != old
+    assert str(caught.value) == (
+        f"control-plane-1: rejoined etcd as a new member {new}, not as {old} from its volume: "
+        "its datastore was set aside; check `raya status` before rolling another control "
+        "plane; its server was replaced and the control plane is back, but not as a voting "
+        "etcd member (no agent was touched): see `raya status`; not touched: "
+        "control-plane-2"
+    )
+    # The roll waited through the learner until the leader wrote voter.
+    (learner,) = times(cluster, "etcd: control-plane-1 learner")
+    (voter,) = [t for t in times(cluster, "etcd: control-plane-1 voter") if t > 0]
+    assert learner < voter <= clock.t
+    assert [name for name, _, _ in replace.asked] == ["control-plane-1"]
+
+
+def test_a_first_control_plane_whose_member_was_removed_never_comes_back_here(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # The first control plane has `cluster-init` and no `server:`: removed from etcd, it
+    # starts a cluster of its own on its next start. The roll times out and goes no further.
+    assert cluster.etcd is not None
+    cluster.etcd.cloud_controller = True
+    replace = Replacer(cluster)
+    with pytest.raises(rl.RollError, match=(
+        r"^control-plane: not back from a new boot Ready on .* after 600 s \(last seen: "
+        r"Ready v1.30.0\+k3s1, the old boot\).*not touched: control-plane-1$"
+    )):  # fmt: skip
+        etcd_roller(deployed, api, replace, clock, ready_timeout=600).run(
+            rl.plan(NODES, ["control-plane", "control-plane-1"], [])
+        )
+    assert [name for name, _, _ in replace.asked] == ["control-plane"]
+    # Its node object went 40 s after its server (not Ready), and its member with it; the
+    # other two kept the API up.
+    (removed,) = times(cluster, "etcd: control-plane's member removed")
+    assert 40 <= removed < 50
+    assert "control-plane" not in cluster.nodes
+    assert cluster.api_up()
