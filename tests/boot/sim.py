@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from raya.model.project import EXAMPLE_KEYS
 from raya.nodes.github_keys import GITHUB_URL, load_keys_file
-from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE, volume_device
+from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE, VOLUME_LABEL, volume_device
 from tests.boot.balancer import Balancer
 from tests.nodes.tools import (
     SELINUX_STUB,
@@ -190,6 +190,9 @@ class VolumePlan:
     id: str
     attach_after: float | None = 0.0  # seconds after launch; 0: present at boot; None: never
     foreign: bool = False  # holds another ext4 filesystem (FOREIGN_LABEL) from the start
+    # Files (path on the volume, contents) of an earlier server: the volume then holds raya's
+    # ext4 with them from the start, as a kept volume does when its server is re-created.
+    holding: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass
@@ -227,7 +230,8 @@ class SimVolume:
 
 
 def make_volume(plan: VolumePlan, stack: contextlib.ExitStack) -> SimVolume:
-    """An empty 64 MiB volume on a loop device (ext4 of another label if `foreign`)."""
+    """A 64 MiB volume on a loop device: empty, ext4 of another label if `foreign`, raya's
+    ext4 with the files it is `holding`."""
     folder = Path(tempfile.mkdtemp(prefix="raya-boot-volume-"))
     stack.callback(shutil.rmtree, folder, ignore_errors=True)
     backing = folder / "volume.img"
@@ -237,6 +241,12 @@ def make_volume(plan: VolumePlan, stack: contextlib.ExitStack) -> SimVolume:
     stack.callback(_run, "losetup", "--detach", loop)
     if plan.foreign:
         _run(require_tool("mkfs.ext4"), "-q", "-F", "-L", FOREIGN_LABEL, loop)
+    if plan.holding:
+        tree = folder / "tree"
+        for path, data in plan.holding:
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree / path).write_bytes(data)
+        _run(require_tool("mkfs.ext4"), "-q", "-F", "-L", VOLUME_LABEL, "-d", str(tree), loop)
     return SimVolume(loop, backing, hashlib.sha256(backing.read_bytes()).hexdigest())
 
 

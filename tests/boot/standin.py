@@ -3,10 +3,12 @@
 It runs inside a booted node (the node's python3; raya's tree mounted read-only) and knows
 only what the node's Ignition gave it. It logs its arguments, the config files it sees and
 the private addresses present when it starts (never the token), then plays its role:
-- `server`: with `cluster-init`, logs that it starts the cluster's etcd; with `server`, first
-  joins through that URL as k3s' `server` user with its token (the full token: the CA is
-  checked), retrying until it answers, as a joining k3s server does (k3s `pkg/etcd/etcd.go`,
-  `Start` then `join`); then HTTPS on the advertised address, port 6443, with a serving
+- `server`: starts its embedded etcd as k3s decides (the datastore section below): from the
+  member its data dir holds; else, with `server`, it first joins through that URL as k3s'
+  `server` user with its token (the full token: the CA is checked), retrying until it
+  answers, as a joining k3s server does (k3s `pkg/etcd/etcd.go`, `Start` then `join`); else,
+  with `cluster-init`, it starts the cluster's etcd, converting a SQLite datastore it finds;
+  then HTTPS on the advertised address, port 6443, with a serving
   certificate from the cluster's server CA for that address and every `tls-san`, and
   `/cacerts`, as k3s does;
 - `agent`: the k3s join check against its `server` with its token (tests/nodes/k3s_join.py);
@@ -21,15 +23,18 @@ systemd-notify child is not the main process).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +127,8 @@ def serve(config: dict[str, Any]) -> int:
         cert_pem=(TLS / "server-ca.crt").read_text(), key_pem=(TLS / "server-ca.key").read_text()
     )
     token = str(config["token"])
-    if config.get("cluster-init") is True:
-        say("etcd: cluster-init, starting a new cluster")
-    if "server" in config:
-        answer = register(str(config["server"]), token, "/v1-k3s/server-bootstrap")
-        if answer is None:
-            return 1
-        say(f"joined {config['server']} as a server: {answer.decode()}")
+    if not start_datastore(config, token):
+        return 1
     address = str(config["advertise-address"])
     names = [str(name) for name in config.get("tls-san", [])]
     serving = serving_certificate(ca, Path(tempfile.mkdtemp()), address, names)
@@ -136,11 +136,97 @@ def serve(config: dict[str, Any]) -> int:
     # k3s keeps the secret of a full token as the cluster's (pkg/cluster/storage.go).
     secrets = token.rpartition(":")[2], str(config["agent-token"])
     name = str(config["node-name"])
-    with k3s_like_server(serving, cacerts, *secrets, (address, 6443), name) as url:
+    bodies = {"/db/info": db_info}
+    with k3s_like_server(serving, cacerts, *secrets, (address, 6443), name, bodies) as url:
         say(f"serving {url}")
         notify_ready()
         while True:
             time.sleep(3600)
+
+
+# --- the datastore (issue 22: SQLite to etcd, a first control plane that joins) ----------
+# What k3s keeps in its data dir (k3s pkg/etcd/etcd.go: `sqliteFile`, `etcdDBDir`, `walDir`)
+# and the order in which it decides where its datastore comes from (k3s pkg/cluster/
+# bootstrap.go `shouldBootstrapLoad`, pkg/etcd/etcd.go `Start`, read at 001bb93): a member
+# whose WAL directory exists starts from it, whatever `cluster-init` and `server` say; else, with
+# `server`, it joins that server's cluster; else, with `cluster-init`, it starts a new one
+# (`newCluster`), then moves what a SQLite datastore in the data dir holds into etcd
+# (`migrateFromSQLite`: every key under /registry/, then state.db renamed state.db.migrated).
+# The stand-in's etcd is a JSON file beside the WAL directory: the cluster's id, its members
+# and its keys. A joiner copies them from the server it joins (`/db/info`, which in k3s lists
+# the members; etcd's replication, which brings the keys, is not simulated otherwise).
+DATA_DIR = Path("/var/lib/rancher/k3s/server")
+SQLITE = DATA_DIR / "db/state.db"
+WAL = DATA_DIR / "db/etcd/member/wal"
+STORE = DATA_DIR / "db/etcd/member/standin-store.json"
+MIGRATED = "/registry/"
+
+
+def kine_keys(path: Path, prefix: str) -> dict[str, str]:
+    """What kine lists under `prefix` from its SQLite table: each key's newest row, left out
+    when that row marks it deleted (kine pkg/drivers/generic/generic.go, its list query)."""
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        rows = database.execute(
+            "SELECT name, value, deleted FROM kine WHERE id IN "
+            "(SELECT MAX(id) FROM kine WHERE substr(name, 1, ?) = ? GROUP BY name)",
+            (len(prefix), prefix),
+        ).fetchall()
+    return {name: bytes(value).decode() for name, value, deleted in rows if not deleted}
+
+
+def write_store(store: dict[str, Any]) -> None:
+    WAL.mkdir(parents=True, exist_ok=True)
+    STORE.write_text(json.dumps(store, sort_keys=True))
+
+
+def db_info() -> bytes:
+    return STORE.read_bytes() if STORE.exists() else b"{}"
+
+
+def member_name(config: dict[str, Any]) -> str:
+    """k3s names an etcd member after its node and 8 random hex digits (etcd.go `setName`)."""
+    return f"{config['node-name']}-{uuid.uuid4().hex[:8]}"
+
+
+def start_datastore(config: dict[str, Any], token: str) -> bool:
+    """Start, join or create the embedded etcd as k3s decides; False if a join is refused."""
+    if WAL.is_dir():
+        store = json.loads(STORE.read_text())
+        say(f"etcd: starting member {store['member']} of cluster {store['cluster']} from its "
+            f"datastore ({len(store['keys'])} keys); cluster-init and server ignored")
+        return True
+    if "server" in config:
+        server = str(config["server"])
+        answer = register(server, token, "/v1-k3s/server-bootstrap")
+        if answer is None:
+            return False
+        say(f"joined {server} as a server: {answer.decode()}")
+        cluster = json.loads(join(server, token, "/db/info"))
+        # k3s refuses to add a member while another one has its node name (etcd.go `join`):
+        # a server that lost its data joins once its old member is removed.
+        if config["node-name"] in (name.rpartition("-")[0] for name in cluster["members"]):
+            say("etcd: ETCD join failed: duplicate node name found, please use a unique name "
+                "for this node")
+            return False
+        member = member_name(config)
+        write_store({**cluster, "member": member, "members": [*cluster["members"], member]})
+        say(f"etcd: member {member} joined cluster {cluster['cluster']} "
+            f"({len(cluster['keys'])} keys)")
+        return True
+    if config.get("cluster-init") is True:
+        say("etcd: cluster-init, starting a new cluster")
+        member = member_name(config)
+        store = {"cluster": uuid.uuid4().hex, "member": member, "members": [member], "keys": {}}
+        write_store(store)
+        say(f"etcd: cluster {store['cluster']} started by member {member}")
+        if SQLITE.exists():
+            say("Migrating content from sqlite to etcd")
+            store["keys"] = kine_keys(SQLITE, MIGRATED)
+            write_store(store)
+            migrated = SQLITE.rename(SQLITE.with_name(SQLITE.name + ".migrated"))
+            say(f"etcd: {len(store['keys'])} keys under {MIGRATED} migrated from {SQLITE}, "
+                f"now {migrated}")
+    return True
 
 
 def agent(config: dict[str, Any]) -> int:

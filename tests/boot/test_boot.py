@@ -294,6 +294,8 @@ def test_three_control_planes_one_starts_the_others_join_through_the_balancer(
         _assert_booted(nodes[name])
     first = nodes["control-plane"].logged("k3s")
     _first(first, "etcd: cluster-init, starting a new cluster")
+    # Its blank volume and no peer serving yet: it starts the cluster, as its config says.
+    _first(nodes["control-plane"].logged("raya-k3s-datastore"), "no other control plane answers")
     assert not [e for e in first if e.message.startswith(("joined", "token sha256"))]
     # The full server token: the CA hash, user `server`, the cluster's join secret.
     ca_hash = _sha256(secrets.server_ca.cert_pem)

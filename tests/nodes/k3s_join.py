@@ -28,7 +28,7 @@ import re
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -110,13 +110,17 @@ def k3s_like_server(
     agent_secret: str,
     address: tuple[str, int] = ("127.0.0.1", 0),
     name: str = "",
+    server_bodies: Mapping[str, Callable[[], bytes]] | None = None,
 ) -> contextlib.AbstractContextManager[str]:
     """HTTPS on `address` with k3s' two users and the roles its endpoints require; `name`,
     the server's node name, ends its welcome (so a join through a load balancer tells which
-    server answered)."""
+    server answered). `server_bodies`: more endpoints for the `server` user only, each
+    answered with what its function returns at the time of the request."""
     users = {"server": (server_secret, "k3s:server"), "node": (agent_secret, "k3s:agent")}
 
-    def guarded(role: str) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
+    def guarded(
+        role: str, body: Callable[[], bytes] | None = None
+    ) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
         def respond(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
             header = request.headers.get("Authorization", "").removeprefix("Basic ")
             user, _, secret = base64.b64decode(header).decode().partition(":")
@@ -124,6 +128,8 @@ def k3s_like_server(
                 return 401, b"not authorized"
             if users[user][1] != role:
                 return 403, b"forbidden"
+            if body is not None:
+                return 200, body()
             return 200, f"welcome to {request.path}{f' from {name}' if name else ''}".encode()
 
         return respond
@@ -134,6 +140,7 @@ def k3s_like_server(
         "/cacerts": cacerts,
         **{path: guarded("k3s:agent") for path in AGENT_PATHS},
         **{path: guarded("k3s:server") for path in SERVER_PATHS},
+        **{path: guarded("k3s:server", body) for path, body in (server_bodies or {}).items()},
     }
     return http_server(routes(endpoints), tls=context, address=address)
 

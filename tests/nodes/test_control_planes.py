@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 
 import pytest
 import yaml
@@ -99,3 +100,44 @@ def test_a_control_plane_without_its_volume_is_refused(cluster: Cluster) -> None
     with pytest.raises(RenderError, match=r"^control-plane-2: volume_id is None; accepted"):
         render_cluster(grown, secrets, charts=CHARTS, volume_id=missing)
 
+
+
+DATASTORE_UNIT = "raya-k3s-datastore.service"
+DATASTORE_SCRIPT = "/usr/local/bin/raya-k3s-datastore"
+JOIN_CONFIG = "/etc/rancher/k3s/raya-join.yaml"
+
+
+def units(node: RenderedNode) -> dict[str, str]:
+    config = json.loads(node.ignition)
+    return {unit["name"]: unit.get("contents", "") for unit in config["systemd"]["units"]}
+
+
+@pytest.mark.parametrize("count", [1, 3, 5])
+def test_the_first_control_plane_decides_to_start_or_join_before_k3s(
+    cluster: Cluster, count: int
+) -> None:
+    """Only the first, whose config says cluster-init, carries the decision; the same at every
+    size: it asks the four other addresses of the control plane block (10.0.1.11 to .14),
+    and joins with the full server token."""
+    grown = sized(cluster, count)
+    rendered, secrets = render(grown)
+    ca_hash = hashlib.sha256(secrets.server_ca.cert_pem.encode()).hexdigest()
+    first = rendered["control-plane"]
+    files = ignition_files(first.ignition)
+    assert yaml.safe_load(files[JOIN_CONFIG]) == {
+        "cluster-init": False,
+        "token": f"K10{ca_hash}::server:{secrets.join_secret}",
+    }
+    decide = units(first)[DATASTORE_UNIT]
+    (command,) = [line for line in decide.splitlines() if line.startswith("ExecStart=")]
+    assert command.split()[1:] == [
+        "/var/lib/rancher/k3s/server", JOIN_CONFIG,
+        "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml",
+        "10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.14",
+    ]  # fmt: skip
+    k3s = units(first)["k3s.service"].splitlines()
+    assert f"Requires={DATASTORE_UNIT}" in k3s and f"After={DATASTORE_UNIT}" in k3s
+    for node in [*grown.control_planes[1:], *grown.agents]:
+        assert DATASTORE_UNIT not in units(rendered[node.name])
+        files = ignition_files(rendered[node.name].ignition)
+        assert {JOIN_CONFIG, DATASTORE_SCRIPT}.isdisjoint(files)

@@ -67,6 +67,7 @@ VOLUME_UNITS = (
     DEVICE_UNIT,
 )
 LOCAL_PATH_UNIT = "raya-local-path.service"  # the control plane's: ordered after k3s
+DATASTORE_UNIT = "raya-k3s-datastore.service"  # the first control plane's: before k3s
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -291,7 +292,8 @@ def test_systemd_accepts_every_unit(
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
         k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
-        own = [*VOLUME_UNITS, k3s, LOCAL_PATH_UNIT] if name == "control-plane" else [k3s]
+        control_plane = [*VOLUME_UNITS, DATASTORE_UNIT, k3s, LOCAL_PATH_UNIT]
+        own = control_plane if name == "control-plane" else [k3s]
         assert sorted(units) == sorted([*NODE_UNITS, *own]), name
         result = systemd_verify(copy, units)
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name

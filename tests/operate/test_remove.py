@@ -142,9 +142,9 @@ def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi
     settings(cloud.root, controlPlanes=3)
     pool_count(cloud.root, 1)
     mark = len(cloud.hetzner.log)
+    before = members(cluster)
     result = up(cloud)
     assert result.exit_code == 0, result.output
-    before = members(cluster)
     m4, m3 = before["control-plane-4"], before["control-plane-3"]
     leaving = ["web-1", "web-2", "control-plane-3", "control-plane-4"]
     events = timeline(cluster)

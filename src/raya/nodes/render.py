@@ -20,7 +20,7 @@ import jinja2
 
 from raya.butane import transpile
 from raya.errors import ButaneError, RenderError
-from raya.model.config import PRIVATE_ROUTE
+from raya.model.config import CONTROL_PLANE_COUNTS, PRIVATE_ROUTE
 from raya.model.fleet import Cluster, Node, node_password
 from raya.model.pins import ChartPins
 from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
@@ -75,6 +75,9 @@ CERTS_RANDOM_DELAY = "15min"
 # among the auto-deploy manifests.
 SNAPSHOT_SECRET = "raya-etcd-s3"
 SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
+# Decides, before k3s on the first control plane, whether it starts the cluster or joins it.
+DATASTORE_UNIT = "raya-k3s-datastore.service"
+MAX_CONTROL_PLANES = max(CONTROL_PLANE_COUNTS)
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,22 @@ def _context(
                 "command": "server",
                 "restart_sec": "5s",
                 "volume": True,
+                "datastore_unit": DATASTORE_UNIT if first else None,
             },
+            # The first control plane's decision, when its volume holds no datastore, between
+            # starting the cluster and joining the one its peers run (raya-k3s-datastore.sh).
+            # At every size the same (the peers are the control plane block's other
+            # addresses, whatever the count), so growing never changes the first's config.
+            "datastore": {
+                "unit": DATASTORE_UNIT,
+                "script": "/usr/local/bin/raya-k3s-datastore",
+                "join": "/etc/rancher/k3s/raya-join.yaml",
+                "dropin": "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml",
+                "peers": [str(config.control_plane_ip + k) for k in range(1, MAX_CONTROL_PLANES)],
+                "token": server_token(secrets.server_ca.cert_pem, secrets.join_secret),
+            }
+            if first
+            else None,
             "agent_secret": secrets.agent_secret,
             "schedulable": config.control_plane_schedulable,
             # Every server runs embedded etcd: the first starts it (and converts a SQLite
@@ -320,6 +338,7 @@ def _context(
             "command": "agent",
             "restart_sec": "10s",
             "volume": False,
+            "datastore_unit": None,
         },
         "server_url": registration,
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
