@@ -43,7 +43,10 @@ VERY_LATE = 60.0
 # Past the latest NIC, with room for the node to take it up on a busy machine (the volume
 # scenarios booting alongside take longer anyway: the room costs nothing when all is well).
 FLEET_DEADLINE = VERY_LATE + 100
-REFUSAL_DEADLINE = 40.0
+# The impostor's control plane starts on a blank volume: its datastore guard first asks the
+# other control planes' addresses, which nobody answers (three rounds of connect timeouts,
+# about 30-40 s), before k3s starts; the agent's refusal follows.
+REFUSAL_DEADLINE = 100.0
 VOLUME_LATE = 20.0
 VOLUME_VERY_LATE = 150.0
 # A volume that never comes (or is refused) is watched past systemd's default device timeout

@@ -175,6 +175,7 @@ def kine_keys(path: Path, prefix: str) -> dict[str, str]:
 
 
 def write_store(store: dict[str, Any]) -> None:
+    """The member's data: its WAL directory and the stand-in's record of its cluster."""
     WAL.mkdir(parents=True, exist_ok=True)
     STORE.write_text(json.dumps(store, sort_keys=True))
 
@@ -333,7 +334,7 @@ def cluster_reset(arguments: list[str]) -> int:
         record(f"etcd: restoring snapshot {path} (sha256 {digest})")
         if ETCD.exists():
             ETCD.rename(DB / f"etcd-old-{int(time.time())}")
-    _new_member(str(config["node-name"]))
+    _reset_member(config)
     RESTORED.write_text(digest)
     RESET_FLAG.touch()
     record("Managed etcd cluster membership has been reset, restart without --cluster-reset "
@@ -342,12 +343,10 @@ def cluster_reset(arguments: list[str]) -> int:
     return 0
 
 
-def _new_member(node: str) -> str:
-    """A fresh member's data: its WAL directory and its name (node name and 8 hex digits)."""
-    (ETCD / "member" / "wal").mkdir(parents=True, exist_ok=True)
-    name = f"{node}-{os.urandom(4).hex()}"
-    (ETCD / "name").write_text(name)
-    return name
+def _reset_member(config: dict[str, Any]) -> None:
+    """The reset member's data: a cluster of its own, this server its only member."""
+    member = member_name(config)
+    write_store({"cluster": uuid.uuid4().hex, "member": member, "members": [member], "keys": {}})
 
 
 def etcd_start(config: dict[str, Any]) -> None:
@@ -355,13 +354,16 @@ def etcd_start(config: dict[str, Any]) -> None:
     normal start does), its own member data (a WAL), or nothing: then a new member."""
     if RESET_FLAG.exists():
         RESET_FLAG.unlink()
-        say(f"etcd: the reset member {(ETCD / 'name').read_text()}, restored from "
+        member = json.loads(STORE.read_text())["member"]
+        say(f"etcd: the reset member {member}, restored from "
             f"{RESTORED.read_text() or 'no snapshot'}; reset-flag removed")  # fmt: skip
-    elif (ETCD / "member" / "wal").is_dir():
-        say(f"etcd: existing member data: restarting as {(ETCD / 'name').read_text()}")
+    elif WAL.is_dir():
+        member = json.loads(STORE.read_text())["member"]
+        say(f"etcd: existing member data: restarting as {member}")
     else:
+        # Its data comes next (start_datastore): a new cluster's, or a joining member's.
         role = "a new cluster" if config.get("cluster-init") is True else "a new member"
-        say(f"etcd: no member data: starting as {role}, {_new_member(str(config['node-name']))}")
+        say(f"etcd: no member data: starting as {role}")
 
 
 def main(arguments: list[str]) -> int:
