@@ -8,12 +8,16 @@ wall clock also counts the time other processes held the core.
 
 from __future__ import annotations
 
+import argparse
 import compileall
+import json
 import os
 import resource
 import statistics
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "raya"
 
@@ -56,3 +60,33 @@ def ratios(numerator: list[float], denominator: list[float]) -> str:
     """min / median / max of the paired ratios."""
     each = [a / b for a, b in zip(numerator, denominator, strict=True)]
     return f"{min(each):5.2f} {statistics.median(each):5.2f} {max(each):5.2f}"
+
+
+def checkouts(before: Path | None) -> dict[str, list[str]]:
+    """The sources a paired benchmark compares: this tree's and, with `before`, another
+    checkout's `src` (read through PYTHONPATH, never written to), each as the argv prefix
+    that runs a command with them. Both compiled first (see compile_raya)."""
+    compile_raya()
+    found: dict[str, list[str]] = {"this tree": []}
+    if before is not None:
+        compileall.compile_dir(before, quiet=1)
+        found["before"] = ["env", f"PYTHONPATH={before}"]
+    return found
+
+
+def arguments(description: str, rounds: int) -> argparse.Namespace:
+    """--rounds, --before and the hidden --child of a benchmark whose rounds run children."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds, help="paired rounds")
+    parser.add_argument("--before", type=Path, help="another checkout's src, to compare with")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def child(script: str, prefix: list[str]) -> dict[str, Any]:
+    """What `script --child`, run with `prefix` (see checkouts), printed last: one JSON line."""
+    done = subprocess.run(
+        [*prefix, sys.executable, script, "--child"], check=True, capture_output=True, text=True
+    )
+    found: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -12,12 +13,40 @@ import pytest
 
 from raya.cloud.program import GITHUB_URL_ENV
 from raya.model.project import EXAMPLE_ROOT
+from tests.cloud import hetzner_api as hetzner_standin
 from tests.support import EXAMPLE_KEYS, REPO, http_server
 
 
+@dataclass
+class HetznerApi:
+    """Hetzner's server types on 127.0.0.1 (tests/cloud/hetzner_api.py): its API URL, and the
+    names asked for."""
+
+    url: str
+    asked: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def hetzner_api_server() -> Iterator[HetznerApi]:
+    api = HetznerApi("")
+    with http_server(lambda request: hetzner_standin.respond(request, api.asked)) as url:
+        api.url = f"{url}/v1"
+        yield api
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A raya project in its own folder: the example stack as `prod`, its fleet, the pins."""
+def hetzner_api(hetzner_api_server: HetznerApi, monkeypatch: pytest.MonkeyPatch) -> HetznerApi:
+    """The Hetzner API `raya preview | up` ask where server types are sold, with its token."""
+    monkeypatch.setenv("HCLOUD_ENDPOINT", hetzner_api_server.url)
+    monkeypatch.setenv("HCLOUD_TOKEN", hetzner_standin.TOKEN)
+    hetzner_api_server.asked.clear()
+    return hetzner_api_server
+
+
+@pytest.fixture
+def project(tmp_path: Path, hetzner_api: HetznerApi) -> Path:
+    """A raya project in its own folder: the example stack as `prod`, its fleet, the pins;
+    Hetzner's API (`hetzner_api`) in the environment, as `raya up` reads it."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())

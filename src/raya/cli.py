@@ -1,9 +1,10 @@
 """The `raya` command. Library code never prints; this module and `raya.commands` do.
 
-`raya --version` and a plain `raya butane [--strict] [--pretty] [-d DIR] [FILE]` run here
-without loading Typer or rich (about half of a start-up), so they start like Go tools.
-Everything else, including those commands' help and usage errors, goes to the Typer
-application (`raya.commands.root.app`), which loads each command's module on dispatch.
+`raya --version`, `raya --help` and a plain `raya butane [--strict] [--pretty] [-d DIR]
+[FILE]` run here without loading Typer, click or rich (most of a start-up), so they start
+like Go tools. Everything else, including those commands' help and usage errors, goes to
+the Typer application (`raya.commands.root.app`), which loads each command's module on
+dispatch.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def main() -> None:
     if args == ["--version"]:
         sys.stdout.write(f"raya {__version__}\n")
         return
+    if args == ["--help"]:
+        from raya.commands import registry
+
+        width = _help_width()
+        if width >= registry.NARROWEST:
+            sys.stdout.write(registry.top_help(width))
+            return
     butane = _plain_butane(args)
     if butane is None:
         from raya.commands.root import app, debug_requested
@@ -60,6 +68,20 @@ def main() -> None:
     except BrokenPipeError:  # as click does: exit 1, and no second error flushing stdout
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def _help_width() -> int:
+    """The width Typer's help takes (rich's rules): $TERMINAL_WIDTH, else $COLUMNS, else
+    the terminal's, else 80."""
+    for variable in ("TERMINAL_WIDTH", "COLUMNS"):
+        if os.environ.get(variable, "").isdigit():
+            return int(os.environ[variable])
+    for stream in (0, 1, 2):
+        try:
+            return os.get_terminal_size(stream).columns or 80
+        except OSError:
+            pass
+    return 80
 
 
 def _plain_butane(args: list[str]) -> tuple[str, bool, bool, Path | None] | None:

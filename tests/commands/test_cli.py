@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -58,10 +59,47 @@ def test_help_on_every_command(path: tuple[str, ...], command: Any) -> None:
 
 def test_the_help_lists_each_command_with_its_own_summary() -> None:
     listed = raya("--help").stdout
+    # Every command the modules define is registered (with its module), and no other.
+    defined = {name: module for module in {module for module, _ in COMMANDS.values()}
+               for name in typer.main.get_group(
+                   importlib.import_module(f"raya.commands.{module}").commands).commands}
+    assert defined == {name: module for name, (module, _) in COMMANDS.items()}
     for name, (_, summary) in COMMANDS.items():
         command = dict(ALL)[(name,)]
         assert " ".join(command.help.split("\n\n")[0].split()) == summary, name
         assert f" {name} " in listed
+
+
+def typer_help(env: dict[str, str]) -> str:
+    """`raya --help` as the Typer application itself prints it (not a terminal: unstyled)."""
+    probe = "from raya.commands.root import app; app(['--help'], prog_name='raya')"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env={**os.environ, "TERMINAL_WIDTH": "", **env})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    "env", [{"COLUMNS": str(width)} for width in (45, 46, 53, 60, 71, 80, 97, 120, 200)]
+    + [{"COLUMNS": "200", "TERMINAL_WIDTH": "77"}], ids=lambda env: " ".join(env.values()),
+)
+def test_fast_help_is_typers_help(env: dict[str, str]) -> None:
+    """`raya --help` comes from raya.commands.registry without Typer (start-up time): the
+    same bytes as Typer's help, so that the two never drift apart (a command, a summary,
+    an option or the layout changed in one and not the other)."""
+    result = subprocess.run([sys.executable, "-m", "raya", "--help"], capture_output=True,
+                            text=True, env={**os.environ, "TERMINAL_WIDTH": "", **env})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == typer_help(env)
+
+
+def test_help_narrower_than_the_fast_layout_is_typers() -> None:
+    """Below 45 columns Typer's table squeezes the names: the fast layout steps aside."""
+    env = {"COLUMNS": "40"}
+    result = subprocess.run([sys.executable, "-m", "raya", "--help"], capture_output=True,
+                            text=True, env={**os.environ, "TERMINAL_WIDTH": "", **env})
+    assert result.stdout == typer_help(env)
+    assert "typer" in loaded_by("--help", env=env)
 
 
 # Modules a command must not pull in unless it needs them: start-up time (raya butane
@@ -70,7 +108,7 @@ def test_the_help_lists_each_command_with_its_own_summary() -> None:
 HEAVY = ("hcloud", "requests", "pulumi", "jinja2", "cryptography", "pydantic")
 
 
-def loaded_by(*args: str) -> set[str]:
+def loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
     """Top-level modules and raya's own modules a `raya ARGS` process has loaded at its end."""
     probe = (
         "import sys; from raya.cli import main\n"
@@ -80,7 +118,7 @@ def loaded_by(*args: str) -> set[str]:
     )
     result = subprocess.run(
         [sys.executable, "-c", probe, *args], capture_output=True, text=True,
-        input="variant: fcos\nversion: 1.4.0\n",
+        input="variant: fcos\nversion: 1.4.0\n", env={**os.environ, **(env or {})},
     )
     assert result.returncode == 0, result.stderr
     return {m for m in result.stderr.rsplit("LOADED ", 1)[1].split()
@@ -95,31 +133,59 @@ def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
     commands = {m for m in loaded if m.startswith("raya.commands.")}
     # root: the Typer application; transpile: what `raya butane` runs, Typer-free.
-    assert commands <= {"raya.commands.root", "raya.commands.butane",
-                        "raya.commands.transpile"}, commands
+    assert commands <= {"raya.commands.root", "raya.commands.registry",
+                        "raya.commands.butane", "raya.commands.transpile"}, commands
     # The probe sees what a heavy command loads, so a pass above is not for lack of eyes.
     if args == ["--help"]:
         assert {"jinja2", "cryptography"} <= loaded_by("render", "--help")
 
 
-# What `raya --version` and a plain `raya butane` must start without: Typer (and the click it
-# vendors), rich, the templates and Pulumi, and for --version the transpiler and PyYAML.
+# What no command needs before its own work (start-up time): the cloud SDKs, which the
+# functions that call them import.
+SDKS = {"hcloud", "requests", "pulumi", "boto3", "botocore", "kubernetes"}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_no_command_loads_a_cloud_sdk_before_its_work(name: str) -> None:
+    loaded = loaded_by(name, "--help")
+    assert not loaded & SDKS, sorted(loaded & SDKS)
+    assert f"raya.commands.{COMMANDS[name][0]}" in loaded  # the command's module itself
+
+
+# What `raya --version`, `raya --help` and a plain `raya butane` must start without: Typer
+# (and the click it vendors), rich, the templates and Pulumi, and for --version and --help
+# the transpiler and PyYAML.
 FAST_PATH_FREE = {"typer", "click", "rich", "jinja2", "pulumi", *HEAVY}
 
 
 @pytest.mark.parametrize(
-    "args", [["--version"], ["butane"], ["butane", "--strict", "--pretty", "-"],
+    "args", [["--version"], ["--help"], ["butane"], ["butane", "--strict", "--pretty", "-"],
              ["butane", "--files-dir", ".", "-"]], ids=" ".join,
 )
-def test_version_and_plain_butane_start_without_typer(args: list[str]) -> None:
+def test_version_help_and_plain_butane_start_without_typer(args: list[str]) -> None:
     loaded = loaded_by(*args)
     assert not loaded & FAST_PATH_FREE, sorted(loaded & FAST_PATH_FREE)
-    if args == ["--version"]:
+    if args[0] != "butane":
         assert not loaded & {"yaml", "raya.butane", "raya.commands.transpile"}
     else:
         assert {"yaml", "raya.butane", "raya.commands.transpile"} <= loaded
-    # and the probe sees Typer when it is loaded: the help goes through it.
-    assert "typer" in loaded_by(*[arg for arg in args[:1] if arg == "butane"], "--help")
+    # and the probe sees Typer when it is loaded: a command's help goes through it.
+    assert "typer" in loaded_by("butane" if args[0] == "butane" else "keys", "--help")
+
+
+# Stdlib modules a plain `raya butane` starts without (start-up time; issue 26): dataclasses
+# pulls in inspect, ast and dis; pathlib only for --files-dir; urllib.parse for rare URLs.
+BUTANE_FREE = {"dataclasses", "inspect", "ast", "pathlib", "urllib"}
+
+
+def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> None:
+    config = tmp_path / "node.bu"
+    config.write_text("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n"
+                      "    - path: /etc/motd\n      contents:\n        inline: hello\n")
+    loaded = loaded_by("butane", "--strict", str(config))
+    assert not loaded & BUTANE_FREE, sorted(loaded & BUTANE_FREE)
+    # and the probe sees them when they are loaded: local files need pathlib.
+    assert "pathlib" in loaded_by("butane", "--files-dir", str(tmp_path), str(config))
 
 
 def test_version() -> None:

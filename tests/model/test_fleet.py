@@ -20,6 +20,7 @@ from raya.model.fleet import (
     fleet_file,
     load_fleet,
     node_password,
+    sold_problem,
 )
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, find_root, load_cluster
 from tests.pool_change import ADDRESSES_AFTER, ADDRESSES_BEFORE, AFTER, BEFORE, STAYING
@@ -503,3 +504,22 @@ def test_a_pool_fills_its_block_and_no_more(tmp_path: Path) -> None:
     cluster = build_cluster(config(), fleet, "f")
     assert [str(n.private_ip) for n in cluster.agents][-1] == "10.0.1.79"
     assert len(cluster.agents) == 16
+
+
+def test_sold_problem_names_the_field_that_chose_a_type_not_sold_or_not_offered() -> None:
+    fleet = Fleet(("cx23", "cpx21"))
+    cluster = build_cluster(config(location="hel1"), fleet, "agents.json")
+    everywhere = ("ash", "fsn1", "hel1", "nbg1")
+    sold = {"cx33": everywhere, "cx23": everywhere, "cpx21": ("ash", "fsn1")}
+    problem = sold_problem(cluster, fleet, sold, fleet_source="agents.json", stack_source="s")
+    assert problem == (
+        "agents.json: agents[1] is 'cpx21', which Hetzner does not sell in hel1 "
+        "(raya:location); it sells cpx21 in ash, fsn1; accepted: a type sold in hel1, or one "
+        "of those locations"
+    )
+    offered = {"cx23": everywhere, "cpx21": everywhere}
+    assert sold_problem(cluster, fleet, offered, fleet_source="f", stack_source="s") == (
+        "s: raya:controlPlaneServerType is 'cx33', a server type Hetzner does not offer"
+    )
+    sold["cpx21"] = everywhere
+    assert sold_problem(cluster, fleet, sold, fleet_source="f", stack_source="s") is None

@@ -18,6 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raya.butane import dataurl
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, build_cluster, node_password
 from raya.nodes import render as render_module
@@ -74,6 +75,19 @@ def test_rendering_is_deterministic(
     ]
     # render_node gives the same bytes as render_cluster
     assert render_node(cluster, cluster.agents[1], secrets, charts=CHARTS) == rendered["agent-1"]
+
+
+def test_a_fleet_renders_as_each_node_alone(cluster: Cluster, secrets: ClusterSecrets) -> None:
+    """Nodes share the work of what they have alike (compiled templates, literal blocks,
+    compressed contents): each node's bytes are still those it renders to with nothing
+    shared."""
+    fleet = build_cluster(cluster.config, ("cx23",) * 8, "test")
+    nodes = render_cluster(fleet, secrets, volume_id=VOLUME_ID, charts=CHARTS)
+    for node in nodes:
+        dataurl._gzip_if_shorter.cache_clear()
+        render_module.yaml_literal.cache_clear()
+        render_module._environment.cache_clear()
+        assert render_node(fleet, node.node, secrets, volume_id=VOLUME_ID, charts=CHARTS) == node
 
 
 def test_adding_an_agent_changes_no_other_node(

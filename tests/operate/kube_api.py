@@ -46,6 +46,8 @@ its controllers and the kubelet do, not from what raya expects:
   boots for `boot` seconds, then its kubelet registers under the same name with a new
   `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
   nothing answers on the API's address: a connection is closed without a reply.
+- etcd members removed through the API (`raya up` shrinking): the section "removing etcd
+  members" at the end, on the etcd model of the section "etcd".
 
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
@@ -181,6 +183,7 @@ class Cluster:
             self._budget_status(budget, now)
         if self.etcd is not None:
             self.etcd.settle(self, now)
+            member_controller(self)
 
     def _register(self, name: str, machine: Machine) -> None:
         node = self.nodes.setdefault(name, node_object(name, machine.kubelet_version))
@@ -590,6 +593,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if match and match[1] in state.nodes:
             state.nodes[match[1]]["spec"].update(body.get("spec", {}))
+            merge_metadata(state.nodes[match[1]], body.get("metadata") or {})
+            member_controller(state)
             return 200, state.nodes[match[1]]
         return 404, _status(404, reason="NotFound")
 
@@ -604,6 +609,9 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return state.evict(found, grace)
 
     def _delete(path: str, query: str, body: Any) -> tuple[int, Any]:
+        node = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
+        if node:
+            return delete_node(state, node[1])
         match = _POD.fullmatch(path)
         found = state.find(match[1], match[2]) if match else None
         if found is None:
@@ -870,3 +878,106 @@ class Etcd:
             "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in serving],
             "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
         }
+
+
+# --- removing etcd members through the API (`raya up` shrinking the control planes) ----------
+#
+# On the etcd model above, written from k3s-io/k3s `pkg/etcd/member_controller.go`
+# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`) and etcd
+# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
+# - `sync`, on every change of an etcd node: with `etcd.k3s.cattle.io/remove` "true" and no
+#   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)` from the node's
+#   annotations; once it succeeds the node gets `removed-node-name` = the member's name and
+#   loses the name and address annotations. An error leaves the node as it is; the
+#   controller retries (here: at every request, as `settle` runs it).
+# - `RemovePeer` removes the member whose name and address both match (none: nothing to do).
+#   etcd commits it only with a majority of the voters running (else the request times
+#   out), and its strict reconfiguration check refuses to remove a running voter when the
+#   running voters left would be fewer than the quorum of the smaller cluster
+#   (`ErrUnhealthy`); a stopped member or a learner may always go.
+# - The removed server's etcd stops ("the member has been permanently removed"), and k3s
+#   with it: its machine is marked stopped here. k3s, restarted, would find a tombstone and
+#   join again as a new learner (the section above); that restart is not modelled.
+# - Deleting a node (`onRemove`, behind wrangler's finalizer
+#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
+#   through the annotation goes at once; another etcd node's member is removed first, and
+#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
+
+REMOVE = "etcd.k3s.cattle.io/remove"
+REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+
+
+def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A strategic merge patch of labels and annotations: keys set, a null deletes."""
+    for key in ("labels", "annotations"):
+        current = node["metadata"].setdefault(key, {})
+        for name, value in (patch.get(key) or {}).items():
+            if value is None:
+                current.pop(name, None)
+            else:
+                current[name] = value
+
+
+def remove_peer(state: Cluster, node: str, member: str, address: str) -> str | None:
+    """`RemovePeer` through etcd's checks: None once removed (or no such member), else
+    etcd's error."""
+    etcd = state.etcd
+    assert etcd is not None, "Etcd.of(cluster, ...) first"
+    found = etcd.members.get(node)
+    if found is None or found.name != member or etcd.addresses.get(node) != address:
+        return None
+    voters = [n for n, m in etcd.members.items() if not m.learner]
+    running = [n for n in voters if etcd._running(state, n)]
+    if len(running) <= len(voters) / 2:
+        return "etcdserver: request timed out"
+    if node in running and len(running) - 1 < (len(voters) - 1) // 2 + 1:
+        return "etcdserver: unhealthy cluster"
+    del etcd.members[node]
+    machine = state.machines.get(node)
+    if machine is None or machine.running:  # its etcd, and k3s with it, stop
+        state.machines[node] = Machine(running=False, since=state.clock())
+    state.events.append((state.clock(), f"etcd: {node}'s member {member} removed"))
+    return None
+
+
+def member_controller(state: Cluster) -> None:
+    """`sync` over every etcd node: the removals asked for through the annotation."""
+    if state.etcd is None:
+        return
+    for name, node in state.nodes.items():
+        labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
+        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
+            continue
+        if str(notes.get(REMOVE, "")).lower() != "true":
+            continue
+        member = notes.get(MEMBER_NAME, "")
+        error = remove_peer(state, name, member, notes.get(MEMBER_ADDRESS, ""))
+        if error:
+            state.events.append((state.clock(), f"etcd: {name}'s member not removed: {error}"))
+            continue
+        notes[REMOVED] = member
+        notes.pop(MEMBER_NAME, None)
+        notes.pop(MEMBER_ADDRESS, None)
+
+
+def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
+    node = state.nodes.get(name)
+    if node is None:
+        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+    notes = node["metadata"].get("annotations") or {}
+    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None
+    removed = str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)
+    if etcd and not removed:
+        error = remove_peer(
+            state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, "")
+        )
+        if error:
+            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+            state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
+            return 200, node
+    del state.nodes[name]
+    if state.etcd is not None:
+        state.etcd.conditions.pop(name, None)
+    state.events.append((state.clock(), f"node {name} deleted"))
+    return 200, node

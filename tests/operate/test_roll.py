@@ -411,7 +411,7 @@ def test_a_local_path_claim_blocks_the_roll_and_is_named(
         roller(deployed, api, replace, clock).run(rl.plan(NODES, [], ["agent-0", "agent-1"]))
     assert str(caught.value) == (
         "agent-0: local-path claims on this node's disk would be lost with its server: "
-        "data/pgdata (pod db-0); move their data to hcloud-volumes claims, or roll with "
+        "data/pgdata (pod db-0); move their data to hcloud-volumes claims, or pass "
         "--accept-local-data-loss; left as it was; not touched: agent-1"
     )
     assert replace.asked == []

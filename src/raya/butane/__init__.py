@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from raya.butane.report import render
 from raya.butane.source import Diagnostic, YamlSyntaxError, compose
 from raya.butane.translate import Walker
 from raya.errors import ButaneError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["ButaneDiagnostics", "Diagnostic", "Result", "to_json", "translate", "transpile"]
 
@@ -67,8 +68,7 @@ def _one_line(source: str, d: Diagnostic) -> str:
     return f"{where}: {d.severity}[{d.json_path}]: {d.message}"
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     config: dict[str, Any] | None  # None when an error was found
     diagnostics: list[Diagnostic]  # errors and warnings, in source order
 

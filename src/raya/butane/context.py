@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path as FsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raya.butane.dataurl import make_data_url
 from raya.butane.source import Diagnostic, Node, Path, json_path, position, width
+
+if TYPE_CHECKING:
+    from pathlib import Path as FsPath
 
 Json = dict[str, Any]
 
@@ -127,6 +129,8 @@ class Translator:
         if "\0" in name:
             self.error(path, "invalid local file name (contains a NUL byte)")
             return None
+        from pathlib import Path as FsPath  # only with local files: pathlib costs start-up
+
         # Like Go's filepath.Join: a leading "/" does not escape the files directory.
         target = FsPath(os.path.normpath(f"{self.files_dir}/{name}"))
         base = os.path.abspath(self.files_dir)

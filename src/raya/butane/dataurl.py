@@ -7,7 +7,6 @@ import functools
 import math
 import struct
 import zlib
-from urllib.parse import unquote_to_bytes
 
 from raya.butane.goflate import MAX_MODELLED, gzip_if_shorter
 
@@ -77,4 +76,6 @@ def decode_data_url(url: str) -> bytes:
         raise ValueError("data URL without a comma")
     if header.endswith(";base64"):
         return base64.b64decode(payload, validate=True)
+    from urllib.parse import unquote_to_bytes  # rarely needed: urllib.parse costs start-up
+
     return unquote_to_bytes(payload)

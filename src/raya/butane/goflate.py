@@ -16,10 +16,10 @@ import struct
 import zlib
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass
 from itertools import compress
 from math import log2
 from operator import mul, ne
+from typing import NamedTuple
 
 # Largest input modelled: what Go's window takes in one fill (no window shifts).
 MAX_MODELLED = 2 * 32768
@@ -43,8 +43,7 @@ _LENGTH_CODE = [0, 0, 0] + [bisect_right(_LENGTH_BASE, n) - 1 for n in range(3, 
 _MATCH = 1 << 25  # a token at or above this is a match: _MATCH | length << 16 | distance
 
 
-@dataclass
-class BlockPlan:
+class BlockPlan(NamedTuple):
     """One deflate block as Go writes it: its kind, codes and written size in bits."""
 
     data: bytes  # the input bytes the block covers
@@ -101,8 +100,7 @@ class BlockPlan:
         return "".join(parts)
 
 
-@dataclass
-class Plan:
+class Plan(NamedTuple):
     """What Go's gzip writer produces for one input: its blocks and total size."""
 
     data: bytes

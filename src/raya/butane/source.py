@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import yaml
 
@@ -81,8 +80,7 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
             _Untyped.__init__(self)
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(NamedTuple):
     """One finding, located in Butane's terms: JSON path and YAML position."""
 
     severity: str  # "error" | "warning"

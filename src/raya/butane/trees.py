@@ -6,13 +6,15 @@ import os
 import posixpath
 import stat
 from collections.abc import Callable, Iterator
-from pathlib import Path as FsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raya.butane.checks import go_clean
 from raya.butane.context import Json, Translator
 from raya.butane.schema import FILE, LINK, RESOURCE
 from raya.butane.source import Path
+
+if TYPE_CHECKING:
+    from pathlib import Path as FsPath
 
 _EXISTS = "matching filesystem node has existing contents or different type"
 

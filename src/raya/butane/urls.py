@@ -9,8 +9,7 @@ problem Ignition would report, or None.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from urllib.parse import unquote
+from typing import NamedTuple
 
 INVALID_URL = "unable to parse url"
 _SCHEMES = ("http", "https", "tftp", "s3", "gs", "data")
@@ -26,8 +25,7 @@ _URL_UNSAFE = frozenset(" <>#\"{}|\\^[]`")
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 
-@dataclass(frozen=True)
-class GoUrl:
+class GoUrl(NamedTuple):
     scheme: str  # lower-cased, as url.Parse leaves it
     opaque: str
     query: str
@@ -135,6 +133,8 @@ def _query_values(query: str, key: str) -> list[str] | None:
 
 
 def _query_unescape(text: str) -> str:
+    from urllib.parse import unquote  # rarely needed: urllib.parse costs start-up
+
     _unescape(text, host=False)
     return unquote(text.replace("+", " "))
 

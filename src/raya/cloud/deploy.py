@@ -9,20 +9,24 @@ display, where secrets show as `[secret]`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+import requests
 import yaml
+from hcloud import HCloudException
 from pulumi import automation as auto
 
+from raya.cloud.image import HCLOUD_API_URL, hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.errors import DeployError
 from raya.model.config import check_secret_settings, stack_file
-from raya.model.fleet import Cluster
+from raya.model.fleet import CONTROL_PLANE_NAME, Cluster, fleet_file, load_fleet, sold_problem
 from raya.model.pins import load_chart_pins, load_pins
 from raya.model.project import load_cluster
 
@@ -36,6 +40,7 @@ INSTALL_HINT = (
 
 
 SERVER_TYPE = "hcloud:index/server:Server"
+VOLUME_TYPE = "hcloud:index/volume:Volume"
 # What an unattended `raya up` must never replace nor delete (by resource type and name): the
 # control plane and its volume hold the cluster's state, the network and zone everything
 # else's addresses and names.
@@ -66,6 +71,18 @@ class Result:
     # Per node, the parts it runs that differ from what the inputs render (users, image,
     # config); the program reports them, and nothing is replaced for them.
     drift: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Nodes whose servers the update deletes: in the stack's state, no longer in the inputs.
+    leaving: tuple[str, ...] = ()
+
+
+class Removal(Protocol):
+    """What an update that deletes nodes does around Pulumi (raya.operate.remove): `before`
+    drains them and removes their etcd members, and raises to stop the update with nothing
+    deleted; `after` deletes their node objects once their servers are gone."""
+
+    def before(self, leaving: Sequence[str], kubeconfig: str | None) -> None: ...
+
+    def after(self, leaving: Sequence[str]) -> None: ...
 
 
 def pulumi_command() -> auto.PulumiCommand:
@@ -111,6 +128,7 @@ def run(
     replace: Sequence[str] = (),
     no_destroy_protected: bool = False,
     delete_backups: bool = False,
+    removal: Removal | None = None,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
     settings present), fleet and pins are validated, so bad input fails here, in one line,
@@ -127,6 +145,13 @@ def run(
     A destroy unprotects every resource first: it is asked for, and confirmed by the CLI.
     It leaves what the program retains on delete (the backups' bucket and its snapshots)
     unless `delete_backups`.
+
+    Nodes in the stack's state that the inputs no longer declare (a pool shrunk or gone,
+    fewer control planes) are `Result.leaving`. An update deletes them only through
+    `removal`: its `before` runs once everything else is checked and before Pulumi, and
+    stops the update by raising; their servers (and a control plane's volume) are then
+    unprotected for the engine to delete, and `after` runs once the update is done. An
+    update that would delete nodes without a `removal` is refused.
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
@@ -139,6 +164,15 @@ def run(
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
+    leaving: tuple[str, ...] = ()
+    if action != "destroy":
+        check_sold(root, stack_name, cluster, stack)
+        leaving = _leaving(stack, cluster)
+        if leaving and action == "up" and removal is None:
+            raise DeployError(
+                f"this update would delete {', '.join(leaving)}, which the inputs no longer "
+                "declare, undrained: run `raya up`, which drains them first"
+            )
     if replace:
         # The program reads which nodes to render without ignore_changes from there.
         stack.workspace.env_vars = {**stack.workspace.env_vars, REPLACE_ENV: ",".join(replace)}
@@ -152,20 +186,43 @@ def run(
     }
     if urns:
         options["replace"] = urns
+    # A leaving control plane's server and volume are protected in the state until `up` lifts
+    # it, and the engine refuses to delete a protected resource in a preview too
+    # (pulumi/pulumi `pkg/resource/deploy/step.go`, `DeleteStep.Apply`): previews leave them
+    # out (`Result.leaving` tells), and what hangs on them.
+    protected = sorted(
+        _urn(root, stack_name, kind, f"{node}{suffix}")
+        for node in leaving
+        if node.startswith(f"{CONTROL_PLANE_NAME}-")
+        for kind, suffix in ((SERVER_TYPE, ""), (VOLUME_TYPE, "-state"))
+    )
+    previewed = (
+        {**options, "exclude": protected, "exclude_dependents": True} if protected else options
+    )
     try:
         if action == "preview":
-            preview = stack.preview(**options)
-            return Result(_counts(preview.change_summary), {}, dict(sorted(found.items())))
+            preview = stack.preview(**previewed)
+            return Result(
+                _counts(preview.change_summary), {}, dict(sorted(found.items())), leaving
+            )
         if action == "up":
             if no_destroy_protected:
-                _guard(stack, stack_name, {**options, "on_event": None}, set(replace))
-            if urns:
-                _unprotect(stack, set(urns))
+                _guard(stack, stack_name, {**previewed, "on_event": None}, set(replace))
+            if removal is not None and leaving:
+                kubeconfig = stack.outputs().get("kubeconfig")
+                removal.before(
+                    leaving, kubeconfig.value if kubeconfig is not None else None
+                )
+            if urns or protected:
+                _unprotect(stack, set(urns) | set(protected))
             up = stack.up(**options)
+            if removal is not None and leaving:
+                removal.after(leaving)
             return Result(
                 _counts(up.summary.resource_changes),
                 _printable(up.outputs),
                 dict(sorted(found.items())),
+                leaving,
             )
         _unprotect(stack, None, release_retained=delete_backups)
         destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")
@@ -200,11 +257,86 @@ def _nodes(cluster: Cluster, names: Sequence[str]) -> list[str]:
 
 def _server_urn(root: Path, stack_name: str, node: str) -> str:
     """The URN of node `node`'s server: the program names each server resource after its node."""
+    return _urn(root, stack_name, SERVER_TYPE, node)
+
+
+def _urn(root: Path, stack_name: str, kind: str, name: str) -> str:
     try:
         project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8"))["name"]
     except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
         raise DeployError(f"{root / 'Pulumi.yaml'}: no project name: {error}") from None
-    return f"urn:pulumi:{stack_name}::{project}::{SERVER_TYPE}::{node}"
+    return f"urn:pulumi:{stack_name}::{project}::{kind}::{name}"
+
+
+def _leaving(stack: auto.Stack, cluster: Cluster) -> tuple[str, ...]:
+    """The nodes whose servers are in the stack's state but not in the inputs: agents first,
+    then control planes, each by name and number (`web-2` before `web-10`)."""
+    state = stack.export_stack()
+    resources = state.deployment.get("resources", []) if state.deployment else []
+    declared = {node.name for node in cluster.nodes}
+    names = [
+        str(resource["urn"]).rsplit("::", 1)[-1]
+        for resource in resources
+        if resource.get("type") == SERVER_TYPE
+    ]
+    gone = {name for name in names if name not in declared}
+
+    def order(name: str) -> tuple[bool, str, int]:
+        stem, _, number = name.rpartition("-")
+        if not number.isdigit():
+            stem, number = name, "-1"
+        return name.startswith(CONTROL_PLANE_NAME), stem, int(number)
+
+    return tuple(sorted(gone, key=order))
+
+
+def check_sold(root: Path, stack_name: str, cluster: Cluster, stack: auto.Stack) -> None:
+    """Refuse, before anything changes, a node whose server type Hetzner does not sell in its
+    location: Hetzner's API lists where it sells each type (`locations` of a server type)."""
+    token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token")
+    if not token:
+        raise DeployError(
+            "HCLOUD_TOKEN is not set and the stack has no hcloud:token: export a read and "
+            "write API token of the Hetzner Cloud project (docs/deploy.md)"
+        )
+    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
+    types = sorted({node.server_type for node in cluster.nodes})
+    problem = sold_problem(
+        cluster,
+        load_fleet(fleet_file(root)),
+        sold_locations(token, endpoint, types),
+        fleet_source=str(fleet_file(root)),
+        stack_source=str(stack_file(root, stack_name)),
+    )
+    if problem:
+        raise DeployError(problem)
+
+
+def sold_locations(token: str, endpoint: str, types: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Where Hetzner sells each of `types` (none listed: it offers no such type). Since
+    2025-09-24 a server type's `locations` list is where it is sold, each with its own
+    deprecation (Hetzner Cloud changelog, "per location server types"; hcloud-python
+    `ServerType.locations`). Whether it is in stock there right now (`available`, as a
+    datacenter's `server_types.available`) changes by the hour: not a mistake in the
+    inputs, so not refused here."""
+    client = hcloud_client(token, endpoint)
+    found: dict[str, tuple[str, ...]] = {}
+    try:
+        for name in types:
+            server_type = client.server_types.get_by_name(name)
+            if server_type is not None:
+                places = server_type.locations or []
+                found[name] = tuple(sorted(str(place.location.name) for place in places))
+    except (HCloudException, requests.RequestException) as error:
+        raise DeployError(f"Hetzner API {endpoint}: {error}") from None
+    return found
+
+
+def _stack_setting(stack: auto.Stack, key: str) -> str | None:
+    try:
+        return str(stack.get_config(key).value)
+    except auto.CommandError:
+        return None
 
 
 def _drift_collector(found: dict[str, tuple[str, ...]]) -> Callable[[auto.EngineEvent], None]:

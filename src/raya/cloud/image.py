@@ -18,11 +18,9 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
 import yaml
-from hcloud import Client, HCloudException
 
 from raya import __version__
 from raya.errors import ImageError
@@ -45,6 +43,9 @@ from raya.model.pins import (
     label_selector,
 )
 from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
+
+if TYPE_CHECKING:
+    from hcloud import Client
 
 HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
 FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
@@ -379,6 +380,10 @@ def write_pins(changes: Sequence[PinChange]) -> None:
 
 def hcloud_client(token: str, endpoint: str, timeout: float = HTTP_TIMEOUT) -> Client:
     """The Hetzner Cloud API at `endpoint`, raya naming itself to it."""
+    # Imported here: hcloud (and requests) cost every command that imports this module
+    # a fifth of a second of start-up.
+    from hcloud import Client
+
     return Client(
         token=token,
         api_endpoint=endpoint,
@@ -395,6 +400,9 @@ def find_snapshots(
     architecture: str = HCLOUD_ARCH,
 ) -> tuple[Snapshot, ...]:
     """The snapshots of `architecture` carrying exactly these labels, oldest first."""
+    import requests
+    from hcloud import HCloudException
+
     client = hcloud_client(token, endpoint)
     try:
         images = client.images.get_all(

@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from raya.cloud.kubeconfig import api_client as kube_api_client
 from raya.commands.options import RootOption, project_root
 from raya.console import err, out
 from raya.errors import DeployError
 from raya.model.project import DEFAULT_STACK
+from raya.operate import remove
+from raya.operate import roll as roll_model
 
 commands = typer.Typer()  # what this module adds to `raya`
 
 if TYPE_CHECKING:
-    from raya.cloud.deploy import Action, Result
+    from raya.cloud.deploy import Action, Removal, Result
 
 StackOption = Annotated[
     str, typer.Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).")
@@ -49,6 +52,7 @@ def _run(
     replace: list[str] | None = None,
     no_destroy_protected: bool = False,
     delete_backups: bool = False,
+    removal: Removal | None = None,
 ) -> Result:
     result: Result = deploy_module(action).run(
         action,
@@ -58,9 +62,12 @@ def _run(
         replace=replace or (),
         no_destroy_protected=no_destroy_protected,
         delete_backups=delete_backups,
+        removal=removal,
     )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
+    if action == "preview" and result.leaving:
+        out.print(leaving_plan(result.leaving), markup=False, soft_wrap=True)
     for node, parts in result.drift.items():
         out.print(
             f"drift: {node} runs other {', '.join(parts)} than the inputs render; "
@@ -71,9 +78,24 @@ def _run(
     return result
 
 
+def leaving_plan(leaving: tuple[str, ...]) -> str:
+    """What `raya up` does to the nodes the inputs no longer declare, in its order."""
+    agents = [name for name in leaving if not roll_model.is_control_plane(name)]
+    planes = [name for name in leaving if roll_model.is_control_plane(name)]
+    parts = [f"cordon and drain {', '.join(leaving)}"]
+    if planes:
+        parts.append(f"remove the etcd members of {', '.join(planes)} one at a time")
+    parts.append(f"delete their servers{' and volumes' if planes else ''}, then their node objects")
+    return f"nodes leaving ({len(agents)} agent(s), {len(planes)} control plane(s)): " + (
+        "; ".join(parts)
+    )
+
+
 @commands.command()
 def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
-    """Show what `raya up` would change, and each node's drift, without changing anything."""
+    """Show what `raya up` would change, and each node's drift, without changing anything.
+
+    Nodes the inputs no longer declare are listed with what `raya up` does to them first."""
     _run("preview", stack, root)
 
 
@@ -98,14 +120,52 @@ def up(
             "Repeat for more; `raya roll` also drains an agent first.",
         ),
     ] = None,
+    delete_without_drain: Annotated[
+        bool,
+        typer.Option(
+            remove.WITHOUT_DRAIN,
+            help="When the Kubernetes API cannot be reached (or a leaving control plane has "
+            "no node object), delete the nodes the inputs no longer declare anyway: "
+            "undrained, and a control plane's etcd member left in place until removed by hand.",
+        ),
+    ] = False,
+    accept_local_data_loss: Annotated[
+        bool,
+        typer.Option(
+            "--accept-local-data-loss",
+            help="Delete leaving nodes whose pods use local-path claims: their data goes "
+            "with the server.",
+        ),
+    ] = False,
 ) -> None:
     """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts.
 
     Servers are never replaced for a change of users, image or config: `raya up` lists it as
     drift, per node, and leaves them running, unless named with --replace.
+
+    Nodes the inputs no longer declare (a smaller pool, a pool gone, fewer control planes)
+    are cordoned and drained first, and a control plane's etcd member removed, one at a
+    time and never below quorum, before Pulumi deletes their servers; anything refused
+    stops it before Pulumi runs.
     """
+
+    def connect(kubeconfig: str) -> roll_model.Kubernetes:
+        return roll_model.Kubernetes(kube_api_client(kubeconfig))
+
+    removal = remove.Removal(
+        connect=connect,
+        say=lambda line: err.print(line, markup=False, soft_wrap=True),
+        clock=roll_model.Clock(),
+        accept_local_loss=accept_local_data_loss,
+        without_drain=delete_without_drain,
+    )
     result = _run(
-        "up", stack, root, replace=replace, no_destroy_protected=no_destroy_protected
+        "up",
+        stack,
+        root,
+        replace=replace,
+        no_destroy_protected=no_destroy_protected,
+        removal=removal,
     )
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)

@@ -1,7 +1,8 @@
 """The `raya` Typer application, which `raya.cli.main` runs for all but its fast paths.
 
-Commands are loaded on dispatch: `raya keys` imports nothing of Pulumi, `raya --help`
-lists every command from `COMMANDS` without importing any.
+Commands are loaded on dispatch: `raya keys` imports nothing of Pulumi. The listing of
+`raya --help` comes from `raya.commands.registry` without importing any command (and
+`raya.cli` prints it from there without Typer at all).
 """
 
 from __future__ import annotations
@@ -14,38 +15,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from raya import __version__
+from raya.commands.registry import APP_HELP, COMMANDS, OPTIONS
 
-# name: (module in raya.commands that defines it, the summary `raya --help` shows).
-# tests/commands/test_cli.py checks each summary against the command's own help.
-COMMANDS = {
-    "butane": ("butane", "Transpile a Butane config (variant fcos 1.4.0-1.6.0) to Ignition "
-               "JSON on stdout."),
-    "preview": ("deploy", "Show what `raya up` would change, and each node's drift, without "
-                "changing anything."),
-    "up": ("deploy", "Create or update the cluster: image lookup, network, servers, PKI, DNS, "
-           "service accounts."),
-    "destroy": ("deploy", "Delete every resource of the stack: servers, volume, network, DNS "
-                "zone, service accounts."),
-    "keys": ("keys", "Print each authorized user's SSH keys with their type, fingerprint and "
-             "comment."),
-    "render": ("render", "Render every node's Butane and Ignition config and print their "
-               "sizes."),
-    "image": ("image", "Build the Fedora CoreOS snapshot (k3s included) and keep its pins "
-              "current."),
-    "kubeconfig": ("access", "Write the cluster's admin kubeconfig, made from the deployment's "
-                   "own PKI (no SSH)."),
-    "ssh": ("access", "SSH to a node as core, trusting only the host key the deployment gave "
-            "it."),
-    "status": ("operate", "One row per node: server, snapshot against the pins, drift, DNS and "
-               "Kubernetes."),
-    "backup": ("backups", "Take an etcd snapshot now and upload it to the cluster's bucket."),
-    "backups": ("backups", "List the cluster's etcd snapshots in object storage, newest first."),
-    "restore": ("backups", "Restore the cluster's datastore from a snapshot: every control "
-                "plane's k3s stopped, the first reset from it, the others rejoined; then "
-                "the cluster's state."),
-    "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
-             "agents."),
-}
+__all__ = ["COMMANDS", "app", "debug_requested"]
 
 
 class _LazyGroup(TyperGroup):
@@ -81,7 +53,7 @@ class _LazyGroup(TyperGroup):
 app = typer.Typer(
     cls=_LazyGroup,
     name="raya",
-    help="Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS.",
+    help=APP_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -102,11 +74,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks for errors.")
+        bool, typer.Option("--debug", help=OPTIONS["--debug"])
     ] = False,
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        typer.Option("--version", callback=_version, is_eager=True,
+                     help=OPTIONS["--version"]),
     ] = False,
 ) -> None:
     global _debug

@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -365,6 +366,42 @@ def _check_unique(cluster: Cluster, source: str) -> None:
                     f"{source}: nodes {seen[value]} and {node.name} share the {field} {value}"
                 )
             seen[value] = node.name
+
+
+def sold_problem(
+    cluster: Cluster,
+    fleet: Fleet,
+    sold: Mapping[str, tuple[str, ...]],
+    *,
+    fleet_source: str,
+    stack_source: str,
+) -> str | None:
+    """What is wrong with the server types of `cluster` given where Hetzner sells each
+    (`sold`: type -> locations; a type missing is one Hetzner does not offer), naming the
+    file and field that chose the type and the location; None if every one is sold where
+    its nodes are."""
+    config = cluster.config
+    choices = [
+        (f"{stack_source}: raya:controlPlaneServerType", config.control_plane_server_type,
+         config.location, "raya:location"),
+        *((f"{fleet_source}: agents[{i}]", server_type, config.location, "raya:location")
+          for i, server_type in enumerate(fleet.agents)),
+        *((f"{fleet_source}: pools[{k}] ({pool.name}): field 'type'", pool.server_type,
+           pool.location or config.location,
+           "the pool's 'location'" if pool.location else "raya:location")
+          for k, pool in enumerate(fleet.pools) if pool.count),
+    ]  # fmt: skip
+    for where, server_type, location, chosen_by in choices:
+        places = sold.get(server_type)
+        if places is None:
+            return f"{where} is {server_type!r}, a server type Hetzner does not offer"
+        if location not in places:
+            return (
+                f"{where} is {server_type!r}, which Hetzner does not sell in {location} "
+                f"({chosen_by}); it sells {server_type} in {', '.join(places) or 'no location'}"
+                f"; accepted: a type sold in {location}, or one of those locations"
+            )
+    return None
 
 
 def node_password(agent_secret: str, node_name: str) -> str:

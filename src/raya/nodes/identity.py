@@ -9,6 +9,7 @@ checks below run on them before anything is rendered from them.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import re
@@ -142,6 +143,9 @@ def check_certificate_authority(field: str, ca: CertificateAuthority) -> None:
         raise RenderError(f"secrets: {field}.key_pem does not belong to {field}.cert_pem")
 
 
+# Pure, and the deployment renders each node alone: every agent's render checks the same
+# (public) certificate, a signature verification each time.
+@functools.lru_cache(maxsize=16)
 def load_ca_certificate(field: str, cert_pem: str) -> x509.Certificate:
     """The one self-signed CA certificate of `cert_pem`, or a RenderError naming `field`."""
     if cert_pem.count("-----BEGIN CERTIFICATE-----") != 1 or not cert_pem.endswith(

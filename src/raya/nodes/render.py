@@ -400,6 +400,9 @@ def _largest_parts(ignition: bytes, count: int = 4) -> list[str]:
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
+        # The templates ship with raya: compiled once per process, never checked for changes
+        # (each include would otherwise stat its file, for every node).
+        auto_reload=False,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -429,6 +432,8 @@ def yaml_quoted(value: object) -> str:
     return '"' + str(value).translate(_YAML_ESCAPES) + '"'
 
 
+# Pure, and called for every file and unit of every node: most are the same on every node.
+@functools.lru_cache(maxsize=1024)
 def yaml_literal(text: str, indent: int) -> str:
     """`text` as a YAML literal block scalar indented by `indent`, reading back exactly.
 

@@ -196,17 +196,65 @@ def managed(pod: Any) -> bool:
     return any(owner.controller for owner in pod.metadata.owner_references or [])
 
 
-@dataclass
-class Roll:
+@dataclass(kw_only=True)
+class Drain:
+    """Cordon and drain through the API: what the roll does before replacing an agent, and
+    `raya up` before deleting a node (raya.operate.remove)."""
+
     kube: Kubernetes
-    replace: Callable[[str], None]  # replaces node's server with the current inputs
-    kubelet_version: str  # the k3s pin: what a rolled node must run
     say: Callable[[str], None]
     clock: Clock
     drain_timeout: float = DRAIN_TIMEOUT
-    ready_timeout: float = READY_TIMEOUT
-    # `raya roll --accept-local-data-loss`: replace nodes whose pods use local-path claims.
+    # `--accept-local-data-loss`: touch nodes whose pods use local-path claims.
     accept_local_loss: bool = False
+
+    def check_local_data(self, name: str) -> None:
+        """Refuse to touch a node whose pods keep claims on its disk, unless accepted."""
+        claims = local_claims(self.kube, name)
+        if not claims:
+            return
+        if not self.accept_local_loss:
+            raise RollError(
+                f"local-path claims on this node's disk would be lost with its server: "
+                f"{', '.join(claims)}; move their data to {STORAGE_CLASS} claims, or pass "
+                "--accept-local-data-loss"
+            )
+        self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
+
+    def drain(self, name: str) -> None:
+        """Evict each pod once, then wait until every one is gone from the API: an eviction
+        only starts the pod's graceful deletion."""
+        deadline = self.clock.now() + self.drain_timeout
+        while True:
+            leaving = [pod for pod in self.kube.pods_on(name) if not stays(pod)]
+            if not leaving:
+                return
+            bare = [ref(p) for p in leaving if not managed(p) and not terminating(p)]
+            if bare:
+                # What `kubectl drain` refuses without --force: nothing would bring them back.
+                raise RollError(
+                    f"pods not managed by a controller would be lost: {', '.join(bare)}; "
+                    "delete them or give them a controller, then try again"
+                )
+            refused = [ref(p) for p in leaving if not terminating(p) and not self.kube.evict(p)]
+            if self.clock.now() >= deadline:
+                going = [ref(p) for p in leaving if ref(p) not in refused]
+                parts = []
+                if going:
+                    parts.append(f"still terminating: {', '.join(going)}")
+                if refused:
+                    parts.append(f"refused by a PodDisruptionBudget: {', '.join(refused)}")
+                raise RollError(
+                    f"drain timed out after {self.drain_timeout:.0f} s; {'; '.join(parts)}"
+                )
+            self.clock.sleep(POLL)
+
+
+@dataclass(kw_only=True)
+class Roll(Drain):
+    replace: Callable[[str], None]  # replaces node's server with the current inputs
+    kubelet_version: str  # the k3s pin: what a rolled node must run
+    ready_timeout: float = READY_TIMEOUT
     # The fleet's control planes, in order; with more than one, etcd's quorum is kept.
     control_planes: Sequence[str] = ()
     left: str = ""  # the state the current step has brought its node to, for the error
@@ -230,19 +278,6 @@ class Roll:
                 left = [s.node for s in steps[number:]]
                 rest = f"; not touched: {', '.join(left)}" if left else ""
                 raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
-
-    def check_local_data(self, name: str) -> None:
-        """Refuse to touch a node whose pods keep claims on its disk, unless accepted."""
-        claims = local_claims(self.kube, name)
-        if not claims:
-            return
-        if not self.accept_local_loss:
-            raise RollError(
-                f"local-path claims on this node's disk would be lost with its server: "
-                f"{', '.join(claims)}; move their data to {STORAGE_CLASS} claims, or roll "
-                "with --accept-local-data-loss"
-            )
-        self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
 
     def agent(self, name: str) -> None:
         before = self.kube.node(name)
@@ -337,34 +372,6 @@ class Roll:
             )
         else:
             self.say(f"{name}: back as the voting etcd member {found.name}")
-
-    def drain(self, name: str) -> None:
-        """Evict each pod once, then wait until every one is gone from the API: an eviction
-        only starts the pod's graceful deletion."""
-        deadline = self.clock.now() + self.drain_timeout
-        while True:
-            leaving = [pod for pod in self.kube.pods_on(name) if not stays(pod)]
-            if not leaving:
-                return
-            bare = [ref(p) for p in leaving if not managed(p) and not terminating(p)]
-            if bare:
-                # What `kubectl drain` refuses without --force: nothing would bring them back.
-                raise RollError(
-                    f"pods not managed by a controller would be lost: {', '.join(bare)}; "
-                    "delete them or give them a controller, then roll again"
-                )
-            refused = [ref(p) for p in leaving if not terminating(p) and not self.kube.evict(p)]
-            if self.clock.now() >= deadline:
-                going = [ref(p) for p in leaving if ref(p) not in refused]
-                parts = []
-                if going:
-                    parts.append(f"still terminating: {', '.join(going)}")
-                if refused:
-                    parts.append(f"refused by a PodDisruptionBudget: {', '.join(refused)}")
-                raise RollError(
-                    f"drain timed out after {self.drain_timeout:.0f} s; {'; '.join(parts)}"
-                )
-            self.clock.sleep(POLL)
 
     def wait_ready(self, name: str, previous_boot: str) -> None:
         """Until the node has registered from a new boot (its boot ID changed), Ready, on the

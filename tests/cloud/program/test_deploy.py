@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pulumi import automation as auto
 from typer.testing import CliRunner
 
@@ -290,3 +291,80 @@ def test_replace_reaches_the_cli_as_targets_and_the_program_as_its_environment(
     (state,) = [run[1] for run in standin.calls() if run[0] == "imported"]  # a JSON state
     assert isinstance(state, dict)
     assert [r.get("protect") for r in state["deployment"]["resources"]] == [False, None]
+
+
+POOL_ONLY = {"pools": [{"name": "web", "type": "cx23", "count": 1, "addresses": "10.0.1.64/27"}]}
+
+
+def test_preview_names_the_nodes_an_update_would_drain_and_delete(
+    project: Path, standin: Standin
+) -> None:
+    # The state holds control-plane and agent-0 (standin_pulumi.py); the fleet now has a pool
+    # only: agent-0 leaves.
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
+    result = CliRunner().invoke(app, ["preview", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "nodes leaving (1 agent(s), 0 control plane(s)): cordon and drain agent-0; delete "
+        "their servers, then their node objects"
+    ) in result.output
+
+
+def test_an_update_that_would_delete_nodes_without_draining_them_is_refused(
+    project: Path, standin: Standin
+) -> None:
+    # What `raya roll` asks (`replace=`, no removal): it must never delete a node bare.
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
+    with pytest.raises(DeployError, match="would delete agent-0, which the inputs no longer"):
+        deploy.run("up", project, "prod", lambda line: None, replace=("control-plane",))
+    assert standin.operations() == []
+
+
+def arm_cluster(project: Path, location: str, pool_location: str | None) -> None:
+    """The cluster at `location` (control planes cpx31, sold everywhere), one ARM pool."""
+    stack = project / "Pulumi.prod.yaml"
+    document = yaml.safe_load(stack.read_text())
+    document["config"].update(
+        {"raya:location": location, "raya:controlPlaneServerType": "cpx31"}
+    )
+    stack.write_text(yaml.safe_dump(document))
+    pool = {"name": "arm", "type": "cax21", "count": 2, "addresses": "10.0.1.64/27"}
+    if pool_location:
+        pool["location"] = pool_location
+    fleet = {"agents": ["cpx21"], "pools": [pool]}
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(fleet))
+
+
+def test_an_arm_pool_where_hetzner_does_not_sell_its_type_is_refused_before_pulumi(
+    project: Path, standin: Standin, hetzner_api: Any
+) -> None:
+    # Hetzner sells cax21 in fsn1, nbg1 and hel1 (tests/cloud/hetzner_api.py), not in ash.
+    arm_cluster(project, "ash", None)
+    result = CliRunner().invoke(app, ["preview", "--root", str(project)])
+    assert result.exit_code == 1
+    fleet = project / "deploy" / "fleet" / "agents.json"
+    assert (
+        f"{fleet}: pools[0] (arm): field 'type' is 'cax21', which Hetzner does not sell in "
+        "ash (raya:location); it sells cax21 in fsn1, hel1, nbg1; accepted: a type sold in "
+        "ash, or one of those locations"
+    ) == str(result.exception)
+    assert standin.operations() == []
+    assert set(hetzner_api.asked) == {"cax21", "cpx21", "cpx31"}
+    # In the EU zone, the same pool in fsn1 is sold: the preview runs.
+    arm_cluster(project, "nbg1", "fsn1")
+    assert CliRunner().invoke(app, ["preview", "--root", str(project)]).exit_code == 0
+    assert [run[0] for run in standin.operations()] == ["preview"]
+
+
+def test_a_control_plane_type_not_sold_in_the_location_names_the_stack_setting(
+    project: Path, standin: Standin
+) -> None:
+    arm_cluster(project, "ash", None)
+    stack = project / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text().replace("cpx31", "cx33"))
+    with pytest.raises(DeployError) as refused:
+        deploy.run("up", project, "prod", lambda line: None)
+    assert str(refused.value).startswith(
+        f"{stack}: raya:controlPlaneServerType is 'cx33', which Hetzner does not sell in ash"
+    )
+    assert standin.operations() == []

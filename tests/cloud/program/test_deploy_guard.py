@@ -71,6 +71,9 @@ class RecordedStack:
         self.calls.append(("destroy", kwargs))
         return auto.DestroyResult("", "", update_summary("destroy", {auto.OpType.DELETE: 26}))
 
+    def outputs(self) -> dict[str, auto.OutputValue]:
+        return {"kubeconfig": auto.OutputValue("apiVersion: v1", secret=True)}
+
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export_stack", {}))
         return auto.Deployment(
@@ -120,7 +123,8 @@ def test_the_guard_refuses_before_anything_changes(
     stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
     with pytest.raises(DeployError) as error:
         deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
-    assert [action for action, _ in stack.calls] == ["preview"]  # no up, state untouched
+    # The state read (nodes leaving), no up, the state untouched.
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
     message = str(error.value)
     assert message.startswith("up of stack prod refused, nothing changed: its preview would ")
     assert "the control plane (control-plane, hcloud:index/server:Server): replace" in message
@@ -141,7 +145,7 @@ def test_the_guard_lets_a_clean_preview_through(
 ) -> None:
     stack = stack_playing(monkeypatch, "drift-users.jsonl")
     deploy.run("up", project, "prod", lambda line: None, no_destroy_protected=True)
-    assert [action for action, _ in stack.calls] == ["preview", "up"]
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview", "up"]
 
 
 def test_without_the_flag_there_is_no_preview_first(
@@ -149,7 +153,7 @@ def test_without_the_flag_there_is_no_preview_first(
 ) -> None:
     stack = stack_playing(monkeypatch, "replaces-protected.jsonl")
     deploy.run("up", project, "prod", lambda line: None)
-    assert [action for action, _ in stack.calls] == ["up"]
+    assert [action for action, _ in stack.calls] == ["export_stack", "up"]
 
 
 def test_the_cli_flag_reaches_the_guard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,7 +179,8 @@ def test_replace_exempts_only_the_servers_it_names_from_the_guard(
         )
     assert "the control plane (" not in str(error.value)
     assert "the DNS zone" in str(error.value) and "volume" in str(error.value)
-    assert [action for action, _ in stack.calls] == ["preview"]  # nor was anything unprotected
+    # Nor was anything unprotected (no import).
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
 
 
 def test_replace_of_the_named_nodes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,7 +188,9 @@ def test_replace_of_the_named_nodes(project: Path, monkeypatch: pytest.MonkeyPat
     deploy.run(
         "up", project, "prod", lambda line: None, replace=("control-plane", "agent-1")
     )
-    assert [action for action, _ in stack.calls] == ["export_stack", "import_stack", "up"]
+    # The state read for nodes leaving, then read and written to unprotect.
+    actions = [action for action, _ in stack.calls]
+    assert actions == ["export_stack", "export_stack", "import_stack", "up"]
     _, options = stack.calls[-1]
     assert options["replace"] == [CP_URN, AGENT_URN]
     assert options["env"] == {REPLACE_ENV: "control-plane,agent-1"}
@@ -200,8 +207,8 @@ def test_preview_of_a_replacement_changes_no_state(
 ) -> None:
     stack = stack_playing(monkeypatch, "drift-users.jsonl")
     deploy.run("preview", project, "prod", lambda line: None, replace=("agent-1",))
-    assert [action for action, _ in stack.calls] == ["preview"]
-    assert stack.calls[0][1]["replace"] == [AGENT_URN]
+    assert [action for action, _ in stack.calls] == ["export_stack", "preview"]
+    assert stack.calls[1][1]["replace"] == [AGENT_URN]
 
 
 @pytest.mark.parametrize(
@@ -265,3 +272,50 @@ def test_the_subnet_counts_as_the_network() -> None:
     assert deploy.protected_changes([event]) == [
         "the network's subnet (nodes, hcloud:index/networkSubnet:NetworkSubnet): delete"
     ]
+
+
+def test_previews_leave_out_a_leaving_control_planes_protected_server_and_volume(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The state holds control-plane-1 (and its volume), protected; the inputs have one
+    # control plane. The engine would refuse to delete them even in a preview.
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    server = CP_URN.replace("::control-plane", "::control-plane-1")
+    volume = VOLUME_URN.replace("::control-plane-state", "::control-plane-1-state")
+    assert stack.state.deployment is not None
+    resources = [
+        *stack.state.deployment["resources"],
+        {"urn": server, "type": deploy.SERVER_TYPE, "protect": True},
+        {"urn": volume, "type": deploy.VOLUME_TYPE, "protect": True},
+    ]
+    stack.state = auto.Deployment(version=3, deployment={"resources": resources})
+    result = deploy.run("preview", project, "prod", lambda line: None)
+    assert result.leaving == ("control-plane-1",)
+    (preview,) = [options for action, options in stack.calls if action == "preview"]
+    assert preview["exclude"] == [server, volume] and preview["exclude_dependents"] is True
+    # The guard's preview too, and `up` lifts their protection (theirs only) before Pulumi.
+    removal = Hooks()
+    deploy.run(
+        "up", project, "prod", lambda line: None, no_destroy_protected=True, removal=removal
+    )
+    (guard,) = [options for action, options in stack.calls[2:] if action == "preview"]
+    assert guard["exclude"] == [server, volume]
+    (imported,) = stack.imported
+    assert {r["urn"]: r.get("protect") for r in imported} == {
+        CP_URN: True, VOLUME_URN: True, AGENT_URN: None, server: False, volume: False
+    }
+    assert removal.calls == [("before", ("control-plane-1",)), ("after", ("control-plane-1",))]
+
+
+class Hooks:
+    """A `deploy.Removal` that records what it is asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def before(self, leaving: Any, kubeconfig: str | None) -> None:
+        assert kubeconfig == "apiVersion: v1"  # the stack's, for the API
+        self.calls.append(("before", tuple(leaving)))
+
+    def after(self, leaving: Any) -> None:
+        self.calls.append(("after", tuple(leaving)))

@@ -1,0 +1,241 @@
+"""Removing nodes the inputs no longer declare, never by a bare delete: what `raya up` does
+around the Pulumi update that deletes their servers (raya.cloud.deploy, `Removal`).
+
+Before the update, every leaving node is cordoned and drained through the API as the roll
+drains an agent (evictions honour PodDisruptionBudgets; `raya.operate.roll.Drain`), then
+each leaving control plane's etcd member is removed, one at a time, each only while the
+members that stay keep a quorum. After the update, the leaving nodes' objects are deleted.
+Anything refused (a drain that does not finish, a member etcd will not let go, a quorum
+that would be lost) stops `raya up` before Pulumi runs: no server is deleted.
+
+k3s removes a member through the Kubernetes API (k3s-io/k3s `pkg/etcd/member_controller.go`,
+`etcdMemberHandler.sync`): on a node labelled `node-role.kubernetes.io/etcd` whose
+annotation `etcd.k3s.cattle.io/remove` is `true`, it calls `RemovePeer` (`pkg/etcd/etcd.go`)
+with the member name and address the node's `etcd.k3s.cattle.io/node-name` and `-address`
+annotations hold, then records `etcd.k3s.cattle.io/removed-node-name` and drops those two.
+That record is what raya waits for. Deleting the node object also removes its member
+(`onRemove`, behind a finalizer), but only while the object exists does raya see the
+removal happen: so the annotation first, with the server still there, and the node object
+deleted once the server is gone (`onRemove` then finds the member already removed).
+
+A member is healthy when its node is Ready and k3s' `EtcdIsVoter` condition on it is True
+(`raya.operate.etcd`, as the roll reads it: k3s `pkg/etcd/etcd.go`,
+`setEtcdStatusCondition`). etcd commits a membership
+change only with a quorum (`n // 2 + 1` of its members) and, by default, refuses to remove a
+started member when the healthy ones left would be fewer than the quorum of the smaller
+cluster (etcd `server/etcdserver/server.go`, `mayRemoveMember`, strict reconfiguration
+check): raya checks the same before each removal, and all of them before the first change,
+removing unhealthy members (which etcd lets go at any time) before healthy ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raya.cloud.kubeconfig import reason
+from raya.errors import RayaError
+from raya.operate import etcd
+from raya.operate.roll import (
+    DRAIN_TIMEOUT,
+    POLL,
+    Clock,
+    Drain,
+    Kubernetes,
+    is_control_plane,
+)
+
+REMOVE = "etcd.k3s.cattle.io/remove"
+REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+MEMBER_TIMEOUT = 120.0  # seconds for k3s to remove a member once asked (its RemovePeer: 1 min)
+WITHOUT_DRAIN = "--delete-without-drain"
+
+
+class RemovalError(RayaError):
+    """Leaving nodes could not be drained or their members removed: nothing was deleted."""
+
+
+def quorum(members: int) -> int:
+    return members // 2 + 1
+
+
+def removal_order(leaving: Sequence[str], health: Mapping[str, str]) -> list[str]:
+    """The leaving control planes with a node (`health` holds them) in the order their members
+    go: unhealthy ones first, then the highest numbers first."""
+    planes = [name for name in leaving if is_control_plane(name) and name in health]
+    return sorted(planes, key=lambda name: (not health.get(name), _number(name)))
+
+
+def _number(name: str) -> int:
+    # control-plane-4 before control-plane-3: sorting ascending on the negated number.
+    tail = name.rsplit("-", 1)[-1]
+    return -int(tail) if tail.isdigit() else 0
+
+
+def quorum_problem(health: Mapping[str, str], order: Sequence[str]) -> str | None:
+    """Why removing the members `order`, one at a time, would leave etcd without a quorum at
+    some step, or None. `health` holds every member (control plane) and why it is not
+    healthy ('' when it is)."""
+    members = dict(health)
+    for step in [None, *order]:
+        if step is not None:
+            del members[step]
+        healthy = sum(1 for why in members.values() if not why)
+        if healthy < quorum(len(members)):
+            sick = ", ".join(f"{name} ({why})" for name, why in sorted(members.items()) if why)
+            where = f"after removing {step}" if step else "now"
+            return (
+                f"etcd would be without quorum {where}: {healthy} healthy of {len(members)} "
+                f"members, {quorum(len(members))} needed; not healthy: {sick or 'none'}"
+            )
+    return None
+
+
+@dataclass(kw_only=True)
+class Removal:
+    """The hooks `raya.cloud.deploy.run` calls around an update that deletes nodes. `connect`
+    gives the API from the stack's kubeconfig; `without_drain` (`--delete-without-drain`)
+    lets nodes go undrained when the API cannot be reached."""
+
+    connect: Callable[[str], Kubernetes]
+    say: Callable[[str], None]
+    clock: Clock = field(default_factory=Clock)
+    drain_timeout: float = DRAIN_TIMEOUT
+    accept_local_loss: bool = False
+    without_drain: bool = False
+    member_timeout: float = MEMBER_TIMEOUT
+    drainer: Drain | None = None  # once the API answered: then the node objects go after
+
+    def drainer_of(self) -> Drain:
+        assert self.drainer is not None, "before() connects first"
+        return self.drainer
+
+    @property
+    def kube(self) -> Kubernetes:
+        return self.drainer_of().kube
+
+    def before(self, leaving: Sequence[str], kubeconfig: str | None) -> None:
+        try:
+            if kubeconfig is None:
+                raise RemovalError("the stack has no kubeconfig output")
+            kube = self.connect(kubeconfig)
+            nodes = {node.metadata.name: node for node in kube.nodes()}
+        except Exception as error:  # the API client's, whatever their kind
+            why = str(error) if isinstance(error, RayaError) else reason(error)
+            if not self.without_drain:
+                raise RemovalError(
+                    f"cannot reach the Kubernetes API ({why}) to drain {', '.join(leaving)} "
+                    "and remove their etcd members before their servers are deleted; nothing "
+                    f"changed. Run again once it answers, or pass {WITHOUT_DRAIN} to delete "
+                    "them undrained (docs/deploy.md, Removing nodes)"
+                ) from None
+            self.say(
+                f"the Kubernetes API does not answer ({why}); deleting {', '.join(leaving)} "
+                f"undrained, as {WITHOUT_DRAIN} asks: delete their node objects once the API "
+                "answers (`kubectl delete node`), which also removes a control plane's etcd member"
+            )
+            return
+        self.drainer = Drain(
+            kube=kube,
+            say=self.say,
+            clock=self.clock,
+            drain_timeout=self.drain_timeout,
+            accept_local_loss=self.accept_local_loss,
+        )
+        self.check(leaving, nodes)
+        for name in leaving:
+            self.step(name, functools.partial(self.leave, name, nodes.get(name)))
+        for name in removal_order(leaving, self.health()):
+            self.step(name, functools.partial(self.remove_member, name))
+
+    def check(self, leaving: Sequence[str], nodes: Mapping[str, Any]) -> None:
+        """Everything that would refuse the removal, before the first change."""
+        missing = [n for n in leaving if is_control_plane(n) and n not in nodes]
+        if missing and not self.without_drain:
+            raise RemovalError(
+                f"{', '.join(missing)}: no node object, so raya cannot remove its etcd member "
+                f"through the API; nothing changed. Pass {WITHOUT_DRAIN} to delete it anyway "
+                "and remove the member by hand (docs/control-plane.md, Shrinking)"
+            )
+        if missing:
+            self.say(
+                f"{', '.join(missing)}: no node object; deleting it with whatever etcd member "
+                f"it has, as {WITHOUT_DRAIN} asks"
+            )
+        health = self.health()
+        problem = quorum_problem(health, removal_order(leaving, health))
+        if problem:
+            raise RemovalError(f"shrinking refused, nothing changed: {problem}")
+        for name in leaving:
+            if name in nodes:
+                self.step(name, functools.partial(self.drainer_of().check_local_data, name))
+
+    def health(self) -> dict[str, str]:
+        """Every etcd member's node, read again: '' when healthy (a voter on a Ready node,
+        `raya.operate.etcd`), else what it is."""
+        return {
+            member.node: "" if member.healthy else member.describe()
+            for member in etcd.members(self.kube.nodes(), ())
+        }
+
+    def step(self, name: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as error:  # ours, or the API client's
+            problem = str(error) if isinstance(error, RayaError) else reason(error)
+            raise RemovalError(
+                f"{name}: {problem}; no server was deleted (nodes drained so far stay "
+                "cordoned: `kubectl uncordon` them, or fix this and run `raya up` again)"
+            ) from None
+
+    def leave(self, name: str, node: Any | None) -> None:
+        if node is None:
+            self.say(f"{name}: not registered in the cluster, nothing to drain")
+            return
+        self.kube.cordon(name, True)
+        self.drainer_of().drain(name)
+        self.say(f"{name}: cordoned and drained")
+
+    def remove_member(self, name: str) -> None:
+        """Ask k3s to remove `name`'s member, once etcd keeps its quorum without it, and wait
+        until k3s says it is gone."""
+        health = self.health()
+        problem = quorum_problem(health, [name])
+        if problem:
+            raise RemovalError(problem)
+        self.kube.core.patch_node(
+            name, {"metadata": {"annotations": {REMOVE: "true"}}}, _request_timeout=30
+        )
+        deadline = self.clock.now() + self.member_timeout
+        while True:
+            node = self.kube.node(name)
+            removed = (node.metadata.annotations or {}).get(REMOVED) if node else None
+            if removed:
+                self.say(f"{name}: etcd member {removed} removed")
+                return
+            if self.clock.now() >= deadline:
+                raise RemovalError(
+                    f"k3s did not remove its etcd member within {self.member_timeout:.0f} s "
+                    f"(annotation {REMOVE}=true set, no {REMOVED} yet): see the control "
+                    "planes' k3s logs"
+                )
+            self.clock.sleep(POLL)
+
+    def after(self, leaving: Sequence[str]) -> None:
+        """The leaving nodes' objects, deleted now that their servers are gone."""
+        if self.drainer is None:
+            return
+        from kubernetes.client import ApiException
+
+        for name in leaving:
+            try:
+                self.kube.core.delete_node(name, _request_timeout=30)
+            except ApiException as error:
+                if error.status != 404:
+                    raise RemovalError(
+                        f"{name}: its server is deleted but its node object is not "
+                        f"({error.status} {error.reason}): `kubectl delete node {name}`"
+                    ) from None
+            self.say(f"{name}: node object deleted")

@@ -1,0 +1,321 @@
+"""`raya up` removing nodes the inputs no longer declare, never by a bare delete: end to end
+through the engine and Hetzner models (tests/cloud/program/engine.py, hetzner.py) running the
+real program, against the Kubernetes API stand-in over real TLS (tests/operate/kube_api.py),
+whose etcd section removes a member the way k3s' member controller does and refuses what
+etcd refuses. Hetzner's deletions reach the stand-in's timeline (`events`), so one list shows
+the order of drains, member removals, server deletions and node object deletions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from raya.cli import app
+from raya.cloud.kubeconfig import api_client
+from raya.nodes.identity import CertificateAuthority
+from raya.operate import remove as rm
+from raya.operate import roll as rl
+from tests.cloud.program.engine import Cloud, deployed_cloud
+from tests.cloud.program.test_program import PINS, provider_mocks
+from tests.operate import kube_api as ka
+from tests.operate.test_roll import Clock
+
+PIN = PINS.k3s.version
+PLANES = ["control-plane", *(f"control-plane-{k}" for k in range(1, 5))]
+POOL = {"name": "web", "type": "cx23", "count": 3, "addresses": "10.0.1.64/27"}
+
+
+def settings(root: Path, **values: Any) -> None:
+    path = root / "Pulumi.prod.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"].update({f"raya:{key}": value for key, value in values.items()})
+    path.write_text(yaml.safe_dump(document))
+
+
+def pool_count(root: Path, count: int) -> None:
+    path = root / "deploy" / "fleet" / "agents.json"
+    path.write_text(json.dumps({"agents": ["cx23"], "pools": [{**POOL, "count": count}]}))
+
+
+@pytest.fixture
+def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    """Five control planes, agent-0 and pool web of three, deployed."""
+    settings(project, controlPlanes=5)
+    pool_count(project, 3)
+    example = provider_mocks()
+    return deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
+    """Every node registered, each control plane a running etcd member; web-2 runs a
+    ReplicaSet's pod and a DaemonSet's; Hetzner's deletions reach the stand-in's machines."""
+    state = ka.Cluster(clock=clock.now)
+    for name in (*PLANES, "agent-0", "web-0", "web-1", "web-2"):
+        state.nodes[name] = ka.node_object(name, PIN)
+    ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES)})
+    state.pods = [
+        ka.pod("shop-1", "default", "web-2"),
+        ka.pod("flannel-x", "kube-system", "web-2", owner="DaemonSet"),
+    ]
+
+    def deleted(server_name: str) -> None:
+        name = server_name.removeprefix("raya-")
+        with state.lock:
+            on_it = sorted(
+                p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
+            )
+            node = state.nodes.get(name)
+            cordoned = bool(node and node["spec"].get("unschedulable"))
+            state.events.append((clock.now(), f"{name}: pods {on_it}, cordoned {cordoned}"))
+            state.server_deleted(name)
+
+    cloud.hetzner.on_delete = deleted
+    return state
+
+
+@pytest.fixture
+def api(
+    cloud: Cloud, cluster: ka.Cluster, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    resources = cloud.engine.resources
+    server_ca = CertificateAuthority(
+        resources["server-ca"].outputs["certPem"],
+        resources["server-ca-key"].outputs["privateKeyPem"],
+    )
+    client_ca = resources["client-ca"].outputs["certPem"]
+    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+        monkeypatch.setattr(
+            "raya.commands.deploy.kube_api_client", lambda text: api_client(text, server=url)
+        )
+        monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+        yield url
+
+
+def up(cloud: Cloud, *flags: str) -> Any:
+    return CliRunner().invoke(app, ["up", "--root", str(cloud.root), *flags])
+
+
+def failure(result: Any) -> str:
+    """What `raya up` printed, and the one-line error `raya` prints for its exception."""
+    assert result.exit_code == 1
+    return f"{result.output}error: {result.exception}"
+
+
+def timeline(cluster: ka.Cluster) -> list[str]:
+    """What happened to leaving nodes and members, in order: members removed, servers
+    deleted (and the node's state then), node objects deleted."""
+    marks = ("'s member", "server deleted", "cordoned", "node ")
+    return [text for _, text in cluster.events if any(mark in text for mark in marks)]
+
+
+def members(cluster: ka.Cluster) -> dict[str, str]:
+    """Each control plane's member name, by node."""
+    assert cluster.etcd is not None
+    return {node: member.name for node, member in cluster.etcd.members.items()}
+
+
+def down(cluster: ka.Cluster, clock: Clock, *names: str) -> None:
+    """The servers of `names` stop; 45 s later the etcd leader has marked their members
+    Unhealthy (every 15 s) and the node controller their nodes not Ready (40 s)."""
+    for name in names:
+        cluster.machines[name] = ka.Machine(running=False)
+    clock.t += 45
+    with cluster.lock:
+        cluster.settle()
+
+
+def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi_deletes(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    settings(cloud.root, controlPlanes=3)
+    pool_count(cloud.root, 1)
+    mark = len(cloud.hetzner.log)
+    before = members(cluster)
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    m4, m3 = before["control-plane-4"], before["control-plane-3"]
+    leaving = ["web-1", "web-2", "control-plane-3", "control-plane-4"]
+    events = timeline(cluster)
+    # The members removed one at a time, the highest first, both before the first server
+    # went (the engine deletes the servers in an order of its own).
+    assert events[:2] == [
+        f"etcd: control-plane-4's member {m4} removed",
+        f"etcd: control-plane-3's member {m3} removed",
+    ]
+    assert members(cluster) == {name: before[name] for name in PLANES[:3]}
+    # Each leaving node cordoned and drained when its server was deleted (web-2's
+    # ReplicaSet pod evicted and gone, the DaemonSet's left, as kubectl drain leaves it)...
+    assert sorted(events[2:10]) == sorted(
+        [
+            "web-1: pods [], cordoned True",
+            "web-1: server deleted",
+            "web-2: pods ['flannel-x'], cordoned True",
+            "web-2: server deleted",
+            "control-plane-3: pods [], cordoned True",
+            "control-plane-3: server deleted",
+            "control-plane-4: pods [], cordoned True",
+            "control-plane-4: server deleted",
+        ]
+    )
+    every = [text for _, text in cluster.events]
+    assert every.index("pod default/shop-1 gone") < every.index(events[0])
+    # ...and its node object deleted once every server was gone: agents, then control planes.
+    assert events[10:] == [f"node {name} deleted" for name in leaving]
+    # Hetzner's side: each server stopped then deleted, the leaving control planes' volumes
+    # (their removed members' data) deleted once detached; nothing else.
+    hetzner = cloud.since(mark)
+    for name in leaving:
+        assert hetzner.index(f"shutdown server raya-{name}") + 1 <= hetzner.index(
+            f"delete server raya-{name} (off)"
+        )
+    assert sorted(hetzner) == sorted(
+        [
+            *(f"shutdown server raya-{name}" for name in leaving),
+            *(f"delete server raya-{name} (off)" for name in leaving),
+            *(f"detach volume raya-{n}-state (server deleted)" for n in leaving[2:]),
+            *(f"delete volume raya-{n}-state" for n in leaving[2:]),
+        ]
+    )
+    assert "etcd members of control-plane-4" not in result.output  # `up` acts, `preview` tells
+
+
+def test_a_shrink_that_would_lose_quorum_is_refused_before_anything_changes(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # Five members, two of those that stay down: removing control-plane-4 (healthy) would
+    # leave two healthy of four, where a quorum of four members is three.
+    down(cluster, clock, "control-plane-1", "control-plane-2")
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert "shrinking refused, nothing changed" in text
+    assert "after removing control-plane-4: 2 healthy of 4 members, 3 needed" in text
+    assert "not healthy: control-plane-1 (unhealthy, not Ready, member " in text
+    assert "control-plane-2 (unhealthy, not Ready, member " in text
+    assert cloud.since(mark) == []
+    assert [path for _, method, path in cluster.log if method != "GET"] == []
+    assert len(members(cluster)) == 5
+
+
+def test_an_unhealthy_leaving_member_goes_first_and_the_shrink_keeps_quorum(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # control-plane-3 down: removing it first leaves four members, four healthy; then
+    # control-plane-4 leaves three of three.
+    down(cluster, clock, "control-plane-3")
+    before = members(cluster)
+    settings(cloud.root, controlPlanes=3)
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    removed = [text for text in timeline(cluster) if "'s member" in text]
+    assert removed == [
+        f"etcd: control-plane-3's member {before['control-plane-3']} removed",
+        f"etcd: control-plane-4's member {before['control-plane-4']} removed",
+    ]
+
+
+def test_a_drain_that_fails_stops_the_update_before_pulumi(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    # A budget that allows no disruption of shop: its pod on web-2 cannot be evicted.
+    cluster.budgets = [ka.budget("shop", "default", "shop", minAvailable=1)]
+    settings(cloud.root, controlPlanes=3)
+    pool_count(cloud.root, 1)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert "web-2: drain timed out after 600 s" in text
+    assert "refused by a PodDisruptionBudget: default/shop-1" in text
+    assert "no server was deleted" in text
+    assert cloud.since(mark) == []
+    assert len(members(cluster)) == 5  # the members stay: drains come first
+    assert cloud.stack.calls[-1][0] == "export"  # Pulumi's update never ran
+
+
+def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(
+    cloud: Cloud, cluster: ka.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens there: the API cannot be reached.
+    monkeypatch.setattr(
+        "raya.commands.deploy.kube_api_client",
+        lambda text: api_client(text, server="https://127.0.0.1:9"),
+    )
+    pool_count(cloud.root, 2)
+    mark = len(cloud.hetzner.log)
+    refused = failure(up(cloud))
+    assert "cannot reach the Kubernetes API" in refused
+    assert f"pass {rm.WITHOUT_DRAIN}" in refused
+    assert cloud.since(mark) == []
+    forced = up(cloud, rm.WITHOUT_DRAIN)
+    assert forced.exit_code == 0, forced.output
+    assert "delete server raya-web-2 (off)" in cloud.since(mark)
+    assert "deleting web-2 undrained" in forced.output
+
+
+def test_a_leaving_control_plane_without_a_node_object_needs_the_flag(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    del cluster.nodes["control-plane-4"]  # never registered, or deleted by hand
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    refused = failure(up(cloud))
+    assert "control-plane-4: no node object, so raya cannot remove its etcd member" in refused
+    assert cloud.since(mark) == [] and len(members(cluster)) == 5
+    m3 = members(cluster)["control-plane-3"]
+    forced = up(cloud, rm.WITHOUT_DRAIN)
+    assert forced.exit_code == 0, forced.output
+    removed = [text for text in timeline(cluster) if "'s member" in text]
+    assert removed == [f"etcd: control-plane-3's member {m3} removed"]
+    assert "delete server raya-control-plane-4 (off)" in cloud.since(mark)
+
+
+def test_quorum_arithmetic() -> None:
+    healthy = dict.fromkeys(PLANES, "")
+    # 5 -> 3, all healthy: fine at every step.
+    assert rm.quorum_problem(healthy, ["control-plane-4", "control-plane-3"]) is None
+    # 3 -> 1 with control-plane (which stays) down: one member left, none healthy.
+    three = {"control-plane": "not Ready", "control-plane-1": "", "control-plane-2": ""}
+    problem = rm.quorum_problem(three, ["control-plane-2", "control-plane-1"])
+    assert problem is not None and "after removing control-plane-2" in problem
+    assert "not healthy: control-plane (not Ready)" in problem
+    # Unhealthy leaving members go first, then the highest numbers.
+    order = rm.removal_order(
+        ["control-plane-3", "control-plane-4", "control-plane-2"],
+        {"control-plane-2": "", "control-plane-3": "", "control-plane-4": "", "x": ""}
+        | {"control-plane-3": "not Ready"},
+    )
+    assert order == ["control-plane-3", "control-plane-4", "control-plane-2"]
+
+
+def test_the_standin_removes_members_as_k3s_and_etcd_do() -> None:
+    state = ka.Cluster()
+    for name in PLANES[:3]:
+        state.nodes[name] = ka.node_object(name, PIN)
+    ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES[:3])})
+    before = members(state)
+    state.machines["control-plane-1"] = ka.Machine(running=False)
+    # Two of three members run: removing a running one would leave one running of two,
+    # below the quorum of two. etcd refuses; the node stays, held by the finalizer.
+    status, node = ka.delete_node(state, "control-plane-2")
+    assert status == 200 and node["metadata"]["deletionTimestamp"]
+    assert "control-plane-2" in state.nodes and len(members(state)) == 3
+    # The member that is down may go at any time, through the annotation too.
+    ka.merge_metadata(state.nodes["control-plane-1"], {"annotations": {rm.REMOVE: "true"}})
+    ka.member_controller(state)
+    notes = state.nodes["control-plane-1"]["metadata"]["annotations"]
+    assert notes == {rm.REMOVE: "true", rm.REMOVED: before["control-plane-1"]}
+    assert members(state) == {n: before[n] for n in ("control-plane", "control-plane-2")}
+    # Its node object then goes at once: k3s' onRemove finds the member already removed.
+    ka.delete_node(state, "control-plane-1")
+    assert "control-plane-1" not in state.nodes and len(members(state)) == 2
