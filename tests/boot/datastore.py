@@ -7,7 +7,12 @@ network of its own:
 - `rejoin`: three control planes, the two others running the cluster from their volumes
   (each holding its etcd member), and the first re-created with a blank volume, booted once
   both serve: it must join their cluster, not start a second one; refused while its old
-  member is in the cluster, then joining once that member is removed.
+  member is in the cluster, then joining once that member is removed;
+- `tombstone`: the first control plane re-created on its volume after its member was removed
+  from the cluster control-plane-1 runs (its node deleted while its server was gone): k3s
+  starts etcd from the volume, finds itself removed and stops; at its next start the guard
+  must take the tombstone for a blank volume and join, not let cluster-init start a second
+  cluster.
 """
 
 from __future__ import annotations
@@ -103,13 +108,17 @@ REMOVE_MEMBER = (
 DUPLICATE = "duplicate node name found"
 
 
-def etcd_member(member: str) -> tuple[tuple[str, bytes], ...]:
+def etcd_member(
+    member: str, members: list[str] = RUNNING_MEMBERS
+) -> tuple[tuple[str, bytes], ...]:
     """The files of an etcd member of RUNNING_CLUSTER on its volume: the WAL directory k3s
-    checks, and the stand-in's store."""
-    store = {"cluster": RUNNING_CLUSTER, "member": member, "members": RUNNING_MEMBERS,
+    checks, the member's name (k3s pkg/etcd/etcd.go, `setName`: `db/etcd/name`) and the
+    stand-in's store (the cluster's `members` as this member last saw them)."""
+    store = {"cluster": RUNNING_CLUSTER, "member": member, "members": members,
              "keys": RUNNING_KEYS}  # fmt: skip
     return (
         ("db/etcd/member/wal/0000000000000000-0000000000000000.wal", b""),
+        ("db/etcd/name", member.encode()),
         (STORE, json.dumps(store).encode()),
     )
 
@@ -119,6 +128,7 @@ class DatastoreBoots:
     sqlite: BootedNode
     rejoin: dict[str, BootedNode]
     rejoin_secrets: ClusterSecrets
+    tombstone: dict[str, BootedNode]
 
 
 def _serving(node: BootedNode) -> bool:
@@ -161,9 +171,27 @@ def boot_datastores() -> Iterator[DatastoreBoots]:
                 fleet.nodes[name].inside("python3", "-c", REMOVE_MEMBER, STORE_PATH, OLD_MEMBER)
             removed.append(OLD_MEMBER)
 
+    # The first's old member, already removed by the cluster control-plane-1 runs: both
+    # volumes list the members without it.
+    remaining = RUNNING_MEMBERS[1:]
+    removed_plans = [
+        _plan(rendered[node.name], Scenario(node.name, "tombstone", volume=VolumePlan(
+            ids[node.name], holding=etcd_member(member, remaining))))
+        for node, member in zip(cluster.control_planes[:2], RUNNING_MEMBERS, strict=False)
+    ]  # fmt: skip
+    removed_plans[0].held = True
+
+    def removed_step(fleet: Fleet) -> None:
+        """The first boots once control-plane-1 serves the cluster."""
+        if fleet.nodes["control-plane"].process is None and _serving(
+            fleet.nodes["control-plane-1"]
+        ):
+            fleet.start("control-plane")
+
     managers = [
         booted([sqlite], _k3s_ready, DEADLINE),
         booted(plans, _k3s_ready, DEADLINE, step=step),
+        booted(removed_plans, _k3s_ready, DEADLINE, step=removed_step),
     ]
-    with booted_at_once(managers) as (sqlite_nodes, rejoin_nodes):
-        yield DatastoreBoots(sqlite_nodes["control-plane"], rejoin_nodes, secrets)
+    with booted_at_once(managers) as (sqlite_nodes, rejoin_nodes, removed_nodes):
+        yield DatastoreBoots(sqlite_nodes["control-plane"], rejoin_nodes, secrets, removed_nodes)

@@ -155,9 +155,16 @@ def serve(config: dict[str, Any]) -> int:
 # The stand-in's etcd is a JSON file beside the WAL directory: the cluster's id, its members
 # and its keys. A joiner copies them from the server it joins (`/db/info`, which in k3s lists
 # the members; etcd's replication, which brings the keys, is not simulated otherwise).
+# A member whose store no longer lists it was removed from the cluster: etcd, started from its
+# WAL, finds itself removed, k3s writes `tombstone` in etcd's data dir and stops (k3s
+# pkg/daemons/executor, `ETCD`); at the next start, k3s moves `db/etcd` aside before anything
+# else (pkg/etcd/etcd.go, `Register`, `backupDirWithRetention`: `etcd-old-<unix time>`) and
+# decides as on a blank volume.
 DATA_DIR = Path("/var/lib/rancher/k3s/server")
 SQLITE = DATA_DIR / "db/state.db"
-WAL = DATA_DIR / "db/etcd/member/wal"
+ETCD_DIR = DATA_DIR / "db/etcd"
+WAL = ETCD_DIR / "member/wal"
+TOMBSTONE = ETCD_DIR / "tombstone"
 STORE = DATA_DIR / "db/etcd/member/standin-store.json"
 MIGRATED = "/registry/"
 
@@ -175,7 +182,6 @@ def kine_keys(path: Path, prefix: str) -> dict[str, str]:
 
 
 def write_store(store: dict[str, Any]) -> None:
-    """The member's data: its WAL directory and the stand-in's record of its cluster."""
     WAL.mkdir(parents=True, exist_ok=True)
     STORE.write_text(json.dumps(store, sort_keys=True))
 
@@ -189,10 +195,24 @@ def member_name(config: dict[str, Any]) -> str:
     return f"{config['node-name']}-{uuid.uuid4().hex[:8]}"
 
 
+def set_aside_removed() -> None:
+    """k3s' `Register`, before etcd starts: a tombstone moves the data dir aside."""
+    if TOMBSTONE.exists():
+        aside = ETCD_DIR.rename(ETCD_DIR.with_name(f"etcd-old-{int(time.time())}"))
+        say(f"tombstone file has been detected, removing data dir to rejoin the cluster: {aside}")
+
+
 def start_datastore(config: dict[str, Any], token: str) -> bool:
-    """Start, join or create the embedded etcd as k3s decides; False if a join is refused."""
-    if WAL.is_dir():
+    """Start, join or create the embedded etcd as k3s decides; False if a join is refused
+    or the member was removed. Its store, not its WAL, says whether it holds a datastore:
+    the restore section's `etcd_start`, run before, makes a new member's WAL and name."""
+    if STORE.exists():
         store = json.loads(STORE.read_text())
+        if store["member"] not in store["members"]:
+            TOMBSTONE.write_bytes(b"")
+            say(f"etcd: member {store['member']} has been removed from the cluster; tombstone "
+                "written: restart k3s to rejoin the cluster")
+            return False
         say(f"etcd: starting member {store['member']} of cluster {store['cluster']} from its "
             f"datastore ({len(store['keys'])} keys); cluster-init and server ignored")
         return True
@@ -334,7 +354,7 @@ def cluster_reset(arguments: list[str]) -> int:
         record(f"etcd: restoring snapshot {path} (sha256 {digest})")
         if ETCD.exists():
             ETCD.rename(DB / f"etcd-old-{int(time.time())}")
-    _reset_member(config)
+    _new_member(str(config["node-name"]))
     RESTORED.write_text(digest)
     RESET_FLAG.touch()
     record("Managed etcd cluster membership has been reset, restart without --cluster-reset "
@@ -343,10 +363,16 @@ def cluster_reset(arguments: list[str]) -> int:
     return 0
 
 
-def _reset_member(config: dict[str, Any]) -> None:
-    """The reset member's data: a cluster of its own, this server its only member."""
-    member = member_name(config)
-    write_store({"cluster": uuid.uuid4().hex, "member": member, "members": [member], "keys": {}})
+def _new_member(node: str, started: bool = True) -> str:
+    """A fresh member's data: its name (node name and 8 hex digits), written by k3s before
+    etcd starts (`Register`, `setName`), and its WAL directory once etcd has `started`: a
+    server whose join is refused has none (the datastore section writes it on a join)."""
+    if started:
+        (ETCD / "member" / "wal").mkdir(parents=True, exist_ok=True)
+    ETCD.mkdir(parents=True, exist_ok=True)
+    name = f"{node}-{os.urandom(4).hex()}"
+    (ETCD / "name").write_text(name)
+    return name
 
 
 def etcd_start(config: dict[str, Any]) -> None:
@@ -354,16 +380,14 @@ def etcd_start(config: dict[str, Any]) -> None:
     normal start does), its own member data (a WAL), or nothing: then a new member."""
     if RESET_FLAG.exists():
         RESET_FLAG.unlink()
-        member = json.loads(STORE.read_text())["member"]
-        say(f"etcd: the reset member {member}, restored from "
+        say(f"etcd: the reset member {(ETCD / 'name').read_text()}, restored from "
             f"{RESTORED.read_text() or 'no snapshot'}; reset-flag removed")  # fmt: skip
-    elif WAL.is_dir():
-        member = json.loads(STORE.read_text())["member"]
-        say(f"etcd: existing member data: restarting as {member}")
+    elif (ETCD / "member" / "wal").is_dir():
+        say(f"etcd: existing member data: restarting as {(ETCD / 'name').read_text()}")
     else:
-        # Its data comes next (start_datastore): a new cluster's, or a joining member's.
         role = "a new cluster" if config.get("cluster-init") is True else "a new member"
-        say(f"etcd: no member data: starting as {role}")
+        name = _new_member(str(config["node-name"]), started=False)
+        say(f"etcd: no member data: starting as {role}, {name}")
 
 
 def main(arguments: list[str]) -> int:
@@ -373,6 +397,7 @@ def main(arguments: list[str]) -> int:
     config = load_config()
     say(f"{PRIVATE_INTERFACE} addresses at start: {' '.join(private_addresses()) or 'none'}")
     if arguments[:1] == ["server"]:
+        set_aside_removed()
         etcd_start(config)
         return serve(config)
     if arguments[:1] == ["agent"]:

@@ -1,6 +1,7 @@
 """The control plane's datastore across a re-created server (issue 22), booted: an older
 server's SQLite datastore moves into etcd with nothing lost, and a first control plane with a
-blank volume joins the cluster its peers run instead of starting a second one."""
+blank volume, or with the datastore of a member the cluster removed, joins the cluster its
+peers run instead of starting a second one."""
 
 from __future__ import annotations
 
@@ -105,8 +106,11 @@ def test_a_first_control_plane_with_a_blank_volume_joins_the_running_cluster(
     assert "etcd: cluster-init, starting a new cluster" not in log
     assert not [m for m in log if m.startswith("etcd: cluster ")]
     assert _store(first)["cluster"] == RUNNING_CLUSTER
-    (decision,) = _messages(first, "raya-k3s-datastore")
-    assert "holds no datastore and 10.0.1.1" in decision
+    # Decided before each start of k3s, each time a join: the volume stays blank until k3s
+    # has joined; the drop-in is the last decision's.
+    decisions = _messages(first, "raya-k3s-datastore")
+    assert all("holds no datastore and 10.0.1.1" in d for d in decisions), decisions
+    decision = decisions[-1]
     peer = decision.split(" and ")[1].split()[0]
     assert peer in ("10.0.1.11", "10.0.1.12"), decision
     assert f"k3s joins it (server: https://{peer}:6443) instead of starting a new one" in decision
@@ -121,6 +125,7 @@ def test_a_first_control_plane_with_a_blank_volume_joins_the_running_cluster(
     refusal = "etcd: ETCD join failed: duplicate node name found, please use a unique name " \
         "for this node"
     assert refusal in log and len(joins) >= 2
+    assert len(decisions) >= 2
     store = _store(first)
     assert store["cluster"] == RUNNING_CLUSTER
     assert store["keys"] == RUNNING_KEYS
@@ -134,4 +139,41 @@ def test_a_first_control_plane_with_a_blank_volume_joins_the_running_cluster(
     assert dropin.endswith(f'cluster-init: false\ntoken: "{token}"\n'
                            f'server: "https://{peer}:6443"\n')  # fmt: skip
     assert (first.root / JOIN_DROPIN).stat().st_mode & 0o777 == 0o600
+    assert first.state["failed"] == []
+
+
+def test_a_first_control_plane_removed_from_etcd_rejoins_at_its_next_start(
+    boots: DatastoreBoots,
+) -> None:
+    """Its volume holds its member, which the cluster removed: k3s starts etcd from it, finds
+    itself removed, writes the tombstone and stops; before k3s' next start the guard takes
+    the tombstone for a blank volume and joins control-plane-1, where cluster-init alone
+    would have started a second cluster."""
+    first = boots.tombstone["control-plane"]
+    decisions = _messages(first, "raya-k3s-datastore")
+    assert len(decisions) == 2, decisions
+    assert "holds a datastore: k3s starts from it as configured" in decisions[0]
+    assert (
+        "holds the etcd datastore of a member removed from the cluster "
+        "(/var/lib/rancher/k3s/server/db/etcd/tombstone) and 10.0.1.11 serves this cluster: "
+        "k3s joins it (server: https://10.0.1.11:6443) instead of starting a new one"
+    ) in decisions[1]
+    log = _messages(first, "k3s")
+    removed = (f"etcd: member {OLD_MEMBER} has been removed from the cluster; tombstone "
+               "written: restart k3s to rejoin the cluster")  # fmt: skip
+    aside = [m for m in log if m.startswith("tombstone file has been detected")]
+    assert removed in log and len(aside) == 1
+    assert "etcd: cluster-init, starting a new cluster" not in log
+    store = _store(first)
+    member = str(store["member"])
+    assert member.startswith("control-plane-") and member != OLD_MEMBER
+    assert log.index(removed) < log.index(aside[0]) < log.index(
+        f"etcd: member {member} joined cluster {RUNNING_CLUSTER} (25 keys)"
+    )
+    assert store["cluster"] == RUNNING_CLUSTER
+    assert store["keys"] == RUNNING_KEYS
+    assert store["members"] == [*RUNNING_MEMBERS[1:], member]
+    # The old data dir, set aside by k3s, still on the volume.
+    assert first.volume is not None
+    assert any(path.startswith("db/etcd-old-") for path in first.volume.files())
     assert first.state["failed"] == []

@@ -102,7 +102,6 @@ def test_a_control_plane_without_its_volume_is_refused(cluster: Cluster) -> None
 
 
 
-DATASTORE_UNIT = "raya-k3s-datastore.service"
 DATASTORE_SCRIPT = "/usr/local/bin/raya-k3s-datastore"
 JOIN_CONFIG = "/etc/rancher/k3s/raya-join.yaml"
 
@@ -113,12 +112,13 @@ def units(node: RenderedNode) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("count", [1, 3, 5])
-def test_the_first_control_plane_decides_to_start_or_join_before_k3s(
+def test_the_first_control_plane_decides_to_start_or_join_before_each_start_of_k3s(
     cluster: Cluster, count: int
 ) -> None:
     """Only the first, whose config says cluster-init, carries the decision; the same at every
     size: it asks the four other addresses of the control plane block (10.0.1.11 to .14),
-    and joins with the full server token."""
+    and joins with the full server token. It runs before every start of k3s, not once a
+    boot: k3s exits when etcd finds its member removed, and starts afresh the next time."""
     grown = sized(cluster, count)
     rendered, secrets = render(grown)
     ca_hash = hashlib.sha256(secrets.server_ca.cert_pem.encode()).hexdigest()
@@ -128,16 +128,20 @@ def test_the_first_control_plane_decides_to_start_or_join_before_k3s(
         "cluster-init": False,
         "token": f"K10{ca_hash}::server:{secrets.join_secret}",
     }
-    decide = units(first)[DATASTORE_UNIT]
-    (command,) = [line for line in decide.splitlines() if line.startswith("ExecStart=")]
+    k3s = units(first)["k3s.service"].splitlines()
+    (command,) = [line for line in k3s if line.startswith(f"ExecStartPre={DATASTORE_SCRIPT} ")]
     assert command.split()[1:] == [
         "/var/lib/rancher/k3s/server", JOIN_CONFIG,
         "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml",
         "10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.14",
     ]  # fmt: skip
-    k3s = units(first)["k3s.service"].splitlines()
-    assert f"Requires={DATASTORE_UNIT}" in k3s and f"After={DATASTORE_UNIT}" in k3s
+    # After the volume's mount and seeding, with the network, and restarted when it fails.
+    assert {
+        "RequiresMountsFor=/var/lib/rancher/k3s/server", "After=network-online.target",
+        "Restart=always",
+    } <= set(k3s)  # fmt: skip
+    assert not any("raya-k3s-datastore" in name for name in units(first))
     for node in [*grown.control_planes[1:], *grown.agents]:
-        assert DATASTORE_UNIT not in units(rendered[node.name])
+        assert DATASTORE_SCRIPT not in "".join(units(rendered[node.name]).values())
         files = ignition_files(rendered[node.name].ignition)
         assert {JOIN_CONFIG, DATASTORE_SCRIPT}.isdisjoint(files)

@@ -2,7 +2,11 @@
 join config as its config carries them, run for real in a network namespace of its own where
 k3s-like servers listen on the other control planes' addresses: a volume holding a datastore
 starts k3s as configured without asking anyone; a blank one joins a peer serving the
-cluster's CA, and never one serving another CA; with no peer, k3s starts the cluster.
+cluster's CA, and never one serving another CA; with no peer, k3s starts the cluster. An etcd
+member the cluster removed (etcd wrote `db/etcd/tombstone`: k3s sets its datastore aside at
+its next start) is a blank volume to k3s: it joins a peer too, and with none k3s does not
+start at all. It runs before every start of k3s (`ExecStartPre=`, tests/nodes/
+test_control_planes.py), so it sees the tombstone written while k3s ran.
 
 Booted with the units around it, and the stand-in k3s, in tests/boot/test_datastore.py."""
 
@@ -68,13 +72,16 @@ def node(cluster: Cluster, secrets: ClusterSecrets, tmp_path: Path) -> Path:
 
 def decide(namespace: str, folder: Path) -> str:
     """Run the script in `namespace`; what it printed."""
-    result = subprocess.run(
+    return run(namespace, folder, check=True).stdout
+
+
+def run(namespace: str, folder: Path, check: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["ip", "netns", "exec", namespace, "bash", str(folder / "raya-k3s-datastore"),
          str(folder / "server"), str(folder / "raya-join.yaml"), str(folder / "40-join.yaml"),
          *PEERS],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True, text=True, check=check, timeout=120,
     )  # fmt: skip
-    return result.stdout
 
 
 @contextlib.contextmanager
@@ -134,4 +141,49 @@ def test_a_blank_volume_without_a_peer_starts_the_cluster(
         printed = decide(namespace, node)
     assert "holds no datastore and no other control plane answers" in printed
     assert "k3s starts a new cluster (cluster-init)" in printed
+    assert not (node / "40-join.yaml").exists()
+
+
+def removed_member(node: Path) -> None:
+    """An etcd member's data dir (its WAL, its name) with the tombstone etcd writes once it
+    finds its member removed: `<data dir>/db/etcd/tombstone` (k3s pkg/daemons/executor,
+    `ETCD`: `filepath.Join(args.DataDir, "tombstone")`, the etcd data dir being `DBDir`,
+    `<data dir>/db/etcd`; pkg/etcd/etcd.go, `Register`, looks for it there)."""
+    etcd = node / "server/db/etcd"
+    (etcd / "member/wal").mkdir(parents=True)
+    (etcd / "name").write_text("control-plane-3f2a9c1d")
+    (etcd / "tombstone").write_bytes(b"")
+
+
+def test_a_removed_member_joins_a_peer_instead_of_starting_a_second_cluster(
+    namespace: str, node: Path, secrets: ClusterSecrets
+) -> None:
+    """Its WAL is there, but k3s will set it aside: without `server:` it would start a new
+    cluster from cluster-init."""
+    removed_member(node)
+    with serving(namespace, PEERS[1], secrets.server_ca, node):
+        printed = decide(namespace, node)
+    assert (
+        f"holds the etcd datastore of a member removed from the cluster "
+        f"({node}/server/db/etcd/tombstone) and 10.0.1.12 serves this cluster: k3s joins it"
+    ) in printed
+    assert yaml.safe_load((node / "40-join.yaml").read_text()) == {
+        **yaml.safe_load((node / "raya-join.yaml").read_text()),
+        "server": "https://10.0.1.12:6443",
+    }
+
+
+def test_a_removed_member_without_a_peer_does_not_start_k3s(
+    namespace: str, node: Path, secrets: ClusterSecrets
+) -> None:
+    """Its peers removed it, so they run the cluster: starting one here would split it. The
+    script fails, so k3s does not start (and systemd runs it again, `Restart=always`)."""
+    removed_member(node)
+    other = generate_example_secrets(["control-plane"]).server_ca
+    with serving(namespace, PEERS[0], other, node):
+        result = run(namespace, node, check=False)
+    assert result.returncode == 1
+    assert "no other control plane answers" in result.stderr
+    assert "k3s does not start, rather than start a second cluster" in result.stderr
+    assert result.stdout == ""
     assert not (node / "40-join.yaml").exists()

@@ -67,7 +67,6 @@ VOLUME_UNITS = (
     DEVICE_UNIT,
 )
 LOCAL_PATH_UNIT = "raya-local-path.service"  # the control plane's: ordered after k3s
-DATASTORE_UNIT = "raya-k3s-datastore.service"  # the first control plane's: before k3s
 
 
 def _apply(node: RenderedNode, stack: contextlib.ExitStack) -> Path:
@@ -292,7 +291,7 @@ def test_systemd_accepts_every_unit(
         prepare_for_systemd(copy, IMAGE_EXECUTABLES)
         units = _unit_names(rendered[name])
         k3s = "k3s.service" if name == "control-plane" else "k3s-agent.service"
-        control_plane = [*VOLUME_UNITS, DATASTORE_UNIT, k3s, LOCAL_PATH_UNIT]
+        control_plane = [*VOLUME_UNITS, k3s, LOCAL_PATH_UNIT]
         own = control_plane if name == "control-plane" else [k3s]
         assert sorted(units) == sorted([*NODE_UNITS, *own]), name
         result = systemd_verify(copy, units)

@@ -678,8 +678,10 @@ def kubernetes_api(
 #   its member removed (`RemovePeer`); `pkg/daemons/executor/embed.go`, `ETCD`: a server
 #   whose member was removed writes a `tombstone`, and on its next start (`Register`) k3s
 #   moves its data directory aside, takes a new name and joins again as a learner through its
-#   `server:`. The first control plane has no `server:` but `cluster-init`: it starts a cluster
-#   of its own, whose API this one never sees.
+#   `server:`. The first control plane has no `server:` but `cluster-init`: without raya's
+#   datastore guard before each k3s start (`raya-k3s-datastore`, which takes a `tombstone` for
+#   a blank datastore and joins through a peer: tests/nodes/test_datastore_guard.py) it starts
+#   a cluster of its own, whose API this one never sees.
 # - The `kubernetes` EndpointSlice in `default` lists each API server's advertise address
 #   (k3s' `advertise-address`: raya's private address) while its lease lives
 #   (kubernetes/kubernetes `pkg/controlplane/reconcilers/lease.go`, `ReconcileEndpoints`;
@@ -716,7 +718,9 @@ class Etcd:
     their addresses, and the `EtcdIsVoter` condition the leader last wrote on each node.
     `cloud_controller`: a node whose server is gone is deleted once it is not Ready, as
     Hetzner's cloud controller does (k8s.io/cloud-provider `CloudNodeLifecycleController`:
-    the node's provider ID names a server that no longer exists)."""
+    the node's provider ID names a server that no longer exists). `guard`: the first control
+    plane's datastore guard runs before each k3s start and joins it through a peer like the
+    others (raya's nodes since issue 22); False: a node without it, which splits."""
 
     addresses: dict[str, str]  # node -> private address (member address, API advertise)
     members: dict[str, Member] = field(default_factory=dict)
@@ -724,6 +728,7 @@ class Etcd:
     cluster_init: str = "control-plane"  # the server whose config has no `server:`
     catch_up: float = 20.0  # a learner's time to catch up with the leader's log
     cloud_controller: bool = False
+    guard: bool = True
     last_tick: float = 0.0
     stopped: dict[str, float] = field(default_factory=dict)  # node -> when its API went away
     split: set[str] = field(default_factory=set)  # started a cluster of its own
@@ -767,7 +772,8 @@ class Etcd:
             del self.members[node]
             cluster.events.append((cluster.clock(), f"etcd: {node}'s member removed"))
             machine = cluster.machines.get(node)
-            if node == self.cluster_init and machine is not None and not machine.running:
+            alone = node == self.cluster_init and not self.guard  # no `server:` to join
+            if alone and machine is not None and not machine.running:
                 self.split.add(node)  # its next start makes a cluster of its own
                 machine.comes_up = False  # ... whose API this one is not
 

@@ -75,8 +75,6 @@ CERTS_RANDOM_DELAY = "15min"
 # among the auto-deploy manifests.
 SNAPSHOT_SECRET = "raya-etcd-s3"
 SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
-# Decides, before k3s on the first control plane, whether it starts the cluster or joins it.
-DATASTORE_UNIT = "raya-k3s-datastore.service"
 MAX_CONTROL_PLANES = max(CONTROL_PLANE_COUNTS)
 
 
@@ -245,14 +243,14 @@ def _context(
                 "command": "server",
                 "restart_sec": "5s",
                 "volume": True,
-                "datastore_unit": DATASTORE_UNIT if first else None,
+                "datastore": first,
             },
-            # The first control plane's decision, when its volume holds no datastore, between
-            # starting the cluster and joining the one its peers run (raya-k3s-datastore.sh).
+            # The first control plane's decision, before each start of k3s, when its volume
+            # holds no datastore (or one k3s sets aside) between starting the cluster and
+            # joining the one its peers run (raya-k3s-datastore.sh).
             # At every size the same (the peers are the control plane block's other
             # addresses, whatever the count), so growing never changes the first's config.
             "datastore": {
-                "unit": DATASTORE_UNIT,
                 "script": "/usr/local/bin/raya-k3s-datastore",
                 "join": "/etc/rancher/k3s/raya-join.yaml",
                 "dropin": "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml",
@@ -338,7 +336,7 @@ def _context(
             "command": "agent",
             "restart_sec": "10s",
             "volume": False,
-            "datastore_unit": None,
+            "datastore": False,
         },
         "server_url": registration,
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),

@@ -6,8 +6,10 @@ server is replaced (its volume keeps the datastore), and nothing else starts unt
 answers again, trusted through the cluster's CA, the control plane is back from a new boot,
 Ready, and every node is Ready. With several control planes they go one at a time, each only
 while every other one is Ready and a voting etcd member (`raya.operate.etcd`: so that etcd
-keeps its quorum while it is gone), and the next only once it is back as a voting member,
-the same member from its volume. Then each agent is cordoned, drained through the Kubernetes API
+keeps its quorum while it is gone), and the next only once it is back as a voting member:
+the same member from its volume, or a new one when k3s removed its member while it was gone
+(then its data comes from its peers, and the roll says so).
+Then each agent is cordoned, drained through the Kubernetes API
 (evictions, which honour PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data
 goes with the node: what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until
 its pods are gone, not merely accepted for eviction (an evicted pod stays Terminating for its
@@ -339,11 +341,14 @@ class Roll(Drain):
                 )
 
     def wait_member(self, before: etcd.Member) -> None:
-        """Until the node's `EtcdIsVoter` condition is True again, then insist on the same
-        member name: a new one means the datastore on its volume was not used. This runs once
-        the node is back from a new boot: its server was gone far longer than the 15 s
-        between two writes of the condition by k3s' etcd leader, which marked it Unhealthy
-        meanwhile, so a True is the leader's word on the new server."""
+        """Until the node's `EtcdIsVoter` condition is True again. This runs once the node is
+        back from a new boot: its server was gone far longer than the 15 s between two writes
+        of the condition by k3s' etcd leader, which marked it Unhealthy meanwhile, so a True
+        is the leader's word on the new server. A new member name is no reason to stop: k3s
+        set the datastore on the volume aside (its member was removed while the server was
+        gone: Hetzner's cloud controller deletes the node of a deleted server, and k3s the
+        member of a deleted node) and joined it again through `server:`; as a voter it holds
+        the cluster's data from its peers, which kept their quorum (`check_quorum`)."""
         name = before.node
         deadline = self.clock.now() + self.ready_timeout
         while True:
@@ -360,12 +365,13 @@ class Roll(Drain):
                 )
             self.clock.sleep(POLL)
         if before.name and found.name != before.name:
-            raise RollError(
-                f"rejoined etcd as a new member {found.name}, not as {before.name} from its "
-                "volume: its datastore was set aside; check `raya status` before rolling "
-                "another control plane"
+            self.say(
+                f"{name}: rejoined etcd as a new member ({before.name} -> {found.name}): its "
+                "member was removed while its server was gone, so k3s set the datastore on its "
+                "volume aside; it is a voter with the cluster's data from its peers"
             )
-        self.say(f"{name}: back as the voting etcd member {found.name}")
+        else:
+            self.say(f"{name}: back as the voting etcd member {found.name}")
 
     def wait_ready(self, name: str, previous_boot: str) -> None:
         """Until the node has registered from a new boot (its boot ID changed), Ready, on the
