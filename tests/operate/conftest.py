@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate.s3 import s3_server
 
 
@@ -14,3 +16,9 @@ def s3() -> Iterator[str]:
     """A real S3 implementation on 127.0.0.1 (moto's server): its `host:port`."""
     with s3_server() as address:
         yield address
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Run:
+    """The example deployed once per module under the program mocks: outputs and resources."""
+    return run(provider_mocks())

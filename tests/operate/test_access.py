@@ -24,7 +24,6 @@ from raya.commands import access
 from raya.errors import DeployError, RayaError
 from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import provider_mocks, run
 from tests.nodes.k3s_join import serving_certificate
 from tests.support import require_tool
 
@@ -36,11 +35,6 @@ OTHER = {
     "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}],
     "current-context": "work",
 }
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 @pytest.fixture

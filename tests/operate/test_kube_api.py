@@ -16,18 +16,12 @@ from urllib3.exceptions import MaxRetryError
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
 
 
 class Time:
     def __init__(self) -> None:
         self.now = 0.0
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from raya.nodes.identity import CertificateAuthority, generate_example_secrets
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, run, user_data
+from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, user_data
 from tests.operate import kube_api as ka
 
 NAME = "cp.raya.example.com"
@@ -45,11 +45,6 @@ def _list_nodes(document: dict[str, Any], url: str) -> Any:
         return k8s.CoreV1Api(api).list_node(_request_timeout=5)
     finally:
         api.close()
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 def test_kubeconfig_is_a_secret_output_for_the_control_planes_name(deployed: Run) -> None:

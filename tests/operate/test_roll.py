@@ -21,7 +21,7 @@ from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
 
 PIN = PINS.k3s.version
@@ -39,11 +39,6 @@ class Clock(rl.Clock):
 
     def _sleep(self, seconds: float) -> None:
         self.t += seconds
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 @pytest.fixture

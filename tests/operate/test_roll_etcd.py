@@ -15,7 +15,6 @@ import pytest
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
 from tests.operate.test_roll import OLD, PIN, Clock, Replacer, roller
 
@@ -27,11 +26,6 @@ CONTROL_PLANES = {
     "control-plane-2": "10.0.1.12",
 }
 NODES = [*CONTROL_PLANES, "agent-0"]
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from raya.nodes.identity import CertificateAuthority, generate_example_secrets
 from raya.operate import status as st
 from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
 from tests.operate.s3 import client, k3s_upload
 from tests.support import Respond, http_server, routes
@@ -35,11 +35,6 @@ VERSION = PINS.k3s.version
 LABELS = snapshot_labels(PINS, "raya")
 NAMES = ("control-plane", "agent-0", "agent-1", "agent-2")
 NAME = "cp.raya.example.com"  # the API's name in the kubeconfig, k3s' tls-san
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 def _authority(result: Run, name: str) -> CertificateAuthority:

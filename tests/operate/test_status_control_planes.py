@@ -7,14 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import status as st
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_control_planes import run as run_sized
 from tests.cloud.program.test_control_planes import sized
-from tests.cloud.program.test_program import PINS, provider_mocks, run
+from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
 from tests.operate.test_status import _healthy_facts
 
@@ -44,11 +42,6 @@ CONTROL_PLANES = {
     "control-plane-1": "10.0.1.11",
     "control-plane-2": "10.0.1.12",
 }
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Run:
-    return run(provider_mocks())
 
 
 def _report(deployed: Run, state: ka.Cluster, folder: Path) -> dict[str, st.Check]:
