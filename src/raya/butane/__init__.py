@@ -79,13 +79,11 @@ class Result(NamedTuple):
 
 def translate(text: str, files_dir: Path | None = None) -> Result:
     """The Ignition config as a dict plus every diagnostic (warnings do not stop it)."""
-    try:
-        root = compose(text)
-    except YamlSyntaxError as error:
-        return Result(None, [error.diagnostic])
     translator = Walker(files_dir)
     try:
-        config = translator.config(root)
+        config = translator.config(compose(text))
+    except YamlSyntaxError as error:
+        return Result(None, [error.diagnostic])
     except RecursionError:  # an alias that contains itself, or absurd nesting
         return Result(None, [Diagnostic("error", (), 0, 0, "YAML nested too deeply (or an "
                                         "alias refers to itself)")])

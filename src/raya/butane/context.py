@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from raya.butane.blockyaml import Node
 from raya.butane.dataurl import make_data_url
-from raya.butane.source import Diagnostic, Node, Path, json_path, position, width
+from raya.butane.source import Diagnostic, Path, json_path, position, width
 
 if TYPE_CHECKING:
     from pathlib import Path as FsPath

@@ -13,16 +13,14 @@ import json
 import re
 from typing import Any
 
-import yaml
-
+from raya.butane.blockyaml import IMPLICIT, MappingNode, Mark, Node, ScalarNode, SequenceNode
 from raya.butane.schema import CONFIG, Kind, ListOf, Obj
-from raya.butane.source import IMPLICIT, Node
 
 _STR_TAG = "tag:yaml.org,2002:str"
 # Ignition's Ignition.Semver: coreos/go-semver's major.minor.patch[-pre][+build].
 _SEMVER = re.compile(r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?")
 # Where Butane cannot place a finding of the embedded config in the YAML: line 1, column 1.
-_MARK = yaml.Mark("<inline>", 0, 0, 0, "", 0)
+_MARK = Mark(0, 0)
 
 
 class NotAConfig(ValueError):
@@ -53,19 +51,19 @@ def _node(value: Any, kind: Kind, *, minor: int) -> Node:
         pairs = [(_scalar(f.key), _node(item, f.kind, minor=minor))
                  for key, item in value.items()
                  if (f := fields.get(key)) is not None and item is not None]
-        return yaml.MappingNode(IMPLICIT, pairs, _MARK, _MARK)
+        return MappingNode(IMPLICIT, pairs, _MARK, _MARK)
     if isinstance(kind, ListOf):
         if not isinstance(value, list):
             raise NotAConfig(f"cannot unmarshal {_json_type(value)} into a list")
         # encoding/json leaves a null item at its zero value: "" or an empty object.
-        return yaml.SequenceNode(IMPLICIT, [_node(_zero(item, kind.item), kind.item, minor=minor)
+        return SequenceNode(IMPLICIT, [_node(_zero(item, kind.item), kind.item, minor=minor)
                                       for item in value], _MARK, _MARK)
     expected = {"str": str, "int": int, "bool": bool}[kind]
     if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
         raise NotAConfig(f"cannot unmarshal {_json_type(value)} into {kind}")
     if isinstance(value, str):
         return _scalar(value)
-    return yaml.ScalarNode(IMPLICIT, json.dumps(value), _MARK, _MARK)
+    return ScalarNode(IMPLICIT, json.dumps(value), _MARK, _MARK)
 
 
 def _zero(value: Any, kind: Kind) -> Any:
@@ -75,8 +73,8 @@ def _zero(value: Any, kind: Kind) -> Any:
         "str": "", "int": 0, "bool": False}[kind]
 
 
-def _scalar(text: str) -> yaml.ScalarNode:
-    return yaml.ScalarNode(_STR_TAG, text, _MARK, _MARK)
+def _scalar(text: str) -> ScalarNode:
+    return ScalarNode(_STR_TAG, text, _MARK, _MARK)
 
 
 def _json_type(value: Any) -> str:

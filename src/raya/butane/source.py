@@ -1,4 +1,4 @@
-"""The Butane YAML as PyYAML nodes, read with go-yaml v3's typing rules.
+"""The Butane YAML as nodes, read with go-yaml v3's typing rules.
 
 Butane decodes YAML with go-yaml v3 into typed Go structs, so a scalar's meaning
 depends on the field it lands in, not on YAML 1.1's implicit tags. We therefore
@@ -11,10 +11,9 @@ import base64
 import re
 from typing import NamedTuple, TypeAlias
 
-import yaml
+from raya.butane.blockyaml import IMPLICIT, MappingNode, Node, ScalarNode, SequenceNode, read
 
 Path: TypeAlias = tuple[str | int, ...]
-Node: TypeAlias = yaml.Node
 
 # How go-yaml v3 types a scalar (resolve.go, and decode.go's `scalar`): the YAML 1.2 core
 # schema for plain scalars, quoted (or `!!str`) scalars are strings, `!!binary` is base64.
@@ -36,48 +35,10 @@ _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?")
 # resolve.go's resolveTable: only a scalar starting with one of these can be other than a str.
 _HINTS = frozenset("+-0123456789.yYnNtTfFoO~")
-# No tag written: composed nodes carry this, so an explicit `!!str` stays distinguishable.
-IMPLICIT = ""
 
 
 class Undecodable(Exception):
     """A scalar go-yaml refuses outright (bad `!!binary`, `!!int abc`)."""
-
-
-class _Untyped(yaml.resolver.BaseResolver):
-    """No implicit typing: go-yaml's rules are applied per field, later."""
-
-    def descend_resolver(self, current_node: object, current_index: object) -> None:
-        pass
-
-    def ascend_resolver(self) -> None:
-        pass
-
-    def resolve(self, kind: type, value: object, implicit: object) -> str:
-        return IMPLICIT
-
-
-try:  # libyaml is several times faster; both report the same marks
-    from yaml._yaml import CParser
-
-    class _Loader(CParser, _Untyped):
-        def __init__(self, stream: str) -> None:
-            CParser.__init__(self, stream)
-            _Untyped.__init__(self)
-
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.composer import Composer
-    from yaml.parser import Parser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _Loader(Reader, Scanner, Parser, Composer, _Untyped):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            Parser.__init__(self)
-            Composer.__init__(self)
-            _Untyped.__init__(self)
 
 
 class Diagnostic(NamedTuple):
@@ -107,47 +68,27 @@ class YamlSyntaxError(Exception):
 
 
 def compose(text: str) -> Node | None:
-    """The document's root node (None for an empty document)."""
-    try:
-        loader = _Loader(text)
-        try:
-            # Like go-yaml's Unmarshal: the first document; later ones are never read.
-            return loader.get_node() if loader.check_node() else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as error:
-        line, column = _go_yaml_line(error)
-        problem = " ".join(filter(None, (error.context, error.problem)))
-        raise YamlSyntaxError(
-            Diagnostic("error", (), line, column, f"invalid YAML: {problem}")
-        ) from error
-    except yaml.YAMLError as error:
-        raise YamlSyntaxError(Diagnostic("error", (), 0, 0, f"invalid YAML: {error}")) from error
+    """The document's root node (None for an empty document). Block-style YAML such as
+    node configs is read by blockyaml; anything else by PyYAML (imported only then)."""
+    root = read(text)
+    if root is not None:
+        return root
+    from raya.butane.fullyaml import compose as compose_any
 
-
-def _go_yaml_line(error: yaml.MarkedYAMLError) -> tuple[int, int]:
-    """The line go-yaml names for a syntax error (yaml.go `parser.fail`): the context
-    mark's 0-based line if there is one, else the problem mark's, plus one for scanner
-    errors only. So a parser error names the line before its context, as Butane prints."""
-    scanner = isinstance(error, yaml.scanner.ScannerError)
-    for mark in (error.context_mark, error.problem_mark):
-        if mark is not None and mark.line != 0:
-            return mark.line + scanner, mark.column + 1
-    mark = error.problem_mark or error.context_mark
-    return (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    return compose_any(text)
 
 
 def is_null(node: Node | None) -> bool:
     """Absent, `~`, `null` or empty: go-yaml leaves the Go field at its zero value."""
     if node is None:
         return True
-    if not isinstance(node, yaml.ScalarNode):
+    if not isinstance(node, ScalarNode):
         return False
     return node.tag == _NULL_TAG or (
         node.tag == IMPLICIT and not node.style and node.value in _NULL)
 
 
-def resolve(node: yaml.ScalarNode) -> object:
+def resolve(node: ScalarNode) -> object:
     """The value go-yaml v3 decodes a scalar to: None, bool, int, float, bytes or str.
 
     bytes come only from `!!binary`; a quoted or `!!str` scalar is always a str; an
@@ -220,16 +161,16 @@ def position(node: Node) -> tuple[int, int]:
 def width(node: Node, key: bool = False) -> int:
     """Characters to underline: a scalar's source text (plus ':' for a key)."""
     start, end = node.start_mark, node.end_mark
-    if isinstance(node, yaml.ScalarNode) and end.line == start.line:
+    if isinstance(node, ScalarNode) and end.line == start.line:
         return max(1, end.column - start.column) + (1 if key else 0)
-    if isinstance(node, yaml.MappingNode) and node.value:
+    if isinstance(node, MappingNode) and node.value:
         return width(node.value[0][0], key=True)
     return 1
 
 
 def describe(node: Node) -> str:
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, MappingNode):
         return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
+    if isinstance(node, SequenceNode):
         return "a list"
     return f"`{node.value}`"

@@ -11,9 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from raya.butane import checks, embedded, storage, units, urls
+from raya.butane.blockyaml import IMPLICIT, MappingNode, Node, ScalarNode, SequenceNode
 from raya.butane.context import IGNITION, SOURCE, TRANSLATE, Json, Translator
 from raya.butane.schema import (
     CONFIG,
@@ -23,9 +22,7 @@ from raya.butane.schema import (
     Obj,
 )
 from raya.butane.source import (
-    IMPLICIT,
     Diagnostic,
-    Node,
     Path,
     Undecodable,
     as_bool,
@@ -48,13 +45,13 @@ class Walker(Translator):
     """The walk over the YAML nodes, driven by schema.py's tables."""
 
     def config(self, root: Node | None) -> Json | None:
-        if root is not None and not isinstance(root, yaml.MappingNode):
+        if root is not None and not isinstance(root, MappingNode):
             self.undecodable(root, (), f"a Butane config must be a mapping, not {describe(root)}")
             return None
         fields: dict[str, Node] = {}
         if root is not None:
             self.nodes[()] = root
-            fields = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+            fields = {k.value: v for k, v in root.value if isinstance(k, ScalarNode)}
         variant = _scalar_text(fields.get("variant"))
         version = _scalar_text(fields.get("version"))
         # Butane picks its translator before decoding anything else, naming no JSON path.
@@ -81,7 +78,7 @@ class Walker(Translator):
         if is_null(node):
             return None
         assert node is not None
-        if not isinstance(node, yaml.ScalarNode):
+        if not isinstance(node, ScalarNode):
             self.undecodable(node, path, f"expected {_NAMES[kind]}, got {describe(node)}")
             return None
         if kind == "str" and node.tag == IMPLICIT:  # any untagged scalar is its text
@@ -114,7 +111,7 @@ class Walker(Translator):
             return None
         return found
 
-    def _text(self, node: yaml.ScalarNode, path: Path) -> str | None:
+    def _text(self, node: ScalarNode, path: Path) -> str | None:
         text: str = node.value
         if not text.isascii() and _SURROGATE.search(text):
             with self.during(SOURCE):
@@ -127,7 +124,7 @@ class Walker(Translator):
         if is_null(node):
             return None
         assert node is not None
-        if not isinstance(node, yaml.SequenceNode):
+        if not isinstance(node, SequenceNode):
             self.undecodable(node, path, f"expected a list, got {describe(node)}")
             return None
         items = []
@@ -156,7 +153,7 @@ class Walker(Translator):
                 # pass visits this one too.
                 self._not_a_mapping(spec, path)
             node_fields: dict[str, Node] = {}
-        elif not isinstance(node, yaml.MappingNode):
+        elif not isinstance(node, MappingNode):
             self.undecodable(node, path, f"expected a mapping ({spec.name}), got "
                              f"{describe(node)}")
             return {}
@@ -192,7 +189,7 @@ class Walker(Translator):
             self.report("warning", path, f"expected a mapping ({spec.name}) at "
                         f"{json_path(path)}, got null")
 
-    def _fields(self, spec: Obj, node: yaml.MappingNode, path: Path) -> dict[str, Node]:
+    def _fields(self, spec: Obj, node: MappingNode, path: Path) -> dict[str, Node]:
         known = spec.keys(self.minor)
         found: dict[str, Node] = {}
         entries = node.value
@@ -209,7 +206,7 @@ class Walker(Translator):
                         self.report("warning", path_key, "unused key <<", key=True)
             entries = _merged(node)
         for key_node, value_node in entries:
-            if not isinstance(key_node, yaml.ScalarNode):
+            if not isinstance(key_node, ScalarNode):
                 self.undecodable(key_node, path, "mapping keys must be strings")
                 continue
             key = key_node.value
@@ -247,37 +244,37 @@ def _zero(kind: Kind) -> Any:
     return {"str": "", "int": 0, "bool": False}[kind]
 
 
-def _merged(node: yaml.MappingNode) -> list[tuple[Node, Node]]:
+def _merged(node: MappingNode) -> list[tuple[Node, Node]]:
     """Entries with YAML merge keys (`<<: *anchor`) applied, as go-yaml applies them:
     the mapping's own keys win, then earlier merged mappings over later ones."""
     if not _has_merge_key(node):
         return node.value  # type: ignore[no-any-return]
     own = [(k, v) for k, v in node.value if not _is_merge(k)]
     sources = [v for k, v in node.value if _is_merge(k)]
-    seen = {k.value for k, _ in own if isinstance(k, yaml.ScalarNode)}
+    seen = {k.value for k, _ in own if isinstance(k, ScalarNode)}
     merged = []
     for source in sources:
-        for mapping in source.value if isinstance(source, yaml.SequenceNode) else [source]:
-            if not isinstance(mapping, yaml.MappingNode):
+        for mapping in source.value if isinstance(source, SequenceNode) else [source]:
+            if not isinstance(mapping, MappingNode):
                 continue
             for k, v in _merged(mapping):
-                if isinstance(k, yaml.ScalarNode) and k.value not in seen:
+                if isinstance(k, ScalarNode) and k.value not in seen:
                     seen.add(k.value)
                     merged.append((k, v))
     return merged + own
 
 
-def _has_merge_key(node: yaml.MappingNode) -> bool:
+def _has_merge_key(node: MappingNode) -> bool:
     """Whether any key reads `<<` (quoted or not: _merged and _is_merge tell them apart)."""
     return any(k.value == "<<" for k, _ in node.value)
 
 
 def _is_merge(key: Node) -> bool:
-    return isinstance(key, yaml.ScalarNode) and key.value == "<<" and not key.style
+    return isinstance(key, ScalarNode) and key.value == "<<" and not key.style
 
 
 def _scalar_text(node: Node | None) -> str | None:
-    if isinstance(node, yaml.ScalarNode) and not is_null(node):
+    if isinstance(node, ScalarNode) and not is_null(node):
         return str(node.value)
     return None
 
