@@ -8,10 +8,13 @@ Then, as processes (issue 26's target: CPU ratio <= 1.0), `raya butane --strict 
 against the real `butane --strict FILE` on the example control plane's config, in paired
 rounds (bench/processes.py): both figures and their ratio, measured here, never assumed.
 The real Butane is `--butane` (default: ../shared/tools/butane/butane beside the
-repository, else PATH); without one, no ratio is printed. Not part of the tests: CI has
-no real Butane.
+repository, else PATH); without one, no ratio is printed. With `--before SRC` (another
+checkout's `src`, e.g. /work/main/src), `raya butane` from those sources runs in the same
+rounds, so a change is measured against what it changes on the same busy machine. Not part
+of the tests: CI has no real Butane.
 
     .venv/bin/python bench/butane.py [--sets 10] [--rounds 9] [--butane PATH] [--pairs 21]
+                                     [--before SRC]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.processes
 
-from bench.processes import compile_raya, load, paired, ratios, spread
+from bench.processes import checkouts, load, paired, ratios, spread
 from raya.butane import ButaneDiagnostics, dataurl, transpile
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -83,21 +86,28 @@ def rate(texts: list[str], files_dir: Path | None, rounds: int) -> tuple[float, 
     return len(texts) / best_cpu, len(texts) / best_wall
 
 
-def as_processes(butane: str, config: str, pairs: int) -> None:
-    """`raya butane --strict FILE` against the real Butane, paired, CPU time."""
-    compile_raya()
+def as_processes(butane: str, config: str, pairs: int, before: Path | None) -> None:
+    """`raya butane --strict FILE` against the real Butane (and, with `before`, raya from
+    other sources), paired, CPU time."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "control-plane.bu"
         path.write_text(config)
-        before = load()
-        times = paired({"real butane": [butane, "--strict", str(path)],
-                        "raya butane": [RAYA, "butane", "--strict", str(path)]}, pairs)
+        commands = {"real butane": [butane, "--strict", str(path)]}
+        for label, prefix in checkouts(before).items():
+            commands[f"raya butane ({label})"] = [*prefix, RAYA, "butane", "--strict", str(path)]
+        start = load()
+        times = paired(commands, pairs)
     print(f"as processes, `--strict FILE` on the example control plane ({len(config):,} B), "
-          f"{pairs} paired rounds, CPU time (min median max); {before} before, {load()} after")
-    print(f"  real butane ({butane}) {spread(times['real butane'])}")
-    print(f"  raya butane {spread(times['raya butane'])}")
-    print(f"  raya / real butane: {ratios(times['raya butane'], times['real butane'])} "
-          "(paired ratios: min median max; target <= 1.0)")
+          f"{pairs} paired rounds, CPU time (min median max); {start} before, {load()} after")
+    real = times.pop("real butane")
+    print(f"  real butane ({butane}) {spread(real)}")
+    for label, seconds in times.items():
+        print(f"  {label} {spread(seconds)}")
+        print(f"    / real butane: {ratios(seconds, real)} (paired ratios: min median max; "
+              "target <= 1.0)")
+    if before is not None:
+        mine, theirs = times["raya butane (this tree)"], times["raya butane (before)"]
+        print(f"  this tree / before: {ratios(mine, theirs)} (paired ratios: min median max)")
 
 
 def main() -> None:
@@ -109,6 +119,8 @@ def main() -> None:
                         else shutil.which("butane"), help="the real butane binary to compare "
                         "with (default: ../shared/tools/butane/butane, else PATH)")
     parser.add_argument("--pairs", type=int, default=21, help="paired rounds as processes")
+    parser.add_argument("--before", type=Path, help="another checkout's src whose `raya "
+                        "butane` runs in the same rounds, e.g. /work/main/src")
     args = parser.parse_args()
 
     nodes = example_configs(args.sets)
@@ -126,7 +138,7 @@ def main() -> None:
     print(f"butane vectors raya transpiles: {len(texts)} cases, {vector_rate:,.0f} configs/s "
           "of CPU time (mostly small configs, some with local files)")
     if args.butane:
-        as_processes(args.butane, nodes[0], args.pairs)
+        as_processes(args.butane, nodes[0], args.pairs, args.before)
     else:
         print("real butane: not found (--butane, ../shared/tools/butane/butane or PATH); "
               "no process comparison")

@@ -62,10 +62,13 @@ class MappingNode(Node):
     __slots__ = ()
 
 
-# Characters libyaml reads as text outside the subset: \r, NEL, LS and PS are line breaks
-# in YAML 1.1, a BOM or control character or lone surrogate is refused or special.
-_ODD = re.compile("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
-                  "\U00010000-\U0010ffff]")
+# Characters outside the subset: \r, NEL, LS and PS are line breaks in YAML 1.1, a BOM,
+# control character or lone surrogate is refused or special. Node configs are ASCII: the
+# pattern for all of Unicode takes several milliseconds to compile, so only other text
+# pays for it.
+_ODD_ASCII = re.compile("[^\t\n\x20-\x7e]")
+_ODD_PATTERN = ("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
+                "\U00010000-\U0010ffff]")
 # A plain key and the colon and spaces after it (the value starts at the match's end).
 _KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./+-]*):(?: +|$)")
 # A plain scalar in a one-line flow collection: no indicator, quote, space or comment.
@@ -82,7 +85,8 @@ class _Unsure(Exception):
 def read(text: str) -> MappingNode | None:
     """The root mapping PyYAML would compose from `text`, or None if `text` is outside
     the subset this reader is sure of."""
-    if not text.endswith("\n") or _ODD.search(text):
+    odd = _ODD_ASCII if text.isascii() else re.compile(_ODD_PATTERN)  # re caches it
+    if not text.endswith("\n") or odd.search(text):
         return None
     lines = text.split("\n")[:-1]
     if any(line.startswith(("---", "...", "%")) for line in lines):
