@@ -93,7 +93,7 @@ class BlockPlan(NamedTuple):
             code = _LENGTH_CODE[length]
             dcode = bisect_right(_DIST_BASE, distance) - 1
             return (lit[257 + code] + _LSB[_LENGTH_EXTRA[code]][length - _LENGTH_BASE[code]]
-                    + off[dcode] + _LSB[_DIST_EXTRA[dcode]][distance - _DIST_BASE[dcode]])
+                    + off[dcode] + _lsb(distance - _DIST_BASE[dcode], _DIST_EXTRA[dcode]))
 
         parts += [lit[token] if token < _MATCH else match(token) for token in self.tokens]
         parts.append(lit[256])
@@ -133,7 +133,7 @@ def _member(data: bytes, blocks: list[BlockPlan]) -> Plan:
 
 def _lsb(value: int, bits: int) -> str:
     """`value` as `bits` bits, least significant first (how deflate sends numbers)."""
-    return _LSB[bits][value]
+    return _LSB[bits][value] if bits < _TABLE_BITS else _BINARY[bits](value)[::-1]
 
 
 def _bit_strings(widths: int, lsb_first: bool) -> list[list[str]]:
@@ -150,8 +150,11 @@ def _bit_strings(widths: int, lsb_first: bool) -> list[list[str]]:
     return rows
 
 
-# Every extra-bits value deflate can send (13 bits at most), precomputed: _LSB[bits][value].
-_LSB = _bit_strings(14, lsb_first=True)
+# Every value of up to 10 bits as its bit string, precomputed: _LSB[bits][value]. Extra
+# bits go up to 13, but the wider values (distances over 4096) are rare and formatted
+# when sent: building their 14,336 strings was most of goflate's import time.
+_TABLE_BITS = 11
+_LSB = _bit_strings(_TABLE_BITS, lsb_first=True)
 
 
 def _codes(lengths: list[int]) -> list[str]:
@@ -165,13 +168,13 @@ def _codes(lengths: list[int]) -> list[str]:
         bits = lengths[symbol]
         code <<= bits - previous
         previous = bits
-        codes[symbol] = _MSB[bits][code] if bits < len(_MSB) else _BINARY[bits](code)
+        codes[symbol] = _MSB[bits][code] if bits < _TABLE_BITS else _BINARY[bits](code)
         code += 1
     return codes
 
 
 # Every code of up to 10 bits as its string (longer ones are rare and formatted).
-_MSB = _bit_strings(11, lsb_first=False)
+_MSB = _bit_strings(_TABLE_BITS, lsb_first=False)
 _BINARY = [f"{{:0{bits}b}}".format for bits in range(16)]  # [0] is never used
 
 
