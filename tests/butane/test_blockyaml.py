@@ -219,8 +219,9 @@ def test_generated_block_yaml_is_read_as_pyyaml_reads_it(document: dict[str, Any
 
 def test_butane_on_a_node_config_imports_no_pyyaml(tmp_path: Path) -> None:
     """`raya butane --strict FILE` on a block-style config without findings runs without
-    importing PyYAML (about a third of the command's start-up otherwise); `sys.modules` of
-    a fresh interpreter is the witness, not a clock."""
+    importing PyYAML (about a third of the command's start-up otherwise), nor the modules
+    only other configs need (URLs a user wrote, inline merge configs, trees); `sys.modules`
+    of a fresh interpreter is the witness, not a clock."""
     config = tmp_path / "control-plane.bu"
     config.write_text(rendered_configs()[0])
     probe = ("import atexit, runpy, sys\n"
@@ -233,3 +234,6 @@ def test_butane_on_a_node_config_imports_no_pyyaml(tmp_path: Path) -> None:
     modules = done.stderr.rsplit("MODULES ", 1)[1].split()
     assert "raya.butane.translate" in modules  # the probe saw the transpiler run
     assert not [name for name in modules if name == "yaml" or name.startswith("yaml.")]
+    unneeded = {"raya.butane.fullyaml", "raya.butane.urls", "raya.butane.embedded",
+                "raya.butane.trees"}
+    assert unneeded.isdisjoint(modules), unneeded & set(modules)

@@ -6,7 +6,6 @@ import functools
 import posixpath
 from typing import Any
 
-from raya.butane import urls
 from raya.butane.context import IGNITION, SOURCE, Json, Translator
 from raya.butane.source import Path
 
@@ -29,6 +28,9 @@ def resource(t: Translator, out: Json, path: Path, *, check_source: bool = True)
             t.error((*path, "verification", "hash"),
                     "source must be specified if verification is specified")
     if source and check_source:  # validateURLNilOK: nil or "" is no URL to check
+        from raya.butane import urls  # only for a source the user wrote: a clean node
+        # config has none, and urls' patterns cost start-up time
+
         problem = urls.validate(source, t.minor)
         if problem:
             t.error((*path, "source"), problem)
@@ -51,6 +53,8 @@ def resource(t: Translator, out: Json, path: Path, *, check_source: bool = True)
 
 def _header_scheme(t: Translator, source: str | None, path: Path) -> None:
     """validateSchemeForHTTPHeaders: headers need an http(s) source."""
+    from raya.butane import urls  # rarely needed (see resource)
+
     try:
         scheme = urls.parse(source).scheme if source else None
     except ValueError:
@@ -70,6 +74,8 @@ def required_source(t: Translator, resources: list[Json], path: Path) -> None:
         if not source:
             t.error((*path, index), "source is required")
             continue
+        from raya.butane import urls  # rarely needed (see resource)
+
         problem = urls.validate(source, t.minor)
         if problem:
             t.error((*path, index), problem)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from raya.butane import checks, embedded, storage, units, urls
+from raya.butane import checks, storage, units
 from raya.butane.blockyaml import IMPLICIT, MappingNode, Node, ScalarNode, SequenceNode
 from raya.butane.context import IGNITION, SOURCE, TRANSLATE, Json, Translator
 from raya.butane.schema import (
@@ -32,7 +32,6 @@ from raya.butane.source import (
     position,
     resolve,
 )
-from raya.butane.trees import expand
 
 _NEWLINES = re.compile(r"\r?\n")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -307,6 +306,8 @@ def _embedded_config(t: Translator, text: str, path: Path) -> None:
     config: not JSON of Ignition's types is an error; another version than this fcos
     version's Ignition is a warning (and no validation); else Ignition validates it, and
     its findings are at the embedded config's own paths (see _place_embedded)."""
+    from raya.butane import embedded  # rarely needed: imported only then (start-up time)
+
     try:
         node, version = embedded.parse(text, t.minor)
     except embedded.NotAConfig as error:
@@ -340,6 +341,8 @@ def _directory(t: Translator, out: Json, path: Path) -> None:
 def _proxy(t: Translator, out: Json, path: Path) -> None:
     # Ignition's Proxy.Validate (proxy.go): http(s) URLs; plain http for HTTPS resources is
     # allowed but warned about.
+    from raya.butane import urls  # rarely needed: imported only then (start-up time)
+
     for key, field in (("httpProxy", "http_proxy"), ("httpsProxy", "https_proxy")):
         value = out.get(key)
         if value is None:
@@ -432,6 +435,8 @@ def _filesystem(t: Translator, out: Json, path: Path) -> None:
 def _storage(t: Translator, out: Json, path: Path) -> None:
     trees = out.pop("trees", None)
     if trees:
+        from raya.butane.trees import expand  # rarely needed: imported only then
+
         with t.during(TRANSLATE):
             expand(t, trees, out, path)
     storage.check(t, out, path)
