@@ -69,6 +69,8 @@ class MappingNode(Node):
 _ODD_ASCII = re.compile("[^\t\n\x20-\x7e]")
 _ODD_PATTERN = ("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
                 "\U00010000-\U0010ffff]")
+# A document marker or directive: where documents start and end is left to PyYAML.
+_MARKER = re.compile(r"^(?:---|\.\.\.|%)", re.MULTILINE)
 # A plain key and the colon and spaces after it (the value starts at the match's end).
 _KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./+-]*):(?: +|$)")
 # A plain scalar in a one-line flow collection: no indicator, quote, space or comment.
@@ -88,9 +90,9 @@ def read(text: str) -> MappingNode | None:
     odd = _ODD_ASCII if text.isascii() else re.compile(_ODD_PATTERN)  # re caches it
     if not text.endswith("\n") or odd.search(text):
         return None
-    lines = text.split("\n")[:-1]
-    if any(line.startswith(("---", "...", "%")) for line in lines):
+    if _MARKER.search(text):
         return None
+    lines = text.split("\n")[:-1]
     try:
         return _Reader(lines).document()
     except (_Unsure, IndexError):
@@ -241,24 +243,20 @@ class _Reader:
         indent = self.indent(first)
         if indent <= column or widest > indent:
             raise _Unsure  # an empty block, or blank lines that set the indentation
-        body = [""] * (first - i - 1)  # the blank lines before the first line of text
-        trailing = 0
-        k = first
+        # The block goes on to the first line that is less indented and not blank; a blank
+        # line, however short, is an empty line of the block (one pass of C-level tests).
         margin = " " * indent
-        while k < end:
-            line = lines[k]
-            if line.startswith(margin) and len(line) > indent:
-                body += [""] * trailing
-                body.append(line[indent:])
-                trailing = 0
-            elif line.strip(" "):
-                if line.lstrip(" ")[0] == "\t":
-                    raise _Unsure  # libyaml: a tab where indentation is expected
-                break
-            else:
-                trailing += 1
+        k = first
+        while k < end and (lines[k].startswith(margin) or not lines[k].strip(" ")):
             k += 1
-        value = "\n".join(body)
+        if k < end and lines[k].lstrip(" ")[0] == "\t":
+            raise _Unsure  # libyaml: a tab where indentation is expected
+        body = [line[indent:] for line in lines[first:k]]
+        trailing = 0
+        while not body[-1]:  # the first line has text: this stops
+            body.pop()
+            trailing += 1
+        value = "\n" * (first - i - 1) + "\n".join(body)  # blank lines before the first
         if chomp == "":
             value += "\n"
         elif chomp == "+":
