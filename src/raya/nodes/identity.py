@@ -246,8 +246,9 @@ def _consistent_rsa(key: rsa.RSAPrivateNumbers) -> bool:
 def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
     """A throwaway identity for the offline example's `nodes` (their names): never use it for
     a real cluster."""
-    # One RSA key for both service accounts: generating one takes about 0.1 s, most of an
-    # offline `raya render`'s own work, and a throwaway key is as good twice.
+    # One RSA key for both service accounts: generating one takes about 60 ms (a random
+    # search for primes), more than the host keys of 200 agents, and a throwaway key is as
+    # good twice.
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return ClusterSecrets(
         join_secret=secrets.token_hex(32),
