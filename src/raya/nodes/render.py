@@ -404,6 +404,9 @@ def _environment() -> jinja2.Environment:
         # The templates ship with raya: compiled once per process, never checked for changes
         # (each include would otherwise stat its file, for every node).
         auto_reload=False,
+        # ...and all of them kept in a plain dict: a bounded cache is an LRU list that each
+        # of a node's twenty includes would reorder under a lock.
+        cache_size=-1,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
