@@ -100,8 +100,7 @@ def _argument_row(argument: Argument) -> Row:
         notes.append(f"[default: {argument.default}]")
     if argument.required:
         notes.append("[required]")
-    name = argument.metavar
-    return "", name, "", KINDS["text"][0], "\n".join(notes)
+    return "", argument.dest, "", KINDS["text"][0], "\n".join(notes)
 
 
 def _table(title: str, rows: list[Row], width: int, required: bool = False) -> list[str]:

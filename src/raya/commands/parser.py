@@ -110,7 +110,6 @@ class Argument:
     ) -> None:  # fmt: skip
         self.dest, self.help, self.required, self.multiple = name, help, required, multiple
         self.default: object = [] if multiple and default is None else default
-        self.metavar = name
 
 
 class Command:
@@ -128,7 +127,7 @@ class Command:
     def usage(self) -> str:
         words = [f"raya {self.path} [OPTIONS]"]
         for argument in self.arguments:
-            name = f"{{{argument.metavar}}}" if argument.required else f"[{argument.metavar}]"
+            name = f"{{{argument.dest}}}" if argument.required else f"[{argument.dest}]"
             words.append(name + ("..." if argument.multiple else ""))
         return " ".join(words)
 
@@ -174,7 +173,7 @@ class Command:
             elif positional:
                 values[argument.dest] = positional.pop(0)
             elif argument.required:
-                raise UsageError(f"Missing argument '{argument.metavar}'.")
+                raise UsageError(f"Missing argument '{argument.dest}'.")
             else:
                 values[argument.dest] = argument.default
         if positional:
@@ -201,8 +200,9 @@ class Command:
 class Group:
     """Commands under one name (`raya image`): its own help lists them."""
 
-    def __init__(self, path: str, help: str, commands: dict[str, Command]) -> None:
-        self.path, self.help, self.commands = path, help, commands
+    def __init__(self, path: str, help: str) -> None:
+        self.path, self.help = path, help
+        self.commands: dict[str, Command] = {}
 
     def usage(self) -> str:
         return f"raya {self.path} [OPTIONS] COMMAND [ARGS]..."
@@ -224,18 +224,19 @@ class Commands:
             own = name or function.__name__
             path = f"{group} {own}".strip()
             found = Command(path, function, params, pass_unknown=pass_unknown)
-            table = self.table
-            if group:
-                owner = table[group]
-                assert isinstance(owner, Group), group
-                table = owner.commands  # type: ignore[assignment]
-            table[own] = found
+            owner = self.table[group] if group else None
+            if isinstance(owner, Group):
+                owner.commands[own] = found
+            else:
+                assert not group, f"no group {group} declared"
+                self.table[own] = found
             return function
 
         return declare
 
     def group(self, name: str, help: str) -> None:
-        self.table[name] = Group(name, help, {})
+        """Declare group `name`: its commands are declared with `group=name`."""
+        self.table[name] = Group(name, help)
 
 
 def confirm(text: str, *, to_stderr: bool = False) -> bool:
