@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from raya.defaults import GITHUB_URL
 from raya.errors import KeysError
 from raya.model.config import GITHUB_LOGIN
 from raya.model.jsonfile import read_json
 
-GITHUB_URL = "https://github.com"
 # Key types GitHub accepts, with the number of SSH strings in their wire-format blob.
 KEY_FIELDS = {
     "ssh-ed25519": 2,

@@ -20,13 +20,14 @@ from typing import Any
 import jinja2
 
 from raya.butane import transpile
+from raya.defaults import GITHUB_URL
 from raya.errors import ButaneError, RenderError
 from raya.model.config import CONTROL_PLANE_COUNTS, PRIVATE_ROUTE
 from raya.model.fleet import Cluster, Node, node_password
 from raya.model.pins import ChartPins
 from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
 from raya.nodes.addons import manifests as addon_manifests
-from raya.nodes.github_keys import GITHUB_URL, KEY_FIELDS
+from raya.nodes.github_keys import KEY_FIELDS
 from raya.nodes.identity import (
     ClusterSecrets,
     agent_token,
