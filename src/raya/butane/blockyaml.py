@@ -63,14 +63,15 @@ class MappingNode(Node):
 
 
 # Characters outside the subset: \r, NEL, LS and PS are line breaks in YAML 1.1, a BOM,
-# control character or lone surrogate is refused or special. Node configs are ASCII: the
-# pattern for all of Unicode takes several milliseconds to compile, so only other text
-# pays for it.
-_ODD_ASCII = re.compile("[^\t\n\x20-\x7e]")
+# control character or lone surrogate is refused or special. Node configs are ASCII, for
+# which deleting the ordinary bytes (in C) leaves the odd ones; the pattern for all of
+# Unicode takes several milliseconds to compile, so only other text pays for it.
+_ASCII_TEXT = b"\t\n" + bytes(range(0x20, 0x7F))
 _ODD_PATTERN = ("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
                 "\U00010000-\U0010ffff]")
-# A document marker or directive: where documents start and end is left to PyYAML.
-_MARKER = re.compile(r"^(?:---|\.\.\.|%)", re.MULTILINE)
+# Document markers and directives (at the start of a line): where documents start and end
+# is left to PyYAML.
+_MARKERS = ("---", "...", "%")
 # A plain key and the colon and spaces after it (the value starts at the match's end).
 _KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./+-]*):(?: +|$)")
 # A plain scalar in a one-line flow collection: no indicator, quote, space or comment.
@@ -87,10 +88,14 @@ class _Unsure(Exception):
 def read(text: str) -> MappingNode | None:
     """The root mapping PyYAML would compose from `text`, or None if `text` is outside
     the subset this reader is sure of."""
-    odd = _ODD_ASCII if text.isascii() else re.compile(_ODD_PATTERN)  # re caches it
-    if not text.endswith("\n") or odd.search(text):
+    if not text.endswith("\n"):
         return None
-    if _MARKER.search(text):
+    if text.isascii():
+        if text.encode("ascii").translate(None, _ASCII_TEXT):
+            return None
+    elif re.search(_ODD_PATTERN, text):  # re caches the compiled pattern
+        return None
+    if text.startswith(_MARKERS) or any("\n" + marker in text for marker in _MARKERS):
         return None
     lines = text.split("\n")[:-1]
     try:
@@ -103,12 +108,14 @@ class _Reader:
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
         self.end = len(lines)
+        # Each line's leading spaces, counted once: the walk asks for them several times.
+        self.indents = [len(line) - len(line.lstrip(" ")) for line in lines]
 
     def document(self) -> MappingNode:
         first = self.content(0)
         if first == self.end:
             raise _Unsure  # an empty document
-        root, after = self.mapping(first, self.indent(first))
+        root, after = self.mapping(first, self.indents[first])
         if self.content(after) != self.end:
             raise _Unsure  # text after the root mapping: an error for PyYAML to word
         return root
@@ -124,10 +131,6 @@ class _Reader:
                 return i
             i += 1
         return i
-
-    def indent(self, i: int) -> int:
-        line = self.lines[i]
-        return len(line) - len(line.lstrip(" "))
 
     def is_item(self, i: int, column: int) -> bool:
         line = self.lines[i]
@@ -148,9 +151,9 @@ class _Reader:
             value, i = self.value(i, colon, match.end(), column)
             pairs.append((key_node, value))
             i = self.content(i)
-            if i == self.end or self.indent(i) < column:
+            if i == self.end or self.indents[i] < column:
                 return MappingNode(IMPLICIT, pairs, start, start), i
-            if self.indent(i) > column:
+            if self.indents[i] > column:
                 raise _Unsure
 
     def value(self, i: int, colon: int, at: int, column: int) -> tuple[Node, int]:
@@ -161,7 +164,7 @@ class _Reader:
             return self.inline(i, at, column)
         after = self.content(i + 1)
         if after < self.end:
-            indent = self.indent(after)
+            indent = self.indents[after]
             if indent > column:
                 if self.is_item(after, indent):
                     return self.sequence(after, indent, indentless=False)
@@ -191,11 +194,11 @@ class _Reader:
                 item, i = self.inline(i, at, column)
             items.append(item)
             i = self.content(i)
-            if i == self.end or self.indent(i) < column:
+            if i == self.end or self.indents[i] < column:
                 break
-            if self.indent(i) == column and self.is_item(i, column):
+            if self.indents[i] == column and self.is_item(i, column):
                 continue
-            if self.indent(i) == column and indentless:
+            if self.indents[i] == column and indentless:
                 break  # the next key of the mapping the sequence is a value of
             raise _Unsure
         return SequenceNode(IMPLICIT, items, start, start), i
@@ -222,7 +225,7 @@ class _Reader:
                 raise _Unsure  # more after the value, or `#` that is no comment
             after = i + 1
         following = self.content(after)
-        if following < self.end and self.indent(following) > column:
+        if following < self.end and self.indents[following] > column:
             raise _Unsure  # a plain scalar going on below, or an error
         return node, after
 
@@ -240,7 +243,7 @@ class _Reader:
             first += 1
         if first == end or lines[first].lstrip(" ")[0] == "\t":
             raise _Unsure  # libyaml: a tab where indentation is expected
-        indent = self.indent(first)
+        indent = self.indents[first]
         if indent <= column or widest > indent:
             raise _Unsure  # an empty block, or blank lines that set the indentation
         # The block goes on to the first line that is less indented and not blank; a blank
