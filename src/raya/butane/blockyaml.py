@@ -108,17 +108,19 @@ class _Reader:
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
         self.end = len(lines)
-        # Each line's leading spaces, counted once: the walk asks for them several times.
-        self.indents = [len(line) - len(line.lstrip(" ")) for line in lines]
 
     def document(self) -> MappingNode:
         first = self.content(0)
         if first == self.end:
             raise _Unsure  # an empty document
-        root, after = self.mapping(first, self.indents[first])
+        root, after = self.mapping(first, self.indent(first))
         if self.content(after) != self.end:
             raise _Unsure  # text after the root mapping: an error for PyYAML to word
         return root
+
+    def indent(self, i: int) -> int:
+        line = self.lines[i]
+        return len(line) - len(line.lstrip(" "))
 
     def content(self, i: int) -> int:
         """The first line from `i` on that holds more than spaces and a comment."""
@@ -151,9 +153,9 @@ class _Reader:
             value, i = self.value(i, colon, match.end(), column)
             pairs.append((key_node, value))
             i = self.content(i)
-            if i == self.end or self.indents[i] < column:
+            if i == self.end or self.indent(i) < column:
                 return MappingNode(IMPLICIT, pairs, start, start), i
-            if self.indents[i] > column:
+            if self.indent(i) > column:
                 raise _Unsure
 
     def value(self, i: int, colon: int, at: int, column: int) -> tuple[Node, int]:
@@ -164,7 +166,7 @@ class _Reader:
             return self.inline(i, at, column)
         after = self.content(i + 1)
         if after < self.end:
-            indent = self.indents[after]
+            indent = self.indent(after)
             if indent > column:
                 if self.is_item(after, indent):
                     return self.sequence(after, indent, indentless=False)
@@ -194,11 +196,11 @@ class _Reader:
                 item, i = self.inline(i, at, column)
             items.append(item)
             i = self.content(i)
-            if i == self.end or self.indents[i] < column:
+            if i == self.end or self.indent(i) < column:
                 break
-            if self.indents[i] == column and self.is_item(i, column):
+            if self.indent(i) == column and self.is_item(i, column):
                 continue
-            if self.indents[i] == column and indentless:
+            if self.indent(i) == column and indentless:
                 break  # the next key of the mapping the sequence is a value of
             raise _Unsure
         return SequenceNode(IMPLICIT, items, start, start), i
@@ -225,7 +227,7 @@ class _Reader:
                 raise _Unsure  # more after the value, or `#` that is no comment
             after = i + 1
         following = self.content(after)
-        if following < self.end and self.indents[following] > column:
+        if following < self.end and self.indent(following) > column:
             raise _Unsure  # a plain scalar going on below, or an error
         return node, after
 
@@ -243,7 +245,7 @@ class _Reader:
             first += 1
         if first == end or lines[first].lstrip(" ")[0] == "\t":
             raise _Unsure  # libyaml: a tab where indentation is expected
-        indent = self.indents[first]
+        indent = self.indent(first)
         if indent <= column or widest > indent:
             raise _Unsure  # an empty block, or blank lines that set the indentation
         # The block goes on to the first line that is less indented and not blank; a blank
