@@ -17,7 +17,7 @@ def mocks() -> ProviderMocks:
     return ProviderMocks(zones=[], snapshots=[])
 
 
-def password(name: str, length: int) -> random.RandomPassword:
+def password(name: str, length: pulumi.Input[int]) -> random.RandomPassword:
     return random.RandomPassword(name, length=length, special=False)
 
 
