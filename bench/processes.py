@@ -28,21 +28,27 @@ def compile_raya() -> None:
     compileall.compile_dir(SRC, quiet=1)
 
 
-def cpu_time(argv: list[str], stdin: bytes | None = None) -> float:
-    """Seconds of CPU time `argv` took as a process; it must succeed."""
+def cpu_time(argv: list[str], stdin: bytes | None = None, status: int = 0) -> float:
+    """Seconds of CPU time `argv` took as a process; it must exit with `status`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, check=True, input=stdin, stdout=subprocess.DEVNULL,
-                   env=os.environ | {"COLUMNS": "80"})
+    done = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL if status else None,
+                          env=os.environ | {"COLUMNS": "80"})
+    if done.returncode != status:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}, not {status}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
-def paired(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
-    """CPU seconds of each command in each round, every command once per round."""
+def paired(
+    commands: dict[str, list[str]], rounds: int, failing: frozenset[str] = frozenset()
+) -> dict[str, list[float]]:
+    """CPU seconds of each command in each round, every command once per round; those
+    labelled in `failing` must exit with status 1, the others succeed."""
     times: dict[str, list[float]] = {label: [] for label in commands}
     for _ in range(rounds):
         for label, argv in commands.items():
-            times[label].append(cpu_time(argv))
+            times[label].append(cpu_time(argv, status=int(label in failing)))
     return times
 
 

@@ -1,10 +1,10 @@
 """The `raya` command. Library code never prints; this module and `raya.commands` do.
 
-`raya --version`, `raya --help` and a plain `raya butane [--strict] [--pretty] [-d DIR]
-[FILE]` run here without loading Typer, click or rich (most of a start-up), so they start
-like Go tools. Everything else, including those commands' help and usage errors, goes to
-the Typer application (`raya.commands.root.app`), which loads each command's module on
-dispatch.
+It reads the root options (`--debug`, `--version`, `--help`), imports the module of the
+command named (`raya.commands.registry.COMMANDS`) and hands it the rest of argv through
+raya's own parser (`raya.commands.parser`): no Typer, click or rich on the way, so every
+command reaches its own work in a blink (issue 26). Usage errors exit 2 with click's
+message, raya's own errors 1 with one line on stderr (the traceback too under --debug).
 """
 
 from __future__ import annotations
@@ -17,51 +17,73 @@ from raya.errors import RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Sequence
+    from typing import NoReturn
 
-    from raya.commands.root import COMMANDS, app
+    from raya.commands.parser import Command, Group
 
-__all__ = ["COMMANDS", "app", "main"]
-
-
-def __getattr__(name: str) -> object:
-    """`raya.cli.app` and `raya.cli.COMMANDS`, loaded (with Typer) when first asked for."""
-    if name in ("app", "COMMANDS"):
-        from raya.commands import root
-
-        return getattr(root, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["main"]
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    if args == ["--version"]:
-        sys.stdout.write(f"raya {__version__}\n")
-        return
-    if args == ["--help"]:
-        from raya.commands import registry
-
-        width = _help_width()
-        if width >= registry.NARROWEST:
-            sys.stdout.write(registry.top_help(width))
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run `raya` with `argv` (default: the process's arguments)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = False
+    while args[:1] and args[0].startswith("-"):
+        word = args.pop(0)
+        if word == "--version":  # eager, as click's: nothing else runs
+            sys.stdout.write(f"raya {__version__}\n")
             return
-    butane = _plain_butane(args)
-    if butane is None:
-        from raya.commands.root import app, debug_requested
+        if word == "--help":
+            return _help(None)
+        if word != "--debug":
+            _usage_error(f"No such option: {word}", "raya [OPTIONS] COMMAND [ARGS]...", "")
+        debug = True
+    if not args:  # as Typer's no_args_is_help: the help, exit 2
+        _help(None)
+        sys.exit(2)
+    from raya.commands.parser import Group
 
-        try:
-            # standalone: usage errors exit 2 with click's message; the name is `raya` also
-            # under `python -m raya`.
-            app(prog_name="raya")
-        except RayaError as error:
-            _fail(error, debug_requested())
-        return
-    from raya.commands.transpile import run
+    found = _find(args.pop(0), None)
+    while isinstance(found, Group):
+        if not args or args[0] == "--help":
+            _help(found)
+            if not args:
+                sys.exit(2)
+            return
+        found = _find(args.pop(0), found)
+    _run(found, args, debug)
+
+
+def _find(name: str, group: Group | None) -> Command | Group:
+    """Command `name` of `group`, or of raya (then loading the module that declares it)."""
+    if group is not None:
+        if name in group.commands:
+            return group.commands[name]
+        _usage_error(f"No such command '{name}'.", group.usage(), group.path)
+    import importlib
+
+    from raya.commands.registry import COMMANDS
+
+    if name not in COMMANDS:
+        _usage_error(f"No such command '{name}'.", "raya [OPTIONS] COMMAND [ARGS]...", "")
+    module = importlib.import_module(f"raya.commands.{COMMANDS[name][0]}")
+    found: Command | Group = module.commands.table[name]
+    return found
+
+
+def _run(command: Command, args: list[str], debug: bool) -> None:
+    from raya.commands.parser import UsageError
 
     try:
-        run(*butane)
+        values = command.parse(args)
+        if values is None:
+            return _help(command)
+        command.function(**values)
+    except UsageError as error:
+        _usage_error(str(error), command.usage(), command.path)
     except RayaError as error:
-        _fail(error, debug=False)
+        _fail(error, debug)
     except KeyboardInterrupt:  # as click's standalone mode does
         sys.stderr.write("\nAborted!\n")
         sys.exit(1)
@@ -70,9 +92,29 @@ def main() -> None:
         sys.exit(1)
 
 
-def _help_width() -> int:
-    """The width Typer's help takes (rich's rules): $TERMINAL_WIDTH, else $COLUMNS, else
-    the terminal's, else 80."""
+def _help(command: Command | Group | None) -> None:
+    from raya.commands import helptext
+    from raya.commands.parser import Group
+
+    width = help_width()
+    if command is None:
+        sys.stdout.write(helptext.top_help(width))
+    elif isinstance(command, Group):
+        sys.stdout.write(helptext.group_help(command, width))
+    else:
+        sys.stdout.write(helptext.command_help(command, width))
+
+
+def _usage_error(message: str, usage: str, path: str) -> NoReturn:
+    """Click's usage error: the usage line, where to find help, the error; exit status 2."""
+    command = f"raya {path}".rstrip()
+    sys.stderr.write(f"Usage: {usage}\nTry '{command} --help' for help.\n\nError: {message}\n")
+    sys.exit(2)
+
+
+def help_width() -> int:
+    """The width help takes (rich's rules, as Typer's help took): $TERMINAL_WIDTH, else
+    $COLUMNS, else the terminal's, else 80."""
     for variable in ("TERMINAL_WIDTH", "COLUMNS"):
         if os.environ.get(variable, "").isdigit():
             return int(os.environ[variable])
@@ -84,42 +126,13 @@ def _help_width() -> int:
     return 80
 
 
-def _plain_butane(args: list[str]) -> tuple[str, bool, bool, Path | None] | None:
-    """(file, strict, pretty, files_dir) of `raya butane` arguments that need nothing of
-    click: known options, at most one file, an existing readable --files-dir. None for
-    anything else (--help, a typo, a missing folder), which Typer then answers as always."""
-    if args[:1] != ["butane"]:
-        return None
-    file, strict, pretty, files_dir = None, False, False, ""
-    words = iter(args[1:])
-    for word in words:
-        if word == "--strict":
-            strict = True
-        elif word == "--pretty":
-            pretty = True
-        elif word in ("--files-dir", "-d") or word.startswith("--files-dir="):
-            files_dir = word.partition("=")[2] if "=" in word else next(words, "")
-            if not (files_dir and os.path.isdir(files_dir) and os.access(files_dir, os.R_OK)):
-                return None
-        elif file is None and (word == "-" or word[:1] not in ("-", "")):
-            file = word
-        else:
-            return None
-    if not files_dir:
-        return file or "-", strict, pretty, None
-    from pathlib import Path  # as Typer passes it; only when given (pathlib costs start-up)
-
-    return file or "-", strict, pretty, Path(files_dir)
-
-
-def _fail(error: RayaError, debug: bool) -> None:
+def _fail(error: RayaError, debug: bool) -> NoReturn:
     """One line on stderr (with the traceback under --debug), exit status 1."""
-    # Imported here: rich costs start-up time that a successful command never needs.
-    from rich.markup import escape
-
-    from raya.console import err
+    from raya.console import error_line
 
     if debug:
+        from raya.console import err
+
         err.print_exception()
-    err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+    sys.stderr.write(error_line(str(error)))
     sys.exit(1)

@@ -7,16 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from raya.cli import app
+from tests.runner import invoke
 
 GOOD = "variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n    - path: /a\n      mode: 0644\n"
 WARNS = GOOD + "      bogus: 1\n"
 
 
 def test_reads_stdin_and_prints_compact_json() -> None:
-    result = CliRunner().invoke(app, ["butane"], input=GOOD)
+    result = invoke(["butane"], input=GOOD)
     assert result.exit_code == 0
     files = [{"path": "/a", "mode": 420}]
     expected = {"ignition": {"version": "3.3.0"}, "storage": {"files": files}}
@@ -26,15 +24,15 @@ def test_reads_stdin_and_prints_compact_json() -> None:
 def test_pretty_and_file_argument(tmp_path: Path) -> None:
     source = tmp_path / "node.bu"
     source.write_text(GOOD)
-    result = CliRunner().invoke(app, ["butane", "--pretty", str(source)])
+    result = invoke(["butane", "--pretty", str(source)])
     assert result.exit_code == 0 and result.stdout.startswith("{\n  ")
     assert json.loads(result.stdout)["storage"]["files"][0]["mode"] == 420
 
 
 def test_warnings_are_shown_and_fatal_only_with_strict() -> None:
-    lenient = CliRunner().invoke(app, ["butane"], input=WARNS)
+    lenient = invoke(["butane"], input=WARNS)
     assert lenient.exit_code == 0 and "unused key bogus" in lenient.stderr
-    strict = CliRunner().invoke(app, ["butane", "--strict"], input=WARNS)
+    strict = invoke(["butane", "--strict"], input=WARNS)
     assert strict.exit_code == 1 and strict.stdout == ""
     assert "warning[$.storage.files.0.bogus]" in strict.stderr
     assert "--> <stdin>:7:7" in strict.stderr
@@ -49,5 +47,5 @@ def test_missing_input_file_is_a_clean_failure(tmp_path: Path) -> None:
 
 
 def test_files_dir_must_exist(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["butane", "--files-dir", str(tmp_path / "no")], input=GOOD)
+    result = invoke(["butane", "--files-dir", str(tmp_path / "no")], input=GOOD)
     assert result.exit_code == 2

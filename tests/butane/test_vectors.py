@@ -7,11 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from tests.butane.divergent import DIVERGENT
 from tests.butane.helpers import decoded, vectors
+from tests.runner import invoke
 
 CASES = sorted(p.stem for p in (vectors() / "cases").glob("*.bu"))
 OK = [c for c in CASES if (vectors() / "expected" / f"{c}.ign").exists()]
@@ -37,9 +36,7 @@ def _run(case: str, *extra: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, 
     # Butane ran in the vectors directory with `--files-dir files`; so do we, so that
     # file names in messages come out the same.
     monkeypatch.chdir(vectors())
-    result = CliRunner().invoke(
-        app, ["butane", "--strict", *extra, "--files-dir", "files", f"cases/{case}.bu"]
-    )
+    result = invoke(["butane", "--strict", *extra, "--files-dir", "files", f"cases/{case}.bu"])
     return result.exit_code, result.stdout, result.stderr
 
 

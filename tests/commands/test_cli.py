@@ -1,36 +1,25 @@
-"""The `raya` command line: help everywhere, version, exit statuses and one-line errors."""
+"""The `raya` command line: help everywhere, version, exit statuses and one-line errors,
+and the start-up guard: no command loads Typer, rich or a heavy library before its work."""
 
 from __future__ import annotations
 
-import importlib
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import typer.main
-from typer.testing import CliRunner
+from bench.startup import at_work
 
 from raya import __version__
-from raya.cli import COMMANDS, app
+from raya.commands.parser import Argument, Command, Option, confirm
+from raya.commands.registry import COMMANDS, every_command
+from tests.runner import invoke
 from tests.support import REPO
 
-
-def commands(
-    command: Any = None, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every command and group under `command` (default: the whole app), with its path."""
-    command = command or typer.main.get_command(app)
-    yield path, command
-    context = typer.Context(command)
-    for name in sorted(getattr(command, "list_commands", lambda _: [])(context)):
-        yield from commands(command.get_command(context, name), (*path, name))
-
-
-ALL = list(commands())
+ALL = list(every_command())
+IDS = [" ".join(path) for path, _ in ALL]
 
 
 def raya(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -41,151 +30,157 @@ def raya(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_commands_of_the_issues_are_present() -> None:
-    paths = {" ".join(path) for path, _ in ALL}
-    assert {"keys", "render", "image"} <= paths
+    assert {"keys", "render", "image pins", "image build", "ssh", "status"} <= set(IDS)
 
 
-@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) or "raya" for p, _ in ALL])
-def test_help_on_every_command(path: tuple[str, ...], command: Any) -> None:
-    result = CliRunner().invoke(app, [*path, "--help"])
+@pytest.mark.parametrize(("path", "command"), ALL, ids=IDS)
+def test_help_on_every_command(path: tuple[str, ...], command: Command) -> None:
+    result = invoke([*path, "--help"], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
-    assert f"Usage: raya {' '.join(path)}".rstrip() in result.output
-    assert command.help, f"raya {' '.join(path)} has no help text"
-    for param in command.params:
-        if param.param_type_name == "option":
-            assert param.help, f"raya {' '.join(path)} {param.opts[0]} has no help text"
-            assert param.opts[0] in result.output
+    assert f" Usage: raya {' '.join(path)} [OPTIONS]" in result.output
+    assert command.help.strip(), f"raya {' '.join(path)} has no help text"
+    text = words(result.output)
+    params: list[Option | Argument] = [*command.options, *command.arguments]
+    for param in params:
+        assert param.help, f"raya {' '.join(path)} {param.dest} has no help text"
+        assert " ".join(param.help.split()) in text, param.dest
+    for option in command.options:
+        assert f"│ {option.names[0]} " in result.output
+
+
+def words(page: str) -> str:
+    """The words of a help page, its panels' borders and line breaks taken out."""
+    return " ".join(page.translate(str.maketrans("│╭╮╰╯─", "      ")).split())
 
 
 def test_the_help_lists_each_command_with_its_own_summary() -> None:
     listed = raya("--help").stdout
-    # Every command the modules define is registered (with its module), and no other.
-    defined = {name: module for module in {module for module, _ in COMMANDS.values()}
-               for name in typer.main.get_group(
-                   importlib.import_module(f"raya.commands.{module}").commands).commands}
-    assert defined == {name: module for name, (module, _) in COMMANDS.items()}
-    for name, (_, summary) in COMMANDS.items():
-        command = dict(ALL)[(name,)]
-        assert " ".join(command.help.split("\n\n")[0].split()) == summary, name
-        assert f" {name} " in listed
+    paths = {path[0] for path, _ in ALL}
+    assert paths == set(COMMANDS)
+    for path, command in ALL:
+        summary = " ".join(command.help.split("\n\n")[0].split())
+        if len(path) == 1:
+            assert summary == COMMANDS[path[0]][1], path
+            assert f" {path[0]} " in listed
+        else:  # a group's command: in the group's own listing
+            assert summary in words(raya(path[0], "--help").stdout), path
 
 
-def typer_help(env: dict[str, str]) -> str:
-    """`raya --help` as the Typer application itself prints it (not a terminal: unstyled)."""
-    probe = "from raya.commands.root import app; app(['--help'], prog_name='raya')"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            env={**os.environ, "TERMINAL_WIDTH": "", **env})
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+WIDTHS = (45, 46, 53, 60, 71, 80, 97, 120, 200)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("args", [[], ["image"], *(path.split() for path in IDS)], ids=" ".join)
+def test_help_fills_its_width_in_closed_panels(width: int, args: list[str]) -> None:
+    """Every line of a help page as wide as the terminal (padded, as rich pads it), each
+    panel closed on both sides, every word of the texts kept (wrapped, never cut)."""
+    result = invoke([*args, "--help"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.split("\n")
+    assert lines[-2:] == ["", ""] and lines[0] == " " * width
+    assert all(len(line) == width for line in lines[:-2]), [
+        line for line in lines if len(line) not in (0, width)
+    ]
+    inside = False
+    for line in lines[:-2]:
+        if line.startswith("╭─ "):
+            assert line.endswith("╮") and not inside
+            inside = True
+        elif line.startswith("╰"):
+            assert line == "╰" + "─" * (width - 2) + "╯" and inside
+            inside = False
+        else:
+            assert line.startswith("│ ") == line.endswith(" │") == inside, line
+    assert not inside
+
+
+def test_help_wraps_at_the_width() -> None:
+    """The same page 200 and 45 wide: the same text (a URL longer than a line is folded
+    over two, as rich folds it), in more lines when narrow."""
+    wide = invoke(["image", "pins", "--help"], env={"COLUMNS": "200"}).stdout
+    narrow = invoke(["image", "pins", "--help"], env={"COLUMNS": "45"}).stdout
+    assert "".join(words(wide).split()) == "".join(words(narrow).split())
+    assert len(narrow.splitlines()) > len(wide.splitlines()) + 20
+    assert "[default: https://kubernetes-sigs.github.io/external-dns/]" in words(wide)
+    assert "│     https://kubernetes-sigs.github.io/ext │\n│     ernal-dns/]" in narrow
+
+
+def test_help_width_comes_from_terminal_width_then_columns() -> None:
+    env = {"COLUMNS": "200", "TERMINAL_WIDTH": "77"}
+    assert {len(line) for line in invoke(["--help"], env=env).stdout.splitlines()} == {0, 77}
+
+
+def test_help_shows_defaults_env_vars_and_required_as_typer_did() -> None:
+    status = words(invoke(["status", "--help"], env={"COLUMNS": "200"}).stdout)
+    assert "--stack -s <str> The stack (Pulumi.<stack>.yaml). [default: prod]" in status
+    assert ("--root <path> Project folder, holding Pulumi.yaml. [default: (the nearest one "
+            "at or above the current folder)]") in status  # fmt: skip
+    assert "--drift --no-drift Run a preview" in status and "[default: drift]" in status
+    assert ("--hcloud-endpoint <str> Hetzner Cloud API endpoint. [env var: HCLOUD_ENDPOINT] "
+            "[default: https://api.hetzner.cloud/v1]") in status  # fmt: skip
+    ssh = invoke(["ssh", "--help"], env={"COLUMNS": "200"}).stdout
+    assert " Usage: raya ssh [OPTIONS] {node} [command]..." in ssh
+    assert "│ *   node         <str>  The node: its name (agent-1)" in ssh and "[required]" in ssh
+    roll = words(invoke(["roll", "--help"], env={"COLUMNS": "200"}).stdout)
+    assert "--drain-timeout <float>" in roll and "[default: 600.0]" in roll
+    # The rest of the help text keeps the docstring's own line breaks, as Typer kept them.
+    assert "\n The control plane is replaced alone" in invoke(["roll", "--help"]).stdout
+
+
+def test_declared_defaults_are_the_librarys() -> None:
+    """The command layer names the defaults whose home modules are heavy to import: the
+    same values as there, so help shows what the code uses."""
+    from raya.cloud import image as cloud_image
+    from raya.commands import backups, deploy, image, operate, options
+    from raya.model import pins, project
+    from raya.nodes import addons, github_keys
+    from raya.operate import backups as bk
+    from raya.operate import remove, roll
+
+    assert options.DEFAULT_STACK == project.DEFAULT_STACK
+    assert options.GITHUB_URL == github_keys.GITHUB_URL
+    assert options.HCLOUD_API_URL == cloud_image.HCLOUD_API_URL
+    assert deploy.WITHOUT_DRAIN == remove.WITHOUT_DRAIN
+    assert (operate.DRAIN_TIMEOUT, operate.READY_TIMEOUT) == (roll.DRAIN_TIMEOUT,
+                                                              roll.READY_TIMEOUT)
+    assert backups.READY_TIMEOUT == bk.READY_TIMEOUT
+    assert image.FCOS_BUILDS_URL == cloud_image.FCOS_BUILDS_URL
+    assert image.K3S_CHANNELS_URL == cloud_image.K3S_CHANNELS_URL
+    assert image.K3S_RELEASES_URL == cloud_image.K3S_RELEASES_URL
+    charts = (addons.CERT_MANAGER.repo, addons.EXTERNAL_DNS.repo, addons.HCLOUD_CCM.repo)
+    assert charts == (image.CERT_MANAGER_CHARTS, image.EXTERNAL_DNS_CHARTS, image.HETZNER_CHARTS)
+    assert image.FCOS_STREAMS == pins.FCOS_STREAMS
 
 
 @pytest.mark.parametrize(
-    "env", [{"COLUMNS": str(width)} for width in (45, 46, 53, 60, 71, 80, 97, 120, 200)]
-    + [{"COLUMNS": "200", "TERMINAL_WIDTH": "77"}], ids=lambda env: " ".join(env.values()),
-)
-def test_fast_help_is_typers_help(env: dict[str, str]) -> None:
-    """`raya --help` comes from raya.commands.registry without Typer (start-up time): the
-    same bytes as Typer's help, so that the two never drift apart (a command, a summary,
-    an option or the layout changed in one and not the other)."""
-    result = subprocess.run([sys.executable, "-m", "raya", "--help"], capture_output=True,
-                            text=True, env={**os.environ, "TERMINAL_WIDTH": "", **env})
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == typer_help(env)
+    ("args", "key", "value"),
+    [(["--hcloud-endpoint", "http://a"], "hcloud_endpoint", "http://a"),
+     (["--hcloud-endpoint=http://b"], "hcloud_endpoint", "http://b"),
+     ([], "hcloud_endpoint", "http://env"),  # from HCLOUD_ENDPOINT
+     ([], "drift", True), (["--no-drift"], "drift", False), (["--drift"], "drift", True),
+     ([], "as_json", False), (["--json"], "as_json", True)],
+)  # fmt: skip
+def test_options_are_parsed_as_click_parsed_them(
+    args: list[str], key: str, value: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HCLOUD_ENDPOINT", "http://env")
+    parsed = dict(ALL)[("status",)].parse([*args, "-sstaging", "--root", "/x"])
+    assert parsed is not None and parsed["stack"] == "staging" and parsed["root"] == Path("/x")
+    assert parsed[key] == value
 
 
-def test_help_narrower_than_the_fast_layout_is_typers() -> None:
-    """Below 45 columns Typer's table squeezes the names: the fast layout steps aside."""
-    env = {"COLUMNS": "40"}
-    result = subprocess.run([sys.executable, "-m", "raya", "--help"], capture_output=True,
-                            text=True, env={**os.environ, "TERMINAL_WIDTH": "", **env})
-    assert result.stdout == typer_help(env)
-    assert "typer" in loaded_by("--help", env=env)
-
-
-# Modules a command must not pull in unless it needs them: start-up time (raya butane
-# starts in a blink) and the deploy extra being optional. pydantic comes with Typer 0.29's
-# conversion of options (pyproject.toml keeps Typer below it).
-HEAVY = ("hcloud", "requests", "pulumi", "jinja2", "cryptography", "pydantic")
-
-
-def loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
-    """Top-level modules and raya's own modules a `raya ARGS` process has loaded at its end."""
-    probe = (
-        "import sys; from raya.cli import main\n"
-        "try:\n    main()\n"
-        "finally:\n"
-        "    sys.stderr.write('\\nLOADED ' + ' '.join(sys.modules))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe, *args], capture_output=True, text=True,
-        input="variant: fcos\nversion: 1.4.0\n", env={**os.environ, **(env or {})},
-    )
-    assert result.returncode == 0, result.stderr
-    return {m for m in result.stderr.rsplit("LOADED ", 1)[1].split()
-            if "." not in m or m.startswith("raya.")}
-
-
-@pytest.mark.parametrize(
-    "args", [["--version"], ["--help"], ["butane", "-"], ["butane", "--help"]], ids=" ".join
-)
-def test_light_commands_import_only_what_they_run(args: list[str]) -> None:
-    loaded = loaded_by(*args)
-    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
-    commands = {m for m in loaded if m.startswith("raya.commands.")}
-    # root: the Typer application; transpile: what `raya butane` runs, Typer-free.
-    assert commands <= {"raya.commands.root", "raya.commands.registry",
-                        "raya.commands.butane", "raya.commands.transpile"}, commands
-    # The probe sees what a heavy command loads, so a pass above is not for lack of eyes.
-    if args == ["--help"]:
-        assert {"jinja2", "cryptography"} <= loaded_by("render", "--help")
-
-
-# What no command needs before its own work (start-up time): the cloud SDKs, which the
-# functions that call them import.
-SDKS = {"hcloud", "requests", "pulumi", "boto3", "botocore", "kubernetes"}
-
-
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_no_command_loads_a_cloud_sdk_before_its_work(name: str) -> None:
-    loaded = loaded_by(name, "--help")
-    assert not loaded & SDKS, sorted(loaded & SDKS)
-    assert f"raya.commands.{COMMANDS[name][0]}" in loaded  # the command's module itself
-
-
-# What `raya --version`, `raya --help` and a plain `raya butane` must start without: Typer
-# (and the click it vendors), rich, the templates and Pulumi, and for --version and --help
-# the transpiler and PyYAML.
-FAST_PATH_FREE = {"typer", "click", "rich", "jinja2", "pulumi", *HEAVY}
-
-
-@pytest.mark.parametrize(
-    "args", [["--version"], ["--help"], ["butane"], ["butane", "--strict", "--pretty", "-"],
-             ["butane", "--files-dir", ".", "-"]], ids=" ".join,
-)
-def test_version_help_and_plain_butane_start_without_typer(args: list[str]) -> None:
-    loaded = loaded_by(*args)
-    assert not loaded & FAST_PATH_FREE, sorted(loaded & FAST_PATH_FREE)
-    if args[0] != "butane":
-        assert not loaded & {"yaml", "raya.butane", "raya.commands.transpile"}
-    else:
-        assert {"yaml", "raya.butane", "raya.commands.transpile"} <= loaded
-    # and the probe sees Typer when it is loaded: a command's help goes through it.
-    assert "typer" in loaded_by("butane" if args[0] == "butane" else "keys", "--help")
-
-
-# Stdlib modules a plain `raya butane` starts without (start-up time; issue 26): dataclasses
-# pulls in inspect, ast and dis; pathlib only for --files-dir; urllib.parse for rare URLs.
-BUTANE_FREE = {"dataclasses", "inspect", "ast", "pathlib", "urllib"}
-
-
-def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> None:
-    config = tmp_path / "node.bu"
-    config.write_text("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n"
-                      "    - path: /etc/motd\n      contents:\n        inline: hello\n")
-    loaded = loaded_by("butane", "--strict", str(config))
-    assert not loaded & BUTANE_FREE, sorted(loaded & BUTANE_FREE)
-    # and the probe sees them when they are loaded: local files need pathlib.
-    assert "pathlib" in loaded_by("butane", "--files-dir", str(tmp_path), str(config))
+def test_repeated_options_lists_and_pass_through() -> None:
+    up = dict(ALL)[("up",)].parse(["--replace", "agent-0", "--replace=agent-1"])
+    assert up is not None and up["replace"] == ["agent-0", "agent-1"]
+    roll = dict(ALL)[("roll",)].parse(["agent-0", "agent-1", "--drain-timeout", "5"])
+    assert roll is not None and roll["nodes"] == ["agent-0", "agent-1"]
+    assert roll["drain_timeout"] == 5.0
+    ssh = dict(ALL)[("ssh",)]
+    # unknown options go to the node's command, as click's ignore_unknown_options did
+    assert ssh.parse(["a1", "uname", "-a", "-s", "dev"]) == {
+        "node": "a1", "command": ["uname", "-a"], "stack": "dev", "root": None}
+    assert ssh.parse(["a1", "--", "ls", "--root", "/"]) == {
+        "node": "a1", "command": ["ls", "--root", "/"], "stack": "prod", "root": None}
 
 
 def test_version() -> None:
@@ -207,7 +202,20 @@ def test_console_script_is_installed() -> None:
         (["--no-such-option"], "No such option: --no-such-option"),
         (["keys", "--no-such-option"], "No such option: --no-such-option"),
         (["keys", "--stack"], "Option '--stack' requires an argument"),
+        (["keys", "--example=yes"], "Option '--example' does not take a value"),
+        (["roll", "--drain-timeout", "soon"],
+         "Invalid value for '--drain-timeout': 'soon' is not a valid float."),
+        (["butane", "-d", "/nonexistent"],
+         "Invalid value for '--files-dir' / '-d': Directory '/nonexistent' does not exist."),
+        (["ssh"], "Missing argument 'node'."),
+        (["keys", "extra"], "Got unexpected extra argument (extra)"),
+        (["image", "nope"], "No such command 'nope'"),
+        (["image", "pins", "--stream", "beta"],
+         "Invalid value for --stream: 'beta'; accepted: stable, testing, next"),
+        (["render", "--example", "--stack", "x"],
+         "Invalid value: --example is its own project; it takes no --root or --stack"),
         ([], "Usage: raya"),
+        (["image"], "Usage: raya image"),
     ],
 )
 def test_usage_errors_exit_2(args: list[str], problem: str) -> None:
@@ -215,6 +223,31 @@ def test_usage_errors_exit_2(args: list[str], problem: str) -> None:
     assert result.returncode == 2
     assert problem in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_usage_error_reads_as_clicks() -> None:
+    result = raya("status", "--jsn")
+    assert result.stdout == ""
+    assert result.stderr == ("Usage: raya status [OPTIONS]\nTry 'raya status --help' for help."
+                             "\n\nError: No such option: --jsn\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(("answer", "agreed"), [("y\n", True), ("YES\n", True), ("n\n", False),
+                                                ("\n", False), ("maybe\ny\n", True)])
+def test_confirm_reads_y_or_n_as_click_did(
+    answer: str, agreed: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
+    assert confirm("Go on?") is agreed
+    asked = "Go on? [y/N]: "
+    again = "Error: invalid input\n" + asked if answer.startswith("maybe") else ""
+    assert capsys.readouterr().out == asked + again
+
+
+def test_confirm_without_an_answer_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    with pytest.raises(KeyboardInterrupt):  # which raya.cli answers "Aborted!", exit 1
+        confirm("Go on?", to_stderr=True)
 
 
 def bad_project(tmp_path: Path) -> Path:
@@ -265,3 +298,103 @@ def test_error_text_is_not_taken_as_markup(tmp_path: Path) -> None:
     result = raya("keys", "--root", str(tmp_path))
     assert result.returncode == 1
     assert "has '[bold]x', not a GitHub login" in result.stderr
+
+
+# What no command may load before its own work begins (start-up time, issue 26): the
+# command-line and terminal libraries raya no longer uses, and the heavy ones that only
+# the work needs.
+HEAVY = {"typer", "click", "rich", "cryptography", "jinja2", "yaml", "hcloud", "requests",
+         "pulumi", "kubernetes", "boto3", "botocore", "pydantic"}  # fmt: skip
+
+# A fresh interpreter runs `raya ARGS` (sys.argv[3:]) and notes the modules loaded when the
+# command's function (file sys.argv[1], name sys.argv[2]) is called, then those at the end.
+PROBE = """
+import sys
+target, args, seen = tuple(sys.argv[1:3]), sys.argv[3:], []
+
+def spy(frame, event, arg):
+    if event == "call" and (frame.f_code.co_filename, frame.f_code.co_name) == target:
+        seen.append(sorted(sys.modules))
+        sys.setprofile(None)
+
+sys.setprofile(spy)
+from raya.cli import main
+try:
+    main(args)
+except SystemExit:
+    pass
+finally:
+    sys.setprofile(None)
+    sys.stderr.write("\\nAT WORK " + " ".join(seen[0] if seen else ["-"]))
+    sys.stderr.write("\\nAT END " + " ".join(sorted(sys.modules)))
+"""
+
+
+def loaded(command: Command, args: list[str]) -> tuple[set[str], set[str]]:
+    """The top-level modules (and raya's own) loaded when `raya ARGS` started `command`'s
+    work, and when it ended."""
+    code = command.function.__code__
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, code.co_filename, code.co_name, *args],
+        capture_output=True, text=True, input="", cwd=REPO,
+    )  # fmt: skip
+    _, started, ended = result.stderr.rsplit("\nAT ", 2)
+
+    def names(line: str) -> set[str]:
+        return {m for m in line.split()[1:] if "." not in m or m.startswith("raya.")}
+
+    return names(started), names(ended)
+
+
+@pytest.mark.parametrize(("path", "command"), ALL, ids=IDS)
+def test_no_command_loads_a_heavy_module_before_its_work(
+    path: tuple[str, ...], command: Command
+) -> None:
+    """Each command, run so that its first own step fails (as bench/startup.py measures
+    it), has loaded none of HEAVY when its function is called: only its own module and
+    the command layer."""
+    started, _ = loaded(command, at_work(path, command))
+    assert not started & HEAVY, sorted(started & HEAVY)
+    assert f"raya.commands.{COMMANDS[path[0]][0]}" in started  # the command's module itself
+
+
+def test_the_probe_sees_what_the_work_loads(tmp_path: Path) -> None:
+    """A pass above is not for lack of eyes: after the work of `raya render --example`,
+    the probe sees the libraries it needed."""
+    render = dict(ALL)[("render",)]
+    started, at_end = loaded(render, ["render", "--example", "--out", str(tmp_path)])
+    assert not started & HEAVY
+    assert {"yaml", "jinja2", "cryptography"} <= at_end
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["--help"], ["status", "--help"], ["image", "--help"]], ids=" ".join
+)
+def test_version_and_help_load_no_command_and_nothing_heavy(args: list[str]) -> None:
+    _, at_end = loaded(dict(ALL)[("butane",)], args)
+    assert not at_end & (HEAVY | {"raya.butane", "raya.model", "raya.nodes"}), at_end
+    commands = {m for m in at_end if m.startswith("raya.commands.")}
+    layer = {"raya.commands.registry", "raya.commands.parser", "raya.commands.helptext"}
+    if args == ["--version"]:
+        assert commands == set()
+    elif args == ["--help"]:
+        assert commands <= layer
+    else:  # the command's module, and the ones it takes shared options from
+        assert f"raya.commands.{COMMANDS[args[0]][0]}" in commands
+
+
+# Stdlib modules a plain `raya butane` starts without (start-up time; issue 26): dataclasses
+# pulls in inspect, ast and dis; pathlib only for --files-dir; urllib.parse for rare URLs.
+BUTANE_FREE = {"dataclasses", "inspect", "ast", "pathlib", "urllib", *HEAVY - {"yaml"}}
+
+
+def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> None:
+    config = tmp_path / "node.bu"
+    config.write_text("variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n"
+                      "    - path: /etc/motd\n      contents:\n        inline: hello\n")
+    butane = dict(ALL)[("butane",)]
+    _, at_end = loaded(butane, ["butane", "--strict", str(config)])
+    assert not at_end & BUTANE_FREE, sorted(at_end & BUTANE_FREE)
+    assert {"yaml", "raya.butane", "raya.commands.transpile"} <= at_end
+    # and the probe sees them when they are loaded: local files need pathlib.
+    assert "pathlib" in loaded(butane, ["butane", "--files-dir", str(tmp_path), str(config)])[1]

@@ -16,15 +16,14 @@ import pytest
 import yaml
 from cryptography import x509
 from pulumi import automation as auto
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.commands import access
 from raya.errors import DeployError, RayaError
 from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
 from tests.nodes.k3s_join import serving_certificate
+from tests.runner import invoke
 from tests.support import require_tool
 
 OTHER = {
@@ -57,7 +56,7 @@ def outputs(
 
 
 def _invoke(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
+    return invoke(list(args))
 
 
 def test_kubeconfig_is_written_private_and_never_printed(

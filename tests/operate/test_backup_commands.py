@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.commands import backups as commands
 from raya.errors import RayaError
@@ -30,6 +28,7 @@ from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
 from tests.operate.s3 import client, k3s_upload
 from tests.operate.test_status import LABELS, VERSION, _authority, addons_installed
+from tests.runner import invoke
 from tests.support import http_server, routes
 
 SNAPSHOTS = "/var/lib/rancher/k3s/server/db/snapshots"
@@ -189,7 +188,7 @@ def api(
 
 
 def raya(project: Path, *args: str, input: str | None = None) -> Any:
-    return CliRunner().invoke(app, [*args, "--root", str(project)], input=input,
+    return invoke([*args, "--root", str(project)], input=input,
                               env={"COLUMNS": "200"})  # fmt: skip
 
 

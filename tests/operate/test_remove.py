@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import remove as rm
@@ -25,6 +23,7 @@ from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
 from tests.operate.test_roll import Clock
+from tests.runner import invoke
 
 PIN = PINS.k3s.version
 PLANES = ["control-plane", *(f"control-plane-{k}" for k in range(1, 5))]
@@ -104,13 +103,13 @@ def api(
 
 
 def up(cloud: Cloud, *flags: str) -> Any:
-    return CliRunner().invoke(app, ["up", "--root", str(cloud.root), *flags])
+    return invoke(["up", "--root", str(cloud.root), *flags])
 
 
 def failure(result: Any) -> str:
-    """What `raya up` printed, and the one-line error `raya` prints for its exception."""
+    """What `raya up` printed, its one-line error last."""
     assert result.exit_code == 1
-    return f"{result.output}error: {result.exception}"
+    return str(result.output)
 
 
 def timeline(cluster: ka.Cluster) -> list[str]:

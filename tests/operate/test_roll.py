@@ -13,9 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
@@ -23,6 +21,7 @@ from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
+from tests.runner import invoke
 
 PIN = PINS.k3s.version
 OLD = "v1.30.0+k3s1"
@@ -310,14 +309,14 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
     )
     monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
-    dry = CliRunner().invoke(app, ["roll", "--root", str(project), "--dry-run"])
+    dry = invoke(["roll", "--root", str(project), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert runs == [("preview", ())]
     assert dry.stdout.splitlines() == [
         "control-plane: replace onto its volume, wait until back from a new boot",
         "agent-2: cordon, drain, replace, wait until back from a new boot, uncordon",
     ]
-    result = CliRunner().invoke(app, ["roll", "--root", str(project)])
+    result = invoke(["roll", "--root", str(project)])
     assert result.exit_code == 0, result.output
     assert runs[1:] == [("preview", ()), ("up", ("control-plane",)), ("up", ("agent-2",))]
     assert "rolled 2 node(s)" in result.stdout
@@ -469,7 +468,7 @@ def test_the_command_takes_the_flag(
     )
     monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
     flag = ["--accept-local-data-loss"] if accept else []
-    result = CliRunner().invoke(app, ["roll", "agent-0", "--root", str(project), *flag])
+    result = invoke(["roll", "agent-0", "--root", str(project), *flag])
     if accept:
         assert result.exit_code == 0, result.output
         assert [entry[0] for entry in replacer.asked] == ["agent-0"]

@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
@@ -21,6 +19,7 @@ from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
 from tests.operate.test_roll import BOOT, Clock
+from tests.runner import invoke
 
 OLD = "v1.30.0+k3s1"
 NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
@@ -103,7 +102,7 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
     (volume,) = cloud.hetzner.volumes.values()
     mark = len(cloud.hetzner.log)
     roll = ["roll", "control-plane", "agent-0", "--root", str(cloud.root)]
-    result = CliRunner().invoke(app, roll)
+    result = invoke(roll)
     assert result.exit_code == 0, result.output
     # The control plane first, then the agent; each old server stopped and deleted before
     # the new one is created, the volume detached by the deletion and attached to the new one.

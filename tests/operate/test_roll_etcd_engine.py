@@ -9,9 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud.kubeconfig import api_client
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
@@ -19,6 +17,7 @@ from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
 from tests.operate.test_roll import BOOT, OLD, Clock
+from tests.runner import invoke
 
 CONTROL_PLANES = {
     "control-plane": "10.0.1.10",
@@ -79,7 +78,7 @@ def test_the_command_rolls_three_control_planes_one_at_a_time(
     cloud: Cloud, cluster: ka.Cluster, roll: list[str]
 ) -> None:
     mark = len(cloud.hetzner.log)
-    result = CliRunner().invoke(app, [*roll, *CONTROL_PLANES])
+    result = invoke([*roll, *CONTROL_PLANES])
     assert result.exit_code == 0, result.output
     # Each server stopped, deleted, created and given its volume back before the next begins.
     assert cloud.since(mark) == [
@@ -116,7 +115,7 @@ def test_the_command_refuses_while_another_control_plane_is_down(
     cluster.server_deleted("control-plane-2")
     clock.t += 60
     mark = len(cloud.hetzner.log)
-    result = CliRunner().invoke(app, [*roll, "control-plane-1", "agent-0"])
+    result = invoke([*roll, "control-plane-1", "agent-0"])
     assert isinstance(result.exception, rl.RollError)
     assert str(result.exception).startswith(
         "control-plane-1: refused before any change: control-plane-2 is unhealthy, not Ready"

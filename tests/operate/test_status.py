@@ -16,9 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.model.pins import snapshot_labels
 from raya.nodes import addons
@@ -29,6 +27,7 @@ from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
 from tests.operate.s3 import client, k3s_upload
+from tests.runner import invoke
 from tests.support import Respond, http_server, routes
 
 VERSION = PINS.k3s.version
@@ -419,9 +418,9 @@ def test_the_command_end_to_end(
             patched = functools.partial(getattr(st, source), server=api_url)
             monkeypatch.setattr(st, source, patched)
         arguments = ["status", "--root", str(project), "--hcloud-endpoint", f"{hcloud_url}/v1"]
-        table = CliRunner().invoke(app, arguments, env={"COLUMNS": "250"})
-        as_json = CliRunner().invoke(app, [*arguments, "--json"])
-        without_drift = CliRunner().invoke(app, [*arguments, "--json", "--no-drift"])
+        table = invoke(arguments, env={"COLUMNS": "250"})
+        as_json = invoke([*arguments, "--json"])
+        without_drift = invoke([*arguments, "--json", "--no-drift"])
     assert previews == [("preview", project, "prod")] * 2
     # agent-2 drifted: everything else is healthy, and the exit status says it is not.
     assert table.exit_code == 1, table.output

@@ -4,25 +4,19 @@ decided, never trusting an endpoint on first use."""
 from __future__ import annotations
 
 import datetime
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-import yaml
-
-from raya.cloud import kubeconfig as kube
-from raya.commands.deploy import StackOption, deploy_module
-from raya.commands.options import RootOption, project_root
-from raya.console import err
+from raya.commands.deploy import deploy_module
+from raya.commands.options import ROOT, STACK, project_root
+from raya.commands.parser import Argument, BadParameter, Commands, Option
 from raya.errors import DeployError
-from raya.files import write_atomically
-from raya.model.project import DEFAULT_STACK
-from raya.operate import ssh as ssh_model
 
-commands = typer.Typer()  # what this module adds to `raya`
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+commands = Commands()  # what this module adds to `raya`
 
 # Below this, `raya kubeconfig` says to run `raya up`, which re-issues the certificate.
 RENEW_WARNING = datetime.timedelta(days=30)
@@ -30,41 +24,37 @@ RENEW_WARNING = datetime.timedelta(days=30)
 
 def stack_outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
     """The deployed stack's outputs, for `command`; secrets in clear, never to print."""
-    outputs: dict[str, Any] = deploy_module(command).stack_outputs(project_root(root), stack)
+    folder = project_root(root)
+    outputs: dict[str, Any] = deploy_module(command).stack_outputs(folder, stack)
     return outputs
 
 
-@commands.command()
+@commands.command(
+    STACK, ROOT,
+    Option("--out", "-o", kind="path", dest="out_file", help="File to write (0600).",
+           show_default="~/.kube/config with --merge, else ~/.kube/raya-<stack>.yaml"),
+    Option("--merge", kind="flag",
+           help="Add the cluster's context to the file, replacing only entries of its name."),
+    Option("--stdout", kind="flag", help="Print the kubeconfig (it holds a private key)."),
+)  # fmt: skip
 def kubeconfig(
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    out_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="File to write (0600).",
-            show_default="~/.kube/config with --merge, else ~/.kube/raya-<stack>.yaml",
-        ),
-    ] = None,
-    merge: Annotated[
-        bool,
-        typer.Option(
-            "--merge",
-            help="Add the cluster's context to the file, replacing only entries of its name.",
-        ),
-    ] = False,
-    stdout: Annotated[
-        bool, typer.Option("--stdout", help="Print the kubeconfig (it holds a private key).")
-    ] = False,
+    *, stack: str, root: Path | None, out_file: Path | None, merge: bool, stdout: bool
 ) -> None:
     """Write the cluster's admin kubeconfig, made from the deployment's own PKI (no SSH).
 
     The API's certificate is pinned to the cluster's server CA. The client certificate lasts
     90 days; `raya up` renews it in its last 30."""
     if stdout and (merge or out_file):
-        raise typer.BadParameter("--stdout prints the kubeconfig; it takes no --out or --merge")
+        raise BadParameter("--stdout prints the kubeconfig; it takes no --out or --merge")
     text = stack_outputs("kubeconfig", stack, root).get("kubeconfig")
+    from pathlib import Path
+
+    import yaml
+
+    from raya.cloud import kubeconfig as kube
+    from raya.console import err
+    from raya.files import write_atomically
+
     if not isinstance(text, str):
         raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
     new = yaml.safe_load(text)
@@ -99,27 +89,29 @@ def _expiry(document: dict[str, Any]) -> datetime.datetime:
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc
 
 
-@commands.command(context_settings={"ignore_unknown_options": True})
-def ssh(
-    node: Annotated[
-        str, typer.Argument(help="The node: its name (agent-1), DNS label (a1) or DNS name.")
-    ],
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(help="Command to run on the node (after --); a shell if none."),
-    ] = None,
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-) -> None:
+@commands.command(
+    Argument("node", required=True,
+             help="The node: its name (agent-1), DNS label (a1) or DNS name."),
+    Argument("command", multiple=True,
+             help="Command to run on the node (after --); a shell if none."),
+    STACK, ROOT, pass_unknown=True,
+)  # fmt: skip
+def ssh(*, node: str, command: list[str], stack: str, root: Path | None) -> None:
     """SSH to a node as core, trusting only the host key the deployment gave it."""
     servers = stack_outputs("ssh", stack, root).get("servers") or {}
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from raya.operate import ssh as ssh_model
+
     _, entry = ssh_model.find_node(servers, node)
     with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
         known_hosts = Path(folder) / "known_hosts"
         known_hosts.write_text(ssh_model.known_hosts(entry))
         try:
-            argv = ssh_model.ssh_command(entry, known_hosts, command or [])
+            argv = ssh_model.ssh_command(entry, known_hosts, command)
             code = subprocess.run(argv, check=False).returncode
         except FileNotFoundError:
             raise DeployError("ssh is not installed (Debian: openssh-client)") from None
-    raise typer.Exit(code)
+    raise SystemExit(code)

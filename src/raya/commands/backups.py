@@ -2,40 +2,43 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import subprocess
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import IO, Annotated, Any
 
-import typer
-
-from raya.cloud.image import HCLOUD_API_URL
 from raya.commands.access import stack_outputs
-from raya.commands.deploy import StackOption
-from raya.commands.operate import HcloudEndpointOption, collect, print_report
-from raya.commands.options import RootOption, project_root
+from raya.commands.operate import collect, print_report
+from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
+from raya.commands.parser import Argument, Commands, Option, confirm
 from raya.console import err, out
 from raya.errors import DeployError
-from raya.model.project import DEFAULT_STACK, load_cluster
-from raya.operate import backups as bk
-from raya.operate import ssh as ssh_model
-from raya.operate import status as st
-from raya.operate.roll import Clock
 
-commands = typer.Typer()  # what this module adds to `raya`
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import IO, Any
 
-# Runs `command` as root on the node of `entry` (its stack outputs), `stdin` on its input;
-# returns the exit code and what it printed. Replaced by tests.
-Remote = Callable[[Mapping[str, Any], Sequence[str], IO[bytes] | None], tuple[int, str]]
+    from raya.operate import backups as bk
+
+    # Runs `command` as root on the node of `entry` (its stack outputs), `stdin` on its
+    # input; returns the exit code and what it printed. Replaced by tests.
+    Remote = Callable[[Mapping[str, Any], Sequence[str], IO[bytes] | None], tuple[int, str]]
+
+commands = Commands()  # what this module adds to `raya`
+# raya.operate.backups.READY_TIMEOUT, whose module loads cryptography (start-up time);
+# checked against it by tests/commands/test_cli.py.
+READY_TIMEOUT = 600.0
 
 
 def over_ssh(entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] | None) -> (
     tuple[int, str]
 ):
     """`sudo command` on the node as core, over SSH pinned to the node's deployed host key."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from raya.operate import ssh as ssh_model
+
     with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
         known_hosts = Path(folder) / "known_hosts"
         known_hosts.write_text(ssh_model.known_hosts(entry))
@@ -58,6 +61,9 @@ def _context(command: str, stack: str, root: Path | None) -> tuple[
     """The control planes (the first first), the stack's outputs (each server's under
     `servers`) and the snapshots' target, from the deployed stack."""
     folder = project_root(root)
+    from raya.model.project import load_cluster
+    from raya.operate import backups as bk
+
     cluster = load_cluster(folder, stack)
     outputs = stack_outputs(command, stack, root)
     servers: dict[str, Any] = outputs.get("servers") or {}
@@ -80,10 +86,12 @@ def _age(delta: datetime.timedelta) -> str:
     return f"{hours} h" if hours < 72 else f"{hours // 24} days"
 
 
-@commands.command("backups")
-def list_backups(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+@commands.command(STACK, ROOT, name="backups")
+def list_backups(*, stack: str, root: Path | None) -> None:
     """List the cluster's etcd snapshots in object storage, newest first."""
     outputs = stack_outputs("backups", stack, root)
+    from raya.operate import backups as bk
+
     target = bk.Target.from_outputs(outputs.get("backups"), stack)
     with err.status(f"listing {target.where}..."):
         snapshots = bk.list_snapshots(target)
@@ -103,14 +111,16 @@ def list_backups(stack: StackOption = DEFAULT_STACK, root: RootOption = None) ->
     err.print(f"{len(snapshots)} snapshots in {target.where}", markup=False)
 
 
-@commands.command()
-def backup(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+@commands.command(STACK, ROOT)
+def backup(*, stack: str, root: Path | None) -> None:
     """Take an etcd snapshot now and upload it to the cluster's bucket.
 
     On the first control plane, k3s takes it (`k3s etcd-snapshot save`, over `raya ssh`'s
     pinned host key) and sends it to the cluster's bucket; raya prints its name and size as
     the bucket lists it."""
     control_planes, outputs, target = _context("backup", stack, root)
+    from raya.operate import backups as bk
+
     before = {snapshot.name for snapshot in bk.list_snapshots(target)}
     node = control_planes[0]
     with err.status(f"taking a snapshot on {node}..."):
@@ -126,21 +136,18 @@ def backup(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
     out.print(f"{new[0].name}  {_size(new[0].size)}", markup=False)
 
 
-@commands.command()
+@commands.command(
+    Argument("name", required=True, help="The snapshot, as `raya backups` lists it."),
+    STACK, ROOT,
+    Option("--yes", kind="flag", help="Do not ask before acting."),
+    Option("--ready-timeout", kind="float", default=READY_TIMEOUT,
+           help="Seconds to wait, once the steps are done, for the API and every node Ready."),
+    HCLOUD_ENDPOINT,
+)  # fmt: skip
 def restore(
-    name: Annotated[str, typer.Argument(help="The snapshot, as `raya backups` lists it.")],
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before acting.")] = False,
-    ready_timeout: Annotated[
-        float,
-        typer.Option(
-            "--ready-timeout",
-            help="Seconds to wait, once the steps are done, for the API and every node Ready.",
-        ),
-    ] = bk.READY_TIMEOUT,
-    hcloud_endpoint: HcloudEndpointOption = HCLOUD_API_URL,
-) -> None:
+    *, name: str, stack: str, root: Path | None, yes: bool, ready_timeout: float,
+    hcloud_endpoint: str,
+) -> None:  # fmt: skip
     """Restore the cluster's datastore from a snapshot: every control plane's k3s stopped,
     the first reset from it, the others rejoined; then the cluster's state.
 
@@ -150,6 +157,10 @@ def restore(
     every node Ready and prints what `raya status --no-drift` prints; exits 1 when not
     every node is Ready in time or anything is not healthy."""
     control_planes, outputs, target = _context("restore", stack, root)
+    from raya.operate import backups as bk
+    from raya.operate import status as st
+    from raya.operate.roll import Clock
+
     snapshot = restore_snapshot(name, control_planes, outputs["servers"], target, yes, remote)
     kubeconfig = outputs.get("kubeconfig")
 
@@ -168,7 +179,7 @@ def restore(
         err.print(f"not every node Ready {ready_timeout:.0f} s after the restore: {late}",
                   markup=False)  # fmt: skip
     if late is not None or not report.healthy:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 def restore_snapshot(
@@ -177,6 +188,12 @@ def restore_snapshot(
 ) -> bk.Snapshot:  # fmt: skip
     """Check snapshot `name`, download it, show the steps, ask (unless `yes`), then run
     each step on its node through `run`; the first failure stops there, naming it."""
+    import contextlib
+    import tempfile
+    from pathlib import Path
+
+    from raya.operate import backups as bk
+
     with err.status(f"checking {name}..."):
         snapshot = bk.check_snapshot(target, name)
     with tempfile.TemporaryDirectory(prefix="raya-restore-") as folder:
@@ -188,10 +205,10 @@ def restore_snapshot(
                   f"{snapshot.node}, sha256 {digest[:16]}...):", markup=False)  # fmt: skip
         for number, step in enumerate(steps, 1):
             out.print(f"  {number}. {step.node}: {step.what}", markup=False)
-        if not yes and not typer.confirm(
+        if not yes and not confirm(
             "Everything written to the cluster since the snapshot is lost. Go on?"
         ):
-            raise typer.Exit(1)
+            raise SystemExit(1)
         for number, step in enumerate(steps, 1):
             with (
                 err.status(f"{number}/{len(steps)} {step.node}: {step.what}..."),

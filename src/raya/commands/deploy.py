@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Annotated
-
-import typer
-
-from raya.cloud.kubeconfig import api_client as kube_api_client
-from raya.commands.options import RootOption, project_root
+from raya.commands.options import ROOT, STACK, project_root
+from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
 from raya.errors import DeployError
-from raya.model.project import DEFAULT_STACK
-from raya.operate import remove
-from raya.operate import roll as roll_model
 
-commands = typer.Typer()  # what this module adds to `raya`
-
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
-    from raya.cloud.deploy import Action, Removal, Result
+    from pathlib import Path
+    from types import ModuleType
+    from typing import Any
 
-StackOption = Annotated[
-    str, typer.Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).")
-]
+    from raya.cloud.deploy import Action, Removal, Result
+    from raya.operate import roll as roll_model
+
+commands = Commands()  # what this module adds to `raya`
+# raya.operate.remove.WITHOUT_DRAIN, whose module loads PyYAML (start-up time); checked
+# against it by tests/commands/test_cli.py.
+WITHOUT_DRAIN = "--delete-without-drain"
+
+
+def kube_api_client(kubeconfig: str) -> Any:
+    """`raya.cloud.kubeconfig.api_client`, imported on use (it loads PyYAML)."""
+    from raya.cloud.kubeconfig import api_client
+
+    return api_client(kubeconfig)
 
 
 def _progress(line: str) -> None:
@@ -54,9 +57,10 @@ def _run(
     delete_backups: bool = False,
     removal: Removal | None = None,
 ) -> Result:
+    folder = project_root(root)
     result: Result = deploy_module(action).run(
         action,
-        project_root(root),
+        folder,
         stack,
         _progress,
         replace=replace or (),
@@ -80,6 +84,8 @@ def _run(
 
 def leaving_plan(leaving: tuple[str, ...]) -> str:
     """What `raya up` does to the nodes the inputs no longer declare, in its order."""
+    from raya.operate import roll as roll_model
+
     agents = [name for name in leaving if not roll_model.is_control_plane(name)]
     planes = [name for name in leaving if roll_model.is_control_plane(name)]
     parts = [f"cordon and drain {', '.join(leaving)}"]
@@ -91,53 +97,35 @@ def leaving_plan(leaving: tuple[str, ...]) -> str:
     )
 
 
-@commands.command()
-def preview(stack: StackOption = DEFAULT_STACK, root: RootOption = None) -> None:
+@commands.command(STACK, ROOT)
+def preview(*, stack: str, root: Path | None) -> None:
     """Show what `raya up` would change, and each node's drift, without changing anything.
 
     Nodes the inputs no longer declare are listed with what `raya up` does to them first."""
     _run("preview", stack, root)
 
 
-@commands.command()
+@commands.command(
+    STACK, ROOT,
+    Option("--no-destroy-protected", kind="flag",
+           help="Preview first; fail, changing nothing, if the preview replaces or deletes "
+           "the control plane, its volume, the network or the DNS zone (what CI runs)."),
+    Option("--replace", multiple=True,
+           help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
+           "render, applying its drift: the old server is shut down and deleted first. "
+           "Repeat for more; `raya roll` also drains an agent first."),
+    Option(WITHOUT_DRAIN, kind="flag",
+           help="When the Kubernetes API cannot be reached (or a leaving control plane has "
+           "no node object), delete the nodes the inputs no longer declare anyway: "
+           "undrained, and a control plane's etcd member left in place until removed by hand."),
+    Option("--accept-local-data-loss", kind="flag",
+           help="Delete leaving nodes whose pods use local-path claims: their data goes "
+           "with the server."),
+)  # fmt: skip
 def up(
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    no_destroy_protected: Annotated[
-        bool,
-        typer.Option(
-            "--no-destroy-protected",
-            help="Preview first; fail, changing nothing, if the preview replaces or deletes "
-            "the control plane, its volume, the network or the DNS zone (what CI runs).",
-        ),
-    ] = False,
-    replace: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--replace",
-            help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
-            "render, applying its drift: the old server is shut down and deleted first. "
-            "Repeat for more; `raya roll` also drains an agent first.",
-        ),
-    ] = None,
-    delete_without_drain: Annotated[
-        bool,
-        typer.Option(
-            remove.WITHOUT_DRAIN,
-            help="When the Kubernetes API cannot be reached (or a leaving control plane has "
-            "no node object), delete the nodes the inputs no longer declare anyway: "
-            "undrained, and a control plane's etcd member left in place until removed by hand.",
-        ),
-    ] = False,
-    accept_local_data_loss: Annotated[
-        bool,
-        typer.Option(
-            "--accept-local-data-loss",
-            help="Delete leaving nodes whose pods use local-path claims: their data goes "
-            "with the server.",
-        ),
-    ] = False,
-) -> None:
+    *, stack: str, root: Path | None, no_destroy_protected: bool, replace: list[str],
+    delete_without_drain: bool, accept_local_data_loss: bool,
+) -> None:  # fmt: skip
     """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts.
 
     Servers are never replaced for a change of users, image or config: `raya up` lists it as
@@ -148,6 +136,9 @@ def up(
     time and never below quorum, before Pulumi deletes their servers; anything refused
     stops it before Pulumi runs.
     """
+    root = project_root(root)
+    from raya.operate import remove
+    from raya.operate import roll as roll_model
 
     def connect(kubeconfig: str) -> roll_model.Kubernetes:
         return roll_model.Kubernetes(kube_api_client(kubeconfig))
@@ -171,28 +162,24 @@ def up(
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
 
 
-@commands.command()
-def destroy(
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    delete_backups: Annotated[
-        bool,
-        typer.Option(
-            "--delete-backups", help="Delete the backups' bucket and every snapshot in it too."
-        ),
-    ] = False,
-) -> None:
+@commands.command(
+    STACK, ROOT,
+    Option("--yes", "-y", kind="flag", help="Do not ask for confirmation."),
+    Option("--delete-backups", kind="flag",
+           help="Delete the backups' bucket and every snapshot in it too."),
+)  # fmt: skip
+def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -> None:
     """Delete every resource of the stack: servers, volume, network, DNS zone, service accounts.
 
     Protected ones included (the control plane and its volume): the confirmation is the
     protection. The backups' bucket and its snapshots stay unless --delete-backups."""
+    root = project_root(root)
     what = "its servers, DNS zone" + (" and every backup" if delete_backups else "")
-    if not yes and not typer.confirm(
-        f"Destroy every resource of stack {stack}, {what} included?", err=True
+    if not yes and not confirm(
+        f"Destroy every resource of stack {stack}, {what} included?", to_stderr=True
     ):
         err.print("nothing destroyed")
-        raise typer.Exit(1)
+        raise SystemExit(1)
     _run("destroy", stack, root, delete_backups=delete_backups)
     if delete_backups:
         err.print("deleted the backups' bucket and its snapshots")

@@ -2,111 +2,85 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-from typing import Annotated
-
-import typer
-
-from raya.cloud.image import (
-    FCOS_BUILDS_URL,
-    HCLOUD_API_URL,
-    K3S_CHANNELS_URL,
-    K3S_RELEASES_URL,
-    AnyPin,
-    Endpoints,
-    PinChange,
-    chart_updates,
-    check_pins,
-    find_packer,
-    find_snapshots,
-    latest_pins,
-    packer_commands,
-    packer_environment,
-    packer_variables,
-    pin_changes,
-    run_packer,
-    template_path,
-    write_pins,
-)
-from raya.commands.options import RootOption, project_root
+from raya.commands.options import DEFAULT_STACK, HCLOUD_API_URL, ROOT, project_root
+from raya.commands.parser import BadParameter, Commands, Option
+from raya.commands.registry import COMMANDS
 from raya.console import err, out
 from raya.errors import ImageError
-from raya.model.pins import (
-    FCOS_STREAMS,
-    ChartPin,
-    ChartPins,
-    FcosPin,
-    chart_pins_path,
-    label_selector,
-    load_chart_pins,
-    load_pins,
-    snapshot_labels,
-)
-from raya.model.project import DEFAULT_STACK, load_cluster
-from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM
 
-image = typer.Typer(
-    help="Build the Fedora CoreOS snapshot (k3s included) and keep its pins current.",
-    no_args_is_help=True,
-)
-commands = typer.Typer()  # what this module adds to `raya`
-commands.add_typer(image, name="image")
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
 
-FcosBuildsUrl = Annotated[
-    str,
-    typer.Option(
-        "--fcos-builds-url",
-        envvar="RAYA_FCOS_BUILDS_URL",
-        help="Where FCOS stream and build metadata and images are published (a mirror, a test).",
-    ),
-]
-K3sReleasesUrl = Annotated[
-    str,
-    typer.Option(
-        "--k3s-releases-url",
-        envvar="RAYA_K3S_RELEASES_URL",
-        help="Where k3s release binaries and sha256sum-amd64.txt are published.",
-    ),
-]
+    from raya.cloud.image import AnyPin
+    from raya.model.pins import ChartPin
+
+commands = Commands()  # what this module adds to `raya`
+commands.group("image", help=COMMANDS["image"][1])
+# Where raya looks for releases by default: raya.cloud.image's FCOS_BUILDS_URL,
+# K3S_CHANNELS_URL and K3S_RELEASES_URL, and the charts' repositories in raya.nodes.addons,
+# whose modules load PyYAML (start-up time); tests/commands/test_cli.py checks them
+# against their sources. raya.model.pins.FCOS_STREAMS too.
+FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
+K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
+K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
+CERT_MANAGER_CHARTS = "https://charts.jetstack.io"
+EXTERNAL_DNS_CHARTS = "https://kubernetes-sigs.github.io/external-dns/"
+HETZNER_CHARTS = "https://charts.hetzner.cloud"
+FCOS_STREAMS = ("stable", "testing", "next")
+
+FCOS_BUILDS = Option(
+    "--fcos-builds-url", envvar="RAYA_FCOS_BUILDS_URL", default=FCOS_BUILDS_URL,
+    help="Where FCOS stream and build metadata and images are published (a mirror, a test).",
+)  # fmt: skip
+K3S_RELEASES = Option(
+    "--k3s-releases-url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
+    help="Where k3s release binaries and sha256sum-amd64.txt are published.",
+)  # fmt: skip
 
 
 def _say(message: str) -> None:
     out.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-@image.command()
+@commands.command(
+    Option("--stack", "-s", help="Stack whose cluster the snapshot is built for.",
+           default=DEFAULT_STACK),
+    Option("--dry-run", kind="flag",
+           help="Check everything (Hetzner, pins, Packer) and print the Packer commands "
+           "instead of running them."),
+    ROOT,
+    Option("--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", default=HCLOUD_API_URL,
+           help="Hetzner Cloud API endpoint (also passed to Packer)."),
+    FCOS_BUILDS, K3S_RELEASES, group="image",
+)  # fmt: skip
 def build(
-    stack: Annotated[
-        str,
-        typer.Option("--stack", "-s", help="Stack whose cluster the snapshot is built for."),
-    ] = DEFAULT_STACK,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Check everything (Hetzner, pins, Packer) and print the Packer commands "
-            "instead of running them.",
-        ),
-    ] = False,
-    root: RootOption = None,
-    hcloud_endpoint: Annotated[
-        str,
-        typer.Option(
-            "--hcloud-endpoint",
-            envvar="HCLOUD_ENDPOINT",
-            help="Hetzner Cloud API endpoint (also passed to Packer).",
-        ),
-    ] = HCLOUD_API_URL,
-    fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
-    k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
-) -> None:
+    *, stack: str, dry_run: bool, root: Path | None, hcloud_endpoint: str,
+    fcos_builds_url: str, k3s_releases_url: str,
+) -> None:  # fmt: skip
     """Build the FCOS snapshot of each architecture the fleet uses (x86, and arm for cax*
     types) with Packer, skipping each that Hetzner already has with its labels.
 
     Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
     """
     root = project_root(root)
+    import os
+    import shlex
+
+    from raya.cloud.image import (
+        Endpoints,
+        check_pins,
+        find_packer,
+        find_snapshots,
+        packer_commands,
+        packer_environment,
+        packer_variables,
+        run_packer,
+        template_path,
+    )
+    from raya.model.pins import label_selector, load_pins, snapshot_labels
+    from raya.model.project import load_cluster
+
     cluster = load_cluster(root, stack)
     pins = load_pins(root)
     template = template_path(root)
@@ -167,71 +141,57 @@ def _describe_chart(name: str, pin: ChartPin) -> str:
 
 
 def _describe(pin: AnyPin) -> str:
+    from raya.model.pins import ChartPins, FcosPin
+
     if isinstance(pin, ChartPins):
         return ", ".join(_describe_chart(name, chart) for name, chart in pin.by_name().items())
     stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
     return f"{stream}{pin.version} (sha256 {pin.sha256})"
 
 
-@image.command()
+@commands.command(
+    Option("--update", kind="flag", help="Rewrite the pin files that are not current."),
+    Option("--stream", help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
+           show_default="the pinned stream"),
+    ROOT, FCOS_BUILDS,
+    Option("--k3s-channels-url", envvar="RAYA_K3S_CHANNELS_URL", default=K3S_CHANNELS_URL,
+           help="k3s release channel server (its stable channel is followed)."),
+    K3S_RELEASES,
+    Option("--cert-manager-charts-url", envvar="RAYA_CERT_MANAGER_CHARTS_URL",
+           default=CERT_MANAGER_CHARTS,
+           help="Helm repository of the cert-manager chart (its index.yaml is read)."),
+    Option("--external-dns-charts-url", envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
+           default=EXTERNAL_DNS_CHARTS,
+           help="Helm repository of the external-dns chart (its index.yaml is read)."),
+    Option("--hetzner-charts-url", envvar="RAYA_HETZNER_CHARTS_URL", default=HETZNER_CHARTS,
+           help="Helm repository of Hetzner's cloud controller and CSI charts (index.yaml)."),
+    group="image",
+)  # fmt: skip
 def pins(
-    update: Annotated[
-        bool, typer.Option("--update", help="Rewrite the pin files that are not current.")
-    ] = False,
-    stream: Annotated[
-        str | None,
-        typer.Option(
-            "--stream",
-            help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
-            show_default="the pinned stream",
-        ),
-    ] = None,
-    root: RootOption = None,
-    fcos_builds_url: FcosBuildsUrl = FCOS_BUILDS_URL,
-    k3s_channels_url: Annotated[
-        str,
-        typer.Option(
-            "--k3s-channels-url",
-            envvar="RAYA_K3S_CHANNELS_URL",
-            help="k3s release channel server (its stable channel is followed).",
-        ),
-    ] = K3S_CHANNELS_URL,
-    k3s_releases_url: K3sReleasesUrl = K3S_RELEASES_URL,
-    cert_manager_charts_url: Annotated[
-        str,
-        typer.Option(
-            "--cert-manager-charts-url",
-            envvar="RAYA_CERT_MANAGER_CHARTS_URL",
-            help="Helm repository of the cert-manager chart (its index.yaml is read).",
-        ),
-    ] = CERT_MANAGER.repo,
-    external_dns_charts_url: Annotated[
-        str,
-        typer.Option(
-            "--external-dns-charts-url",
-            envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
-            help="Helm repository of the external-dns chart (its index.yaml is read).",
-        ),
-    ] = EXTERNAL_DNS.repo,
-    hetzner_charts_url: Annotated[
-        str,
-        typer.Option(
-            "--hetzner-charts-url",
-            envvar="RAYA_HETZNER_CHARTS_URL",
-            help="Helm repository of Hetzner's cloud controller and CSI charts (index.yaml).",
-        ),
-    ] = HCLOUD_CCM.repo,
-) -> None:
+    *, update: bool, stream: str | None, root: Path | None, fcos_builds_url: str,
+    k3s_channels_url: str, k3s_releases_url: str, cert_manager_charts_url: str,
+    external_dns_charts_url: str, hetzner_charts_url: str,
+) -> None:  # fmt: skip
     """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
     """
     if stream is not None and stream not in FCOS_STREAMS:
-        raise typer.BadParameter(
+        raise BadParameter(
             f"{stream!r}; accepted: {', '.join(FCOS_STREAMS)}", param_hint="--stream"
         )
     root = project_root(root)
+    from raya.cloud.image import (
+        Endpoints,
+        PinChange,
+        chart_updates,
+        latest_pins,
+        pin_changes,
+        write_pins,
+    )
+    from raya.model.pins import chart_pins_path, load_chart_pins, load_pins
+
     current = load_pins(root)
     current_charts = load_chart_pins(root)
     endpoints = Endpoints(

@@ -2,52 +2,43 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
 from raya.commands.options import (
-    ExampleOption,
-    GithubUrlOption,
-    KeysFileOption,
-    RootOption,
+    DEFAULT_STACK,
+    EXAMPLE,
+    GITHUB,
+    KEYS_FILE,
+    ROOT,
     resolve_users,
     select_project,
 )
-from raya.console import err, out
+from raya.commands.parser import Commands, Option
 from raya.errors import KeysError
-from raya.model.config import load_stack_config, stack_file
-from raya.model.project import DEFAULT_STACK
-from raya.nodes.github_keys import GITHUB_URL, dump_keys_file, key_info
 
-commands = typer.Typer()  # what this module adds to `raya`
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+
+commands = Commands()  # what this module adds to `raya`
 
 
-@commands.command()
+@commands.command(
+    Option("--stack", "-s", help="Stack whose raya:authorizedUsers to resolve.",
+           show_default=DEFAULT_STACK),
+    ROOT, EXAMPLE, KEYS_FILE,
+    Option("--save", kind="path",
+           help="Also write the keys to this file (`--keys-file` reads it back)."),
+    GITHUB,
+)  # fmt: skip
 def keys(
-    stack: Annotated[
-        str | None,
-        typer.Option(
-            "--stack",
-            "-s",
-            help="Stack whose raya:authorizedUsers to resolve.",
-            show_default=DEFAULT_STACK,
-        ),
-    ] = None,
-    root: RootOption = None,
-    example: ExampleOption = False,
-    keys_file: KeysFileOption = None,
-    save: Annotated[
-        Path | None,
-        typer.Option(
-            "--save", help="Also write the keys to this file (`--keys-file` reads it back)."
-        ),
-    ] = None,
-    github_url: GithubUrlOption = GITHUB_URL,
-) -> None:
+    *, stack: str | None, root: Path | None, example: bool, keys_file: Path | None,
+    save: Path | None, github_url: str,
+) -> None:  # fmt: skip
     """Print each authorized user's SSH keys with their type, fingerprint and comment."""
     root, stack, keys_file = select_project(root, stack, example, keys_file)
+    from raya.console import err, out
+    from raya.model.config import load_stack_config, stack_file
+    from raya.nodes.github_keys import dump_keys_file, key_info
+
     users = resolve_users(load_stack_config(stack_file(root, stack)), keys_file, github_url)
     width = max(len(user.handle) for user in users)
     for user in users:

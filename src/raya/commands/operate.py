@@ -2,50 +2,36 @@
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
-
-from raya.cloud.image import HCLOUD_API_URL
-from raya.cloud.kubeconfig import api_client as kube_api_client
 from raya.commands.access import stack_outputs
-from raya.commands.deploy import StackOption, deploy_module
-from raya.commands.options import RootOption, project_root
+from raya.commands.deploy import deploy_module, kube_api_client
+from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
+from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
 from raya.errors import DeployError
-from raya.model.cron import Schedule
-from raya.model.pins import load_pins
-from raya.model.project import DEFAULT_STACK, load_cluster
-from raya.operate import backups
-from raya.operate import roll as roll_model
-from raya.operate import status as st
 
-commands = typer.Typer()  # what this module adds to `raya`
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
-HcloudEndpointOption = Annotated[
-    str,
-    typer.Option("--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint."),
-]
-_STYLE = {st.HEALTHY: "green", st.UNHEALTHY: "red", st.UNKNOWN: "yellow", st.SKIPPED: "dim"}
+    from raya.operate import status as st
+
+commands = Commands()  # what this module adds to `raya`
+# raya.operate.roll's DRAIN_TIMEOUT and READY_TIMEOUT, whose module loads PyYAML (start-up
+# time); checked against them by tests/commands/test_cli.py.
+DRAIN_TIMEOUT = 600.0
+READY_TIMEOUT = 900.0
 
 
-@commands.command()
+@commands.command(
+    STACK, ROOT,
+    Option("--json", kind="flag", dest="as_json", help="Print the report as JSON."),
+    Option("--drift/--no-drift", default=True,
+           help="Run a preview to find the nodes whose config or image drifted (slower)."),
+    HCLOUD_ENDPOINT,
+)  # fmt: skip
 def status(
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    drift: Annotated[
-        bool,
-        typer.Option(
-            "--drift/--no-drift",
-            help="Run a preview to find the nodes whose config or image drifted (slower).",
-        ),
-    ] = True,
-    hcloud_endpoint: HcloudEndpointOption = HCLOUD_API_URL,
+    *, stack: str, root: Path | None, as_json: bool, drift: bool, hcloud_endpoint: str
 ) -> None:
     """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
 
@@ -56,14 +42,25 @@ def status(
     Needs HCLOUD_TOKEN; asks the zone's own name servers and the API with the cluster's CA."""
     report = collect(stack, project_root(root), drift, hcloud_endpoint)
     if as_json:
+        import json
+
         out.print_json(json.dumps(report.as_json()))
     else:
         print_report(report)
     if not report.healthy:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Report:
+    import datetime
+    import os
+
+    from raya.model.cron import Schedule
+    from raya.model.pins import load_pins
+    from raya.model.project import load_cluster
+    from raya.operate import backups
+    from raya.operate import status as st
+
     cluster = load_cluster(root, stack)
     pins = load_pins(root)
     with err.status("reading the stack's outputs..."):
@@ -132,52 +129,39 @@ def print_report(report: st.Report) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from raya.operate import status as st
+
+    style = {st.HEALTHY: "green", st.UNHEALTHY: "red", st.UNKNOWN: "yellow", st.SKIPPED: "dim"}
+
     table = Table(show_lines=False)
     for column in ("node", *st.COLUMNS):
         table.add_column(column, overflow="fold")
     for row in report.rows:
-        cells = (f"[{_STYLE[c.state]}]{escape(c.text)}[/]" for c in row.checks.values())
+        cells = (f"[{style[c.state]}]{escape(c.text)}[/]" for c in row.checks.values())
         table.add_row(row.node, *cells)
     out.print(table)
     for name, check in report.cluster.items():
-        out.print(f"{name}: [{_STYLE[check.state]}]{escape(check.text)}[/]")
+        out.print(f"{name}: [{style[check.state]}]{escape(check.text)}[/]")
     out.print("healthy" if report.healthy else "[red]not healthy[/]")
 
 
-@commands.command()
+@commands.command(
+    Argument("nodes", multiple=True,
+             help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
+    STACK, ROOT,
+    Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
+    Option("--drain-timeout", kind="float", default=DRAIN_TIMEOUT,
+           help="Seconds to wait for a node's pods to be gone (evicted, then terminated)."),
+    Option("--ready-timeout", kind="float", default=READY_TIMEOUT,
+           help="Seconds to wait for a replaced node to be back from a new boot, Ready."),
+    Option("--accept-local-data-loss", kind="flag",
+           help="Roll nodes whose pods use local-path claims: their data is deleted with "
+           "the server."),
+)  # fmt: skip
 def roll(
-    nodes: Annotated[
-        list[str] | None,
-        typer.Argument(help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
-    ] = None,
-    stack: StackOption = DEFAULT_STACK,
-    root: RootOption = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
-    ] = False,
-    drain_timeout: Annotated[
-        float,
-        typer.Option(
-            "--drain-timeout",
-            help="Seconds to wait for a node's pods to be gone (evicted, then terminated).",
-        ),
-    ] = roll_model.DRAIN_TIMEOUT,
-    ready_timeout: Annotated[
-        float,
-        typer.Option(
-            "--ready-timeout",
-            help="Seconds to wait for a replaced node to be back from a new boot, Ready.",
-        ),
-    ] = roll_model.READY_TIMEOUT,
-    accept_local_data_loss: Annotated[
-        bool,
-        typer.Option(
-            "--accept-local-data-loss",
-            help="Roll nodes whose pods use local-path claims: their data is deleted with "
-            "the server.",
-        ),
-    ] = False,
-) -> None:
+    *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
+    ready_timeout: float, accept_local_data_loss: bool,
+) -> None:  # fmt: skip
     """Apply drift one node at a time: the control plane first, then the agents.
 
     The control plane is replaced alone, and nothing else starts until the API answers and it is
@@ -188,6 +172,10 @@ def roll(
     and says what state it left the node in. A node whose pods use claims on its own disk
     (local-path) is not touched unless --accept-local-data-loss is given."""
     folder = project_root(root)
+    from raya.model.pins import load_pins
+    from raya.model.project import load_cluster
+    from raya.operate import roll as roll_model
+
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)
     deploy = deploy_module("roll")
@@ -195,7 +183,7 @@ def roll(
     if not nodes:
         with err.status("previewing to find drift..."):
             drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
-    steps = roll_model.plan([n.name for n in cluster.nodes], nodes or [], drifting)
+    steps = roll_model.plan([n.name for n in cluster.nodes], nodes, drifting)
     if not steps:
         err.print("nothing to roll: no node drifts", markup=False)
         return

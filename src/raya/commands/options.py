@@ -1,50 +1,64 @@
-"""Options and project selection shared by the commands that read a stack."""
+"""Options and project selection shared by the commands that read a stack.
+
+Light to import (start-up time, issue 26): the model and the key fetching are imported by
+the functions that use them, once the command's work has started.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from raya.commands.parser import BadParameter, Option
+from raya.errors import ConfigError
 
-import typer
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
 
-from raya.console import err
-from raya.model.config import StackConfig
-from raya.model.project import DEFAULT_STACK, EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK, find_root
-from raya.nodes.github_keys import GITHUB_URL, UserKeys, fetch_keys, load_keys_file, select_users
+    from raya.model.config import StackConfig
+    from raya.nodes.github_keys import UserKeys
 
-RootOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--root",
-        help="Project folder, holding Pulumi.yaml.",
-        show_default="the nearest one at or above the current folder",
-    ),
-]
-ExampleOption = Annotated[
-    bool,
-    typer.Option(
-        "--example",
-        help="Use the bundled example project (control plane + 3 agents; `raya keys` reads "
-        "its example keys file): no account, no network.",
-    ),
-]
-KeysFileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--keys-file",
-        help="Read the SSH keys from this file (`raya keys --save`) instead of GitHub.",
-    ),
-]
-GithubUrlOption = Annotated[
-    str,
-    typer.Option(
-        "--github-url", help="Base URL serving <handle>.keys (a mirror, or a test server)."
-    ),
-]
+# raya.model.project.DEFAULT_STACK, which loads the config's model (with PyYAML) to import;
+# tests/commands/test_cli.py checks each default the options declare against its source.
+DEFAULT_STACK = "prod"
+# raya.nodes.github_keys.GITHUB_URL, and raya.cloud.image.HCLOUD_API_URL (both load PyYAML).
+GITHUB_URL = "https://github.com"
+HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
+
+ROOT = Option(
+    "--root", kind="path", help="Project folder, holding Pulumi.yaml.",
+    show_default="the nearest one at or above the current folder",
+)  # fmt: skip
+STACK = Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).", default=DEFAULT_STACK)
+EXAMPLE = Option(
+    "--example", kind="flag",
+    help="Use the bundled example project (control plane + 3 agents; `raya keys` reads its "
+    "example keys file): no account, no network.",
+)  # fmt: skip
+KEYS_FILE = Option(
+    "--keys-file", kind="path",
+    help="Read the SSH keys from this file (`raya keys --save`) instead of GitHub.",
+)  # fmt: skip
+GITHUB = Option(
+    "--github-url", help="Base URL serving <handle>.keys (a mirror, or a test server).",
+    default=GITHUB_URL,
+)  # fmt: skip
+HCLOUD_ENDPOINT = Option(
+    "--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint.",
+    default=HCLOUD_API_URL,
+)  # fmt: skip
 
 
 def project_root(root: Path | None) -> Path:
-    return root or find_root(Path.cwd())
+    """The project folder: `root` when given (it must be a folder), else the nearest one
+    holding Pulumi.yaml. The first step of every command that reads a project."""
+    if root is not None:
+        if not root.is_dir():
+            raise ConfigError(f"{root}: no such folder (--root)")
+        return root
+    from pathlib import Path
+
+    from raya.model.project import find_root
+
+    return find_root(Path.cwd())
 
 
 def select_project(
@@ -54,15 +68,21 @@ def select_project(
     if not example:
         return project_root(root), stack or DEFAULT_STACK, keys_file
     if root is not None or stack is not None:
-        raise typer.BadParameter("--example is its own project; it takes no --root or --stack")
+        raise BadParameter("--example is its own project; it takes no --root or --stack")
+    from raya.model.project import EXAMPLE_KEYS, EXAMPLE_ROOT, EXAMPLE_STACK
+
     return EXAMPLE_ROOT, EXAMPLE_STACK, keys_file or EXAMPLE_KEYS
 
 
 def resolve_users(
-    config: StackConfig, keys_file: Path | None, github_url: str = GITHUB_URL
+    config: StackConfig, keys_file: Path | None, github_url: str
 ) -> tuple[UserKeys, ...]:
     """The authorized users' keys, from the keys file when one is given, else from GitHub."""
+    from raya.nodes.github_keys import fetch_keys, load_keys_file, select_users
+
     if keys_file is not None:
         return select_users(load_keys_file(keys_file), config.authorized_users, str(keys_file))
+    from raya.console import err
+
     with err.status(f"fetching the keys of {len(config.authorized_users)} users..."):
         return fetch_keys(config.authorized_users, github_url)

@@ -1,12 +1,17 @@
-"""What `raya --help` lists, free of Typer: the commands, their summaries, the root options.
+"""What `raya --help` lists: the commands, their summaries, the root options.
 
-The Typer application (`raya.commands.root`) is built from these, and `raya.cli` prints
-`raya --help` from them without loading Typer, click or rich (start-up time), laid out
-as Typer lays it out. tests/commands/test_cli.py checks the two outputs are the same
-bytes at several widths, and each summary against its command's own help.
+`raya.cli` dispatches from `COMMANDS` (the module that declares each command, imported
+when it runs) and `raya.commands.helptext` lists them without importing any.
+tests/commands/test_cli.py checks each summary against its command's own help.
 """
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from raya.commands.parser import Command
 
 APP_HELP = "Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS."
 # The root's options and their help, in Typer's order (--help is click's own).
@@ -45,40 +50,18 @@ COMMANDS = {
     "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
              "agents."),
 }
-# Narrower than this, Typer's table layout squeezes the name columns: raya.cli lets Typer
-# lay it out then.
-NARROWEST = 45
 
 
-def top_help(width: int) -> str:
-    """`raya --help` as Typer prints it `width` columns wide when it does not style it."""
-    lines = ["", " Usage: raya [OPTIONS] COMMAND [ARGS]...", ""]
-    lines += [" " + line for line in _wrap(APP_HELP, width - 2)]
-    lines.append("")
-    lines += _panel("Options", OPTIONS, max(map(len, OPTIONS)) + 9, width)
-    summaries = {name: summary for name, (_, summary) in COMMANDS.items()}
-    lines += _panel("Commands", summaries, max(map(len, COMMANDS)) + 1, width)
-    return "\n".join(line.ljust(width) for line in lines) + "\n\n"
+def every_command() -> Iterator[tuple[tuple[str, ...], Command]]:
+    """Each command with its path (`("image", "pins")`), its module loaded: for the tests
+    and benchmarks that go through all of them."""
+    import importlib
 
+    from raya.commands.parser import Group
 
-def _panel(title: str, rows: dict[str, str], column: int, width: int) -> list[str]:
-    """A rounded box named `title`: each name, then its help wrapped beside it."""
-    inner = width - 4  # the borders and a space inside each
-    lines = ["╭─ " + title + " " + "─" * (width - len(title) - 5) + "╮"]
-    for name, text in rows.items():
-        for index, line in enumerate(_wrap(text, inner - column - 1)):
-            beside = name if index == 0 else ""
-            lines.append("│ " + f"{beside:<{column}} {line}".ljust(inner) + " │")
-    lines.append("╰" + "─" * (width - 2) + "╯")
-    return lines
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    """Words filled greedily into lines of at most `width` characters, as rich wraps."""
-    lines: list[str] = []
-    for word in text.split():
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
+    for name, (module, _) in COMMANDS.items():
+        found = importlib.import_module(f"raya.commands.{module}").commands.table[name]
+        if isinstance(found, Group):
+            yield from (((name, sub), command) for sub, command in found.commands.items())
         else:
-            lines.append(word)
-    return lines
+            yield (name,), found

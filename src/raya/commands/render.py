@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from raya.commands.options import ExampleOption, RootOption, select_project
-from raya.console import err, out
+from raya.commands.options import DEFAULT_STACK, EXAMPLE, ROOT, select_project
+from raya.commands.parser import Commands, Option
 from raya.errors import RenderError
-from raya.files import write_atomically
-from raya.model.pins import load_chart_pins
-from raya.model.project import DEFAULT_STACK, load_cluster
-from raya.nodes.identity import generate_example_secrets
-from raya.nodes.render import IGNITION_LIMIT, RenderedNode, render_cluster
+
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from raya.nodes.render import RenderedNode
 
 # Stands for the first control plane's volume (the next ones count up from it), whose id
 # Hetzner decides when it is created.
@@ -26,27 +22,29 @@ THROWAWAY = (
     "join a real cluster. `raya up` renders with the stack's own."
 )
 
-commands = typer.Typer()  # what this module adds to `raya`
+commands = Commands()  # what this module adds to `raya`
 
 
-@commands.command()
-def render(
-    stack: Annotated[
-        str | None,
-        typer.Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
-    ] = None,
-    root: RootOption = None,
-    out_dir: Annotated[
-        Path, typer.Option("--out", "-o", help="Folder to write <node>.bu and <node>.ign to.")
-    ] = Path("out"),
-    example: ExampleOption = False,
-) -> None:
+@commands.command(
+    Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
+    ROOT,
+    Option("--out", "-o", kind="path", help="Folder to write <node>.bu and <node>.ign to.",
+           default="out", dest="out_dir"),
+    EXAMPLE,
+)  # fmt: skip
+def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool) -> None:
     """Render every node's Butane and Ignition config and print their sizes.
 
     The secrets are throwaway ones generated on the spot, and said so: the real join token,
     CAs and service account keys exist only in the deployment's state.
     """
     root, stack, _ = select_project(root, stack, example, None)
+    from raya.console import err, out
+    from raya.model.pins import load_chart_pins
+    from raya.model.project import load_cluster
+    from raya.nodes.identity import generate_example_secrets
+    from raya.nodes.render import IGNITION_LIMIT, render_cluster
+
     cluster = load_cluster(root, stack)
     err.print(THROWAWAY, markup=False, soft_wrap=True)
     secrets = generate_example_secrets(node.name for node in cluster.nodes)
@@ -85,6 +83,8 @@ def render(
 
 def _write(folder: Path, rendered: tuple[RenderedNode, ...]) -> None:
     """Each node's files, readable by their owner only: they hold (throwaway) secrets."""
+    from raya.files import write_atomically
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for node in rendered:

@@ -1,12 +1,10 @@
-"""What `raya butane` does, free of Typer: `raya.cli` runs it without loading Typer when
-the arguments are plain, and the Typer command `raya.commands.butane` runs it otherwise."""
+"""What `raya butane` does (`raya.commands.butane` declares it): read the config, then
+load the transpiler, so that an unreadable file fails before the transpiler's import."""
 
 from __future__ import annotations
 
 import sys
 
-from raya.butane import ButaneDiagnostics, to_json, translate
-from raya.butane.report import render
 from raya.errors import ButaneError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -25,10 +23,13 @@ def run(file: str, strict: bool, pretty: bool, files_dir: Path | None) -> None:
                 text = stream.read()
     except (OSError, UnicodeDecodeError) as error:
         if isinstance(error, OSError) and error.filename == file:
-            from pathlib import PurePath  # named as Typer's Path(file) names it: normalized
+            from pathlib import PurePath  # named as click's Path(file) named it: normalized
 
             error.filename = str(PurePath(file))
         raise ButaneError(f"cannot read Butane config {source}: {error}") from error
+    from raya.butane import ButaneDiagnostics, to_json, translate
+    from raya.butane.report import render
+
     result = translate(text, files_dir)
     # Plain writes, not rich: the JSON must go out byte for byte, and Butane's
     # "error[$.path]" headers would be read as rich markup.

@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 import yaml
 from pulumi import automation as auto
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.errors import ConfigError, DeployError
+from tests.runner import invoke
 from tests.support import REPO
 
 SECRET = "s3cr3t-never-printed"
@@ -208,7 +207,7 @@ def test_missing_cli_that_cannot_be_installed(
 
 
 def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: Standin) -> None:
-    result = CliRunner().invoke(app, ["up", "--root", str(project)])
+    result = invoke(["up", "--root", str(project)])
     assert result.exit_code == 0, result.output
     assert " +  aws:eks:Cluster eks-cluster created" in result.output  # the CLI's own line
     assert "up of stack prod: create 6" in result.output
@@ -218,7 +217,7 @@ def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: S
 
 def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
     shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.staging.yaml")
-    result = CliRunner().invoke(app, ["preview", "--stack", "staging", "--root", str(project)])
+    result = invoke(["preview", "--stack", "staging", "--root", str(project)])
     assert result.exit_code == 0, result.output
     ((preview,),) = [standin.operations()]
     assert preview[preview.index("--stack") + 1] == "staging"
@@ -226,11 +225,11 @@ def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
 
 
 def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
-    refused = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="n\n")
+    refused = invoke(["destroy", "--root", str(project)], input="n\n")
     assert refused.exit_code == 1 and standin.calls() == []
-    agreed = CliRunner().invoke(app, ["destroy", "--root", str(project)], input="y\n")
+    agreed = invoke(["destroy", "--root", str(project)], input="y\n")
     assert agreed.exit_code == 0, agreed.output
-    yes = CliRunner().invoke(app, ["destroy", "--yes", "--root", str(project)])
+    yes = invoke(["destroy", "--yes", "--root", str(project)])
     assert yes.exit_code == 0
     assert [run[0] for run in standin.operations()] == ["destroy", "destroy"]
     # Each destroy lifted the control plane's protection first (the confirmation is it).
@@ -302,7 +301,7 @@ def test_preview_names_the_nodes_an_update_would_drain_and_delete(
     # The state holds control-plane and agent-0 (standin_pulumi.py); the fleet now has a pool
     # only: agent-0 leaves.
     (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
-    result = CliRunner().invoke(app, ["preview", "--root", str(project)])
+    result = invoke(["preview", "--root", str(project)])
     assert result.exit_code == 0, result.output
     assert (
         "nodes leaving (1 agent(s), 0 control plane(s)): cordon and drain agent-0; delete "
@@ -340,7 +339,7 @@ def test_an_arm_pool_where_hetzner_does_not_sell_its_type_is_refused_before_pulu
 ) -> None:
     # Hetzner sells cax21 in fsn1, nbg1 and hel1 (tests/cloud/hetzner_api.py), not in ash.
     arm_cluster(project, "ash", None)
-    result = CliRunner().invoke(app, ["preview", "--root", str(project)])
+    result = invoke(["preview", "--root", str(project)])
     assert result.exit_code == 1
     fleet = project / "deploy" / "fleet" / "agents.json"
     assert (
@@ -352,7 +351,7 @@ def test_an_arm_pool_where_hetzner_does_not_sell_its_type_is_refused_before_pulu
     assert set(hetzner_api.asked) == {"cax21", "cpx21", "cpx31"}
     # In the EU zone, the same pool in fsn1 is sold: the preview runs.
     arm_cluster(project, "nbg1", "fsn1")
-    assert CliRunner().invoke(app, ["preview", "--root", str(project)]).exit_code == 0
+    assert invoke(["preview", "--root", str(project)]).exit_code == 0
     assert [run[0] for run in standin.operations()] == ["preview"]
 
 

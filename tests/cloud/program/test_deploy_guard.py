@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 from pulumi import automation as auto
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.cloud import deploy
 from raya.cloud.program import REPLACE_ENV
 from raya.errors import DeployError
 from tests.cloud.program.engine import update_summary
+from tests.runner import invoke
 
 EVENTS = Path(__file__).parent / "events"
 CP_URN = "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane"
@@ -107,7 +106,7 @@ def test_drift_reported_by_the_program_is_collected_per_node(
 
 def test_raya_up_prints_the_drift_per_node(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stack_playing(monkeypatch, "drift-users.jsonl")
-    result = CliRunner().invoke(app, ["up", "--root", str(project)])
+    result = invoke(["up", "--root", str(project)])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("drift: ")]
     assert lines[0] == (
@@ -158,7 +157,7 @@ def test_without_the_flag_there_is_no_preview_first(
 
 def test_the_cli_flag_reaches_the_guard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stack_playing(monkeypatch, "replaces-protected.jsonl")
-    result = CliRunner().invoke(app, ["up", "--no-destroy-protected", "--root", str(project)])
+    result = invoke(["up", "--no-destroy-protected", "--root", str(project)])
     # raya.cli.main turns it into one line on stderr and exit 1, as for every RayaError.
     assert isinstance(result.exception, DeployError)
     assert "refused, nothing changed" in str(result.exception)

@@ -13,14 +13,13 @@ import pulumi
 import pulumi_hcloud as hcloud
 import pytest
 from pulumi import automation as auto
-from typer.testing import CliRunner
 
-from raya.cli import app
 from raya.errors import DeployError
 from tests.cloud.program.engine import Cloud, Engine, EngineError, deployed_cloud
 from tests.cloud.program.hetzner import Hetzner, HetznerError
 from tests.cloud.program.mocks import ProtectedError, run_program
 from tests.cloud.program.test_program import provider_mocks, run
+from tests.runner import invoke
 
 URN = "urn:pulumi:prod::raya::{}::{}"
 SERVER = "hcloud:index/server:Server"
@@ -58,7 +57,7 @@ def test_the_first_up_creates_the_servers_and_attaches_the_volume(cloud: Cloud) 
 
 def test_a_plain_up_asks_for_no_replacement_and_touches_no_server(cloud: Cloud) -> None:
     before, mark = server_ids(cloud), len(cloud.hetzner.log)
-    result = CliRunner().invoke(app, ["up", "--root", str(cloud.root)])
+    result = invoke(["up", "--root", str(cloud.root)])
     assert result.exit_code == 0, result.output
     assert cloud.stack.calls[-1] == ("up", ())  # no replace target
     assert "kubeconfig: [secret]" in result.stdout  # the engine's outputs keep their secrecy
@@ -71,7 +70,7 @@ def test_replacing_an_agent_deletes_the_old_server_before_creating_the_new(
     cloud: Cloud,
 ) -> None:
     before, mark = server_ids(cloud), len(cloud.hetzner.log)
-    result = CliRunner().invoke(app, ["up", "--replace", "agent-1", "--root", str(cloud.root)])
+    result = invoke(["up", "--replace", "agent-1", "--root", str(cloud.root)])
     assert result.exit_code == 0, result.output
     assert cloud.stack.calls[-1] == ("up", (URN.format(SERVER, "agent-1"),))
     assert cloud.since(mark) == [

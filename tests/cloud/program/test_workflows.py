@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from raya.cli import app
+from tests.runner import invoke
 from tests.support import REPO, require_tool
 
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -40,7 +39,7 @@ def test_every_raya_step_is_a_valid_command_line(name: str) -> None:
     assert raya_lines
     for args in raya_lines:
         # --help after the options: Click still parses them, so a wrong name fails here.
-        result = CliRunner().invoke(app, [*args, "--help"])
+        result = invoke([*args, "--help"])
         assert result.exit_code == 0, (args, result.output)
 
 
@@ -100,7 +99,7 @@ def test_pins_are_bumped_weekly_by_pull_request() -> None:
     triggers: dict[str, Any] = workflow.get(True, {})  # type: ignore[call-overload]
     assert triggers["schedule"]  # `on:` reads as True in YAML 1.1
     (update,) = [line for line in runs(workflow, "propose") if line.startswith("./raya")]
-    result = CliRunner().invoke(app, [*shlex.split(update.split("|")[0])[1:], "--help"])
+    result = invoke([*shlex.split(update.split("|")[0])[1:], "--help"])
     assert result.exit_code == 0, result.output
     assert "gh pr create" in runs(workflow, "propose")[-1]
     assert workflow["jobs"]["propose"]["permissions"] == {

@@ -1,0 +1,256 @@
+"""raya's own command layer: each command's options and arguments declared, parsed from argv.
+
+Small on purpose (start-up time, issue 26): no Typer, click or rich, nor dataclasses,
+inspect or typing at run time. What it accepts is click's grammar as raya used it:
+`--opt VALUE`, `--opt=VALUE`, `-s VALUE`, `-sVALUE`, flags and `--x/--no-x` pairs,
+repeated options, defaults from environment variables, positional arguments (the last
+may take the rest), `--` ending the options, `--help` anywhere before it. Usage errors
+exit 2 with click's message ("Usage: ..." / "Try '... --help' for help." / "Error: ...").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+class UsageError(Exception):
+    """Bad command-line input: raya prints it under the command's usage and exits 2."""
+
+    def __init__(self, message: str, command: Command | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+
+
+class BadParameter(UsageError):
+    """A value the command's own checks refuse (click's "Invalid value")."""
+
+    def __init__(self, message: str, param_hint: str | None = None) -> None:
+        hint = f" for {param_hint}" if param_hint else ""
+        super().__init__(f"Invalid value{hint}: {message}")
+
+
+def _path(value: str) -> object:
+    from pathlib import Path  # only when a path is given (pathlib costs start-up time)
+
+    return Path(value)
+
+
+def _float(value: str) -> object:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a valid float.") from None
+
+
+def _directory(value: str) -> object:
+    """An existing directory, as click's `Path(exists=True, file_okay=False)` checks it."""
+    if not os.path.exists(value):
+        raise ValueError(f"Directory {value!r} does not exist.")
+    if not os.path.isdir(value):
+        raise ValueError(f"Directory {value!r} is a file.")
+    return _path(value)
+
+
+# Each kind of value: (the name help shows for it, what turns the text into the value).
+KINDS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "text": ("<str>", str),
+    "path": ("<path>", _path),
+    "float": ("<float>", _float),
+    "directory": ("<directory>", _directory),
+}
+
+
+class Option:
+    """`--name`/`-n` taking a value of `kind`, a flag (`kind="flag"`, or names "--x/--no-x"
+    for a pair), or a repeatable one (`multiple`). `show_default`: False, or the text help
+    shows in place of the default."""
+
+    def __init__(
+        self, *names: str, help: str, default: object = None, kind: str = "text",
+        envvar: str | None = None, show_default: bool | str = True, dest: str | None = None,
+        multiple: bool = False,
+    ) -> None:  # fmt: skip
+        self.names: tuple[str, ...] = ()
+        self.off: tuple[str, ...] = ()  # the names of a pair's "no" side
+        for name in names:
+            on, _, off = name.partition("/")
+            self.names += (on,)
+            self.off += (off,) if off else ()
+        self.kind = "flag" if self.off else kind
+        self.flag = self.kind == "flag"
+        self.default: object = ([] if multiple else False if self.flag else None) \
+            if default is None else default  # fmt: skip
+        self.help, self.envvar, self.show_default = help, envvar, show_default
+        self.multiple = multiple
+        self.dest = dest or self.names[0].lstrip("-").replace("-", "_")
+
+    @property
+    def hint(self) -> str:
+        """How click names the option in errors: '--files-dir' / '-d'."""
+        return " / ".join(f"'{name}'" for name in self.names)
+
+    def convert(self, value: str) -> object:
+        try:
+            return KINDS[self.kind][1](value)
+        except ValueError as error:
+            raise UsageError(f"Invalid value for {self.hint}: {error}") from None
+
+
+class Argument:
+    """A positional argument; `multiple`: it takes all the remaining ones (the last only)."""
+
+    def __init__(
+        self, name: str, *, help: str, default: object = None, required: bool = False,
+        multiple: bool = False,
+    ) -> None:  # fmt: skip
+        self.dest, self.help, self.required, self.multiple = name, help, required, multiple
+        self.default: object = [] if multiple and default is None else default
+
+
+class Command:
+    """A command: its function, what it takes, and its help (the function's docstring)."""
+
+    def __init__(
+        self, path: str, function: Callable[..., None], params: Sequence[Option | Argument],
+        *, pass_unknown: bool = False,
+    ) -> None:  # fmt: skip
+        self.path, self.function, self.pass_unknown = path, function, pass_unknown
+        self.options = [p for p in params if isinstance(p, Option)]
+        self.arguments = [p for p in params if isinstance(p, Argument)]
+        self.help = function.__doc__ or ""
+
+    def usage(self) -> str:
+        words = [f"raya {self.path} [OPTIONS]"]
+        for argument in self.arguments:
+            name = f"{{{argument.dest}}}" if argument.required else f"[{argument.dest}]"
+            words.append(name + ("..." if argument.multiple else ""))
+        return " ".join(words)
+
+    def parse(self, args: Sequence[str]) -> dict[str, object] | None:
+        """The function's keyword arguments from `args`; None when --help was asked for."""
+        values: dict[str, object] = {}
+        repeated: dict[str, list[object]] = {}  # the values of `multiple` options
+        positional: list[str] = []
+        words = iter(args)
+        for word in words:
+            if word == "--":
+                positional += words
+            elif word == "--help":
+                return None
+            elif word.startswith("-") and word != "-":
+                option, value = self._match(word)
+                if option is None:
+                    positional.append(word)
+                elif option.flag:
+                    if value is not None:
+                        raise UsageError(f"Option '{word.split('=')[0]}' does not take a value.")
+                    values[option.dest] = word not in option.off
+                else:
+                    if value is None:
+                        value = next(words, None)
+                        if value is None:
+                            raise UsageError(f"Option '{word}' requires an argument.")
+                    converted = option.convert(value)
+                    if option.multiple:
+                        repeated.setdefault(option.dest, []).append(converted)
+                    else:
+                        values[option.dest] = converted
+            else:
+                positional.append(word)
+        values.update(repeated)
+        for option in self.options:
+            if option.dest not in values:
+                given = os.environ.get(option.envvar or "") or option.default
+                values[option.dest] = option.convert(given) if isinstance(given, str) else given
+        for argument in self.arguments:
+            if argument.multiple:
+                values[argument.dest], positional = positional, []
+            elif positional:
+                values[argument.dest] = positional.pop(0)
+            elif argument.required:
+                raise UsageError(f"Missing argument '{argument.dest}'.")
+            else:
+                values[argument.dest] = argument.default
+        if positional:
+            raise UsageError(f"Got unexpected extra argument{'s' * (len(positional) > 1)} "
+                             f"({' '.join(positional)})")  # fmt: skip
+        return values
+
+    def _match(self, word: str) -> tuple[Option | None, str | None]:
+        """The option `word` names and the value it carries (`--x=1`, `-s1`), if any."""
+        for option in self.options:
+            if word.startswith("--"):
+                name, equals, value = word.partition("=")
+                if name in option.names or name in option.off:
+                    return option, value if equals else None
+            else:
+                for name in option.names:
+                    if len(name) == 2 and word.startswith(name):
+                        return option, word[2:] or None
+        if self.pass_unknown:
+            return None, None
+        raise UsageError(f"No such option: {word.split('=')[0]}")
+
+
+class Group:
+    """Commands under one name (`raya image`): its own help lists them."""
+
+    def __init__(self, path: str, help: str) -> None:
+        self.path, self.help = path, help
+        self.commands: dict[str, Command] = {}
+
+    def usage(self) -> str:
+        return f"raya {self.path} [OPTIONS] COMMAND [ARGS]..."
+
+
+class Commands:
+    """What a module adds to `raya`: its commands by name, declared with `command`."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, Command | Group] = {}
+
+    def command(
+        self, *params: Option | Argument, name: str | None = None, group: str = "",
+        pass_unknown: bool = False,
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:  # fmt: skip
+        """Declare the decorated function as command `name` (default: the function's)."""
+
+        def declare(function: Callable[..., None]) -> Callable[..., None]:
+            own = name or function.__name__
+            path = f"{group} {own}".strip()
+            found = Command(path, function, params, pass_unknown=pass_unknown)
+            owner = self.table[group] if group else None
+            if isinstance(owner, Group):
+                owner.commands[own] = found
+            else:
+                assert not group, f"no group {group} declared"
+                self.table[own] = found
+            return function
+
+        return declare
+
+    def group(self, name: str, help: str) -> None:
+        """Declare group `name`: its commands are declared with `group=name`."""
+        self.table[name] = Group(name, help)
+
+
+def confirm(text: str, *, to_stderr: bool = False) -> bool:
+    """Ask `text [y/N]: ` and read the answer as click's `confirm` does: y/yes or n/no (any
+    case), nothing for no, anything else asks again; no input at all aborts (exit 1)."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    while True:
+        stream.write(f"{text} [y/N]: ")
+        stream.flush()
+        line = sys.stdin.readline()
+        if not line:
+            raise KeyboardInterrupt  # click's Abort: "Aborted!", exit 1
+        answer = line.strip().lower()
+        if answer in ("y", "yes", "n", "no", ""):
+            return answer in ("y", "yes")
+        stream.write("Error: invalid input\n")
+
