@@ -527,15 +527,15 @@ def run_program(
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def run() -> Awaitable[None]:
-        exported = program() or {}
+        exported = program()  # a dict of inputs, or an output of one, or None
 
         async def resolve() -> None:
             # As `pulumi.export` hands them to the engine at the end of the run (pulumi/pulumi
             # sdk/python/lib/pulumi/runtime/stack.py `Stack._finish` -> resource.py
             # `register_resource_outputs` -> rpc.py `serialize_properties`), and as
             # `pulumi stack output --show-secrets` reads them back: plain values.
-            serialized = await rpc.serialize_properties(exported, {})
-            outputs.update(reveal(rpc.deserialize_properties(serialized)))
+            serialized = await rpc.serialize_properties({"outputs": exported}, {})
+            outputs.update(reveal(rpc.deserialize_properties(serialized)).get("outputs") or {})
 
         return resolve()
 
