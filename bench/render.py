@@ -4,7 +4,9 @@ Run: .venv/bin/python bench/render.py [--rounds 5] [--before OTHER/src]
 Targets (issue 26): the 201 configs in under 0.5 s in-process, and `raya render` of them in
 under 1 s as a process. Each round runs, one after the other (paired, see bench/processes.py):
 - in-process: a fresh interpreter renders the fleet once and reports the CPU time of that
-  render alone: what a process's first render pays, with nothing cached yet;
+  render alone: what a process's first render pays, with nothing cached yet, split into
+  the Butane transpiler's share (`raya.butane.transpile`, timed around each call) and the
+  rest (raya.nodes: checks, contexts, templates);
 - as a process: `raya render` of a project holding the example's config and 200 agents, the
   CPU time of the whole process (start-up, throwaway secrets, render, writing 402 files).
 `--before` runs both again with another checkout's sources (e.g. main's `src`, read through
@@ -23,14 +25,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.processes
 
 from bench.processes import arguments, checkouts, child, cpu_time, load, ratios, spread
+from raya.butane import transpile
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, build_cluster, fleet_file
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes import render
 from raya.nodes.identity import generate_example_secrets
 from raya.nodes.render import IGNITION_LIMIT, render_cluster
 
@@ -48,13 +53,26 @@ def fleet() -> Cluster:
 
 
 def one_render() -> None:
-    """The child of an in-process round: CPU seconds of one render of the fleet, printed."""
+    """The child of an in-process round: CPU seconds of one render of the fleet, and of the
+    part of it spent in `raya.butane.transpile` (the transpiler's share), printed."""
     cluster = fleet()
     secrets = generate_example_secrets(node.name for node in cluster.nodes)
+    transpiling = 0.0
+
+    def timed(*args: Any, **kwargs: Any) -> str:
+        nonlocal transpiling
+        start = time.process_time()
+        try:
+            return transpile(*args, **kwargs)
+        finally:
+            transpiling += time.process_time() - start
+
+    vars(render)["transpile"] = timed  # the name render_cluster calls it by
     start = time.process_time()
     nodes = render_cluster(cluster, secrets, volume_id=VOLUME_ID, charts=CHARTS)
     seconds = time.process_time() - start
-    print(json.dumps({"seconds": seconds, "bytes": sum(len(node.ignition) for node in nodes)}))
+    print(json.dumps({"seconds": seconds, "transpile": transpiling,
+                      "bytes": sum(len(node.ignition) for node in nodes)}))
 
 
 def fleet_time(rounds: int, before: Path | None) -> None:
@@ -74,6 +92,8 @@ def fleet_time(rounds: int, before: Path | None) -> None:
                 found = child(__file__, env)
                 taken, size = found["seconds"], found["bytes"]
                 times.setdefault((label, "in-process"), []).append(taken)
+                times.setdefault((label, "  transpiler"), []).append(found["transpile"])
+                times.setdefault((label, "  the rest"), []).append(taken - found["transpile"])
                 times.setdefault((label, "as a process"), []).append(
                     cpu_time([*render[:4], *env, *render[4:]])
                 )
@@ -81,12 +101,15 @@ def fleet_time(rounds: int, before: Path | None) -> None:
           f"Ignition; {rounds} paired rounds, CPU time (min median max); "
           f"{start_load} before, {load()} after")
     for (label, kind), seconds in times.items():
-        target = TARGETS[kind]
-        line = (f"  {label:<9} {kind:<12} {spread(seconds)}  "
-                f"x target {target:.1f} s {ratios(seconds, [target] * rounds)}")
+        line = f"  {label:<9} {kind:<12} {spread(seconds)}  "
+        if kind in TARGETS:
+            target = TARGETS[kind]
+            line += f"x target {target:.1f} s {ratios(seconds, [target] * rounds)}"
+        else:  # a share of the in-process figure
+            line += f"{'':<27}"
         if label != "this tree":
             line += f"  this tree / before {ratios(times[('this tree', kind)], seconds)}"
-        print(line)
+        print(line.rstrip())
 
 
 def handles(count: int, long_handles: bool) -> tuple[str, ...]:

@@ -36,8 +36,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
+from raya.defaults import GITHUB_URL
 from raya.model.project import EXAMPLE_KEYS
-from raya.nodes.github_keys import GITHUB_URL, load_keys_file
+from raya.nodes.github_keys import load_keys_file
 from raya.nodes.render import K3S_BINARY_REAL, PRIVATE_INTERFACE, VOLUME_LABEL, volume_device
 from tests.boot.balancer import Balancer
 from tests.nodes.tools import (

@@ -127,31 +127,6 @@ def test_help_shows_defaults_env_vars_and_required_as_typer_did() -> None:
     assert "\n The control plane is replaced alone" in invoke(["roll", "--help"]).stdout
 
 
-def test_declared_defaults_are_the_librarys() -> None:
-    """The command layer names the defaults whose home modules are heavy to import: the
-    same values as there, so help shows what the code uses."""
-    from raya.cloud import image as cloud_image
-    from raya.commands import backups, deploy, image, operate, options
-    from raya.model import pins, project
-    from raya.nodes import addons, github_keys
-    from raya.operate import backups as bk
-    from raya.operate import remove, roll
-
-    assert options.DEFAULT_STACK == project.DEFAULT_STACK
-    assert options.GITHUB_URL == github_keys.GITHUB_URL
-    assert options.HCLOUD_API_URL == cloud_image.HCLOUD_API_URL
-    assert deploy.WITHOUT_DRAIN == remove.WITHOUT_DRAIN
-    assert (operate.DRAIN_TIMEOUT, operate.READY_TIMEOUT) == (roll.DRAIN_TIMEOUT,
-                                                              roll.READY_TIMEOUT)
-    assert backups.READY_TIMEOUT == bk.READY_TIMEOUT
-    assert image.FCOS_BUILDS_URL == cloud_image.FCOS_BUILDS_URL
-    assert image.K3S_CHANNELS_URL == cloud_image.K3S_CHANNELS_URL
-    assert image.K3S_RELEASES_URL == cloud_image.K3S_RELEASES_URL
-    charts = (addons.CERT_MANAGER.repo, addons.EXTERNAL_DNS.repo, addons.HCLOUD_CCM.repo)
-    assert charts == (image.CERT_MANAGER_CHARTS, image.EXTERNAL_DNS_CHARTS, image.HETZNER_CHARTS)
-    assert image.FCOS_STREAMS == pins.FCOS_STREAMS
-
-
 @pytest.mark.parametrize(
     ("args", "key", "value"),
     [(["--hcloud-endpoint", "http://a"], "hcloud_endpoint", "http://a"),

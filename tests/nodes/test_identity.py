@@ -71,6 +71,33 @@ def drop(name: str, document: dict[str, Any]) -> None:
 
 RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
+
+def der(tag: int, body: bytes) -> bytes:
+    """One DER element (X.690): tag, definite length, body."""
+    size = len(body).to_bytes((len(body).bit_length() + 7) // 8 or 1, "big")
+    return bytes([tag]) + (size if len(body) < 128 else bytes([0x80 | len(size)]) + size) + body
+
+
+def tampered(**numbers: int) -> str:
+    """RSA_KEY as a PKCS#1 PEM (RFC 8017, A.1.2) with some of its numbers replaced: a damaged
+    key, written by hand since cryptography refuses to build one."""
+    real = RSA_KEY.private_numbers()
+    values = {"n": real.public_numbers.n, "e": real.public_numbers.e, "d": real.d, "p": real.p,
+              "q": real.q, "dmp1": real.dmp1, "dmq1": real.dmq1, "iqmp": real.iqmp} | numbers
+    body = der(0x02, b"\0") + b"".join(
+        der(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big")) for value in values.values()
+    )
+    encoded = base64.encodebytes(der(0x30, body)).decode()
+    return f"-----BEGIN RSA PRIVATE KEY-----\n{encoded}-----END RSA PRIVATE KEY-----\n"
+
+
+def damage(name: str, document: dict[str, Any]) -> None:
+    """The key replaced by RSA_KEY with its number `name` off by two."""
+    real = RSA_KEY.private_numbers()
+    value = real.public_numbers.n if name == "n" else getattr(real, name)
+    document["private_key"] = tampered(**{name: value + 2})
+
+
 # Each change to a mock key file, and the field it touches. Google's verdict is computed, not
 # written down: raya must accept exactly what Google's loader accepts.
 CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -85,6 +112,10 @@ CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "not a key": lambda d: d.update(private_key="-----BEGIN PRIVATE KEY-----\nnope\n"),
     "encrypted key": lambda d: d.update(
         private_key=pem(RSA_KEY, serialization.PrivateFormat.PKCS8, b"passphrase")),
+    # Each of the numbers a key is checked by, damaged (Google's loader checks them all).
+    "key as it is, PKCS#1 by hand": lambda d: d.update(private_key=tampered()),
+    **{f"key with another {name}": functools.partial(damage, name) for name in (
+        "n", "d", "p", "q", "dmp1", "dmq1", "iqmp")},
 }
 
 

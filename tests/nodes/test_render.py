@@ -581,3 +581,15 @@ def test_rendering_does_not_depend_on_the_process(
         )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == expected
+
+
+def test_rendering_imports_no_http_client() -> None:
+    """`raya render` and the deployment's renders import raya.nodes.render, which reads only
+    constants of github_keys: its HTTP client (urllib.request, http.client, ssl) and thread
+    pool load when keys are fetched, not with the module."""
+    probe = "import sys, raya.nodes.render; print(' '.join(sys.modules))"
+    loaded = set(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                                text=True).stdout.split())
+    assert "raya.nodes.github_keys" in loaded  # so the probe sees the module in question
+    heavy = {"urllib.request", "http.client", "ssl", "concurrent.futures"}
+    assert not loaded & heavy, sorted(loaded & heavy)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from raya.cloud.kubeconfig import api_client
+from raya.defaults import WITHOUT_DRAIN
 from raya.nodes.identity import CertificateAuthority
 from raya.operate import remove as rm
 from raya.operate import roll as rl
@@ -254,9 +255,9 @@ def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(
     mark = len(cloud.hetzner.log)
     refused = failure(up(cloud))
     assert "cannot reach the Kubernetes API" in refused
-    assert f"pass {rm.WITHOUT_DRAIN}" in refused
+    assert f"pass {WITHOUT_DRAIN}" in refused
     assert cloud.since(mark) == []
-    forced = up(cloud, rm.WITHOUT_DRAIN)
+    forced = up(cloud, WITHOUT_DRAIN)
     assert forced.exit_code == 0, forced.output
     assert "delete server raya-web-2 (off)" in cloud.since(mark)
     assert "deleting web-2 undrained" in forced.output
@@ -272,7 +273,7 @@ def test_a_leaving_control_plane_without_a_node_object_needs_the_flag(
     assert "control-plane-4: no node object, so raya cannot remove its etcd member" in refused
     assert cloud.since(mark) == [] and len(members(cluster)) == 5
     m3 = members(cluster)["control-plane-3"]
-    forced = up(cloud, rm.WITHOUT_DRAIN)
+    forced = up(cloud, WITHOUT_DRAIN)
     assert forced.exit_code == 0, forced.output
     removed = [text for text in timeline(cluster) if "'s member" in text]
     assert removed == [f"etcd: control-plane-3's member {m3} removed"]

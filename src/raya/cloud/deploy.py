@@ -22,8 +22,9 @@ import yaml
 from hcloud import HCloudException
 from pulumi import automation as auto
 
-from raya.cloud.image import HCLOUD_API_URL, hcloud_client
+from raya.cloud.image import hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
+from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError
 from raya.model.config import check_secret_settings, stack_file
 from raya.model.fleet import CONTROL_PLANE_NAME, Cluster, fleet_file, load_fleet, sold_problem

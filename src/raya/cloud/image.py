@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from raya import __version__
+from raya.defaults import FCOS_BUILDS_URL, HCLOUD_API_URL, K3S_CHANNELS_URL, K3S_RELEASES_URL
 from raya.errors import ImageError
 from raya.files import write_atomically
 from raya.model.config import StackConfig
@@ -47,10 +48,6 @@ from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
 if TYPE_CHECKING:
     from hcloud import Client
 
-HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
-FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
-K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
-K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
 K3S_CHANNEL = "stable"
 # Architectures by Hetzner's names (`x86`, `arm`); FCOS and k3s name them their own way.
 HCLOUD_ARCH = "x86"

@@ -9,6 +9,7 @@ from raya.commands.operate import collect, print_report
 from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
 from raya.commands.parser import Argument, Commands, Option, confirm
 from raya.console import err, out
+from raya.defaults import RESTORE_READY_TIMEOUT
 from raya.errors import DeployError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
     Remote = Callable[[Mapping[str, Any], Sequence[str], IO[bytes] | None], tuple[int, str]]
 
 commands = Commands()  # what this module adds to `raya`
-# raya.operate.backups.READY_TIMEOUT, whose module loads cryptography (start-up time);
-# checked against it by tests/commands/test_cli.py.
-READY_TIMEOUT = 600.0
 
 
 def over_ssh(entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] | None) -> (
@@ -140,7 +138,7 @@ def backup(*, stack: str, root: Path | None) -> None:
     Argument("name", required=True, help="The snapshot, as `raya backups` lists it."),
     STACK, ROOT,
     Option("--yes", kind="flag", help="Do not ask before acting."),
-    Option("--ready-timeout", kind="float", default=READY_TIMEOUT,
+    Option("--ready-timeout", kind="float", default=RESTORE_READY_TIMEOUT,
            help="Seconds to wait, once the steps are done, for the API and every node Ready."),
     HCLOUD_ENDPOINT,
 )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from raya.commands.options import ROOT, STACK, project_root
 from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
+from raya.defaults import WITHOUT_DRAIN
 from raya.errors import DeployError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -17,9 +18,6 @@ if TYPE_CHECKING:
     from raya.operate import roll as roll_model
 
 commands = Commands()  # what this module adds to `raya`
-# raya.operate.remove.WITHOUT_DRAIN, whose module loads PyYAML (start-up time); checked
-# against it by tests/commands/test_cli.py.
-WITHOUT_DRAIN = "--delete-without-drain"
 
 
 def kube_api_client(kubeconfig: str) -> Any:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from raya.commands.options import DEFAULT_STACK, HCLOUD_API_URL, ROOT, project_root
+from raya.commands.options import ROOT, project_root
 from raya.commands.parser import BadParameter, Commands, Option
 from raya.commands.registry import COMMANDS
 from raya.console import err, out
+from raya.defaults import (
+    CERT_MANAGER_CHARTS,
+    DEFAULT_STACK,
+    EXTERNAL_DNS_CHARTS,
+    FCOS_BUILDS_URL,
+    FCOS_STREAMS,
+    HCLOUD_API_URL,
+    HETZNER_CHARTS,
+    K3S_CHANNELS_URL,
+    K3S_RELEASES_URL,
+)
 from raya.errors import ImageError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -17,17 +28,6 @@ if TYPE_CHECKING:
 
 commands = Commands()  # what this module adds to `raya`
 commands.group("image", help=COMMANDS["image"][1])
-# Where raya looks for releases by default: raya.cloud.image's FCOS_BUILDS_URL,
-# K3S_CHANNELS_URL and K3S_RELEASES_URL, and the charts' repositories in raya.nodes.addons,
-# whose modules load PyYAML (start-up time); tests/commands/test_cli.py checks them
-# against their sources. raya.model.pins.FCOS_STREAMS too.
-FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
-K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
-K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
-CERT_MANAGER_CHARTS = "https://charts.jetstack.io"
-EXTERNAL_DNS_CHARTS = "https://kubernetes-sigs.github.io/external-dns/"
-HETZNER_CHARTS = "https://charts.hetzner.cloud"
-FCOS_STREAMS = ("stable", "testing", "next")
 
 FCOS_BUILDS = Option(
     "--fcos-builds-url", envvar="RAYA_FCOS_BUILDS_URL", default=FCOS_BUILDS_URL,

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from raya.commands.options import (
-    DEFAULT_STACK,
-    EXAMPLE,
-    GITHUB,
-    KEYS_FILE,
-    ROOT,
-    resolve_users,
-    select_project,
-)
+from raya.commands.options import EXAMPLE, GITHUB, KEYS_FILE, ROOT, resolve_users, select_project
 from raya.commands.parser import Commands, Option
+from raya.defaults import DEFAULT_STACK
 from raya.errors import KeysError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports

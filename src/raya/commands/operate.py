@@ -7,6 +7,7 @@ from raya.commands.deploy import deploy_module, kube_api_client
 from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
+from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
 from raya.errors import DeployError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -17,10 +18,6 @@ if TYPE_CHECKING:
     from raya.operate import status as st
 
 commands = Commands()  # what this module adds to `raya`
-# raya.operate.roll's DRAIN_TIMEOUT and READY_TIMEOUT, whose module loads PyYAML (start-up
-# time); checked against them by tests/commands/test_cli.py.
-DRAIN_TIMEOUT = 600.0
-READY_TIMEOUT = 900.0
 
 
 @commands.command(

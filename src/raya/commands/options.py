@@ -7,6 +7,7 @@ the functions that use them, once the command's work has started.
 from __future__ import annotations
 
 from raya.commands.parser import BadParameter, Option
+from raya.defaults import DEFAULT_STACK, GITHUB_URL, HCLOUD_API_URL
 from raya.errors import ConfigError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
@@ -16,12 +17,6 @@ if TYPE_CHECKING:
     from raya.model.config import StackConfig
     from raya.nodes.github_keys import UserKeys
 
-# raya.model.project.DEFAULT_STACK, which loads the config's model (with PyYAML) to import;
-# tests/commands/test_cli.py checks each default the options declare against its source.
-DEFAULT_STACK = "prod"
-# raya.nodes.github_keys.GITHUB_URL, and raya.cloud.image.HCLOUD_API_URL (both load PyYAML).
-GITHUB_URL = "https://github.com"
-HCLOUD_API_URL = "https://api.hetzner.cloud/v1"
 
 ROOT = Option(
     "--root", kind="path", help="Project folder, holding Pulumi.yaml.",

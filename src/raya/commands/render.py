@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from raya.commands.options import DEFAULT_STACK, EXAMPLE, ROOT, select_project
+from raya.commands.options import EXAMPLE, ROOT, select_project
 from raya.commands.parser import Commands, Option
+from raya.defaults import DEFAULT_STACK
 from raya.errors import RenderError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports

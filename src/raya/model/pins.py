@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from raya.defaults import FCOS_STREAMS
 from raya.errors import ConfigError
 from raya.model.jsonfile import read_json
 
-FCOS_STREAMS = ("stable", "testing", "next")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+")
 _K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")

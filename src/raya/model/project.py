@@ -8,7 +8,6 @@ from raya.errors import ConfigError
 from raya.model.config import load_stack_config, stack_file
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
 
-DEFAULT_STACK = "prod"
 EXAMPLE_ROOT = Path(__file__).parent / "example"
 EXAMPLE_STACK = "example"
 EXAMPLE_KEYS = EXAMPLE_ROOT / "keys.json"

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from raya.defaults import CERT_MANAGER_CHARTS, EXTERNAL_DNS_CHARTS, HETZNER_CHARTS
 from raya.errors import RenderError
 from raya.model.config import StackConfig
 from raya.model.pins import ChartPins
@@ -53,15 +54,14 @@ class Chart:
 
 EXTERNAL_DNS = Chart(
     name="external-dns",
-    repo="https://kubernetes-sigs.github.io/external-dns/",
+    repo=EXTERNAL_DNS_CHARTS,
     target_namespace=NAMESPACE,  # a pod can only mount a Secret of its own namespace
 )
 CERT_MANAGER = Chart(
     name="cert-manager",
-    repo="https://charts.jetstack.io",
+    repo=CERT_MANAGER_CHARTS,
     target_namespace=CERT_MANAGER_NAMESPACE,
 )
-HETZNER_CHARTS = "https://charts.hetzner.cloud"
 # With kubelets started as `cloud-provider=external`, every node registers with the taint
 # node.cloudprovider.kubernetes.io/uninitialized until the cloud controller initialises it;
 # the controller's own pods tolerate it (its chart's templates/deployment.yaml), and its

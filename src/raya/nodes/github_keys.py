@@ -14,21 +14,17 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from raya.defaults import GITHUB_URL
 from raya.errors import KeysError
 from raya.model.config import GITHUB_LOGIN
 from raya.model.jsonfile import read_json
 
-GITHUB_URL = "https://github.com"
 # Key types GitHub accepts, with the number of SSH strings in their wire-format blob.
 KEY_FIELDS = {
     "ssh-ed25519": 2,
@@ -160,6 +156,12 @@ def _fetch_one(
     backoff: float,
     sleep: Callable[[float], None],
 ) -> UserKeys:
+    # Here, not at the top: the node templates read this module's constants, and a render
+    # has no use for HTTP (about a third of a render's imports).
+    import http.client
+    import urllib.error
+    import urllib.request
+
     url = f"{base_url.rstrip('/')}/{handle}.keys"
     problem = ""
     for attempt in range(attempts):
@@ -211,6 +213,8 @@ def fetch_keys(
     _check_handles(handles, SETTING)
     if not handles:
         return ()
+    from concurrent.futures import ThreadPoolExecutor  # see _fetch_one
+
     with ThreadPoolExecutor(max_workers=min(16, len(handles))) as pool:
         futures = [
             pool.submit(_fetch_one, handle, base_url, timeout, attempts, backoff, sleep)

@@ -212,29 +212,54 @@ def check_service_account_key(field: str, text: str) -> None:
             '(needs "type": "service_account", "client_email", "token_uri" and "private_key")'
         )
     try:
-        key = serialization.load_pem_private_key(document["private_key"].encode(), None)
+        # OpenSSL's own check of an RSA key tests p and q for primality: about 50 ms a key,
+        # for every render. _consistent_rsa checks the rest of what it checks.
+        key = serialization.load_pem_private_key(
+            document["private_key"].encode(), None, unsafe_skip_rsa_key_validation=True
+        )
     except (ValueError, TypeError):
         key = None
-    if not isinstance(key, rsa.RSAPrivateKey):
+    if not (isinstance(key, rsa.RSAPrivateKey) and _consistent_rsa(key.private_numbers())):
         raise RenderError(
             f"secrets: {field}: private_key is not an unencrypted PEM RSA private key "
             "(PKCS#1 or PKCS#8), as GCP issues"
         )
 
 
+def _consistent_rsa(key: rsa.RSAPrivateNumbers) -> bool:
+    """What OpenSSL's RSA_check_key checks of a private key, but the primality of p and q
+    (which no corruption of a key issued by GCP preserves): n = pq, the exponents inverse
+    modulo p-1 and q-1, and the CRT values derived from them."""
+    p, q, e, n = key.p, key.q, key.public_numbers.e, key.public_numbers.n
+    return (
+        p > 1
+        and q > 1
+        and p * q == n
+        and key.dmp1 == key.d % (p - 1)
+        and key.dmq1 == key.d % (q - 1)
+        and e * key.dmp1 % (p - 1) == 1
+        and e * key.dmq1 % (q - 1) == 1
+        and key.iqmp * q % p == 1
+    )
+
+
 def generate_example_secrets(nodes: Iterable[str]) -> ClusterSecrets:
     """A throwaway identity for the offline example's `nodes` (their names): never use it for
     a real cluster."""
+    # One RSA key for both service accounts: generating one takes about 60 ms (a random
+    # search for primes), more than the host keys of 200 agents, and a throwaway key is as
+    # good twice.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return ClusterSecrets(
         join_secret=secrets.token_hex(32),
         agent_secret=secrets.token_hex(32),
         server_ca=_example_ca("raya-example-server-ca"),
         client_ca=_example_ca("raya-example-client-ca"),
         external_dns_key=example_service_account_key(
-            "external-dns@raya-example.iam.gserviceaccount.com", "raya-example"
+            "external-dns@raya-example.iam.gserviceaccount.com", "raya-example", key
         ),
         cert_manager_key=example_service_account_key(
-            "cert-manager@raya-example.iam.gserviceaccount.com", "raya-example"
+            "cert-manager@raya-example.iam.gserviceaccount.com", "raya-example", key
         ),
         hcloud_token=secrets.token_hex(32),
         host_keys={node: example_host_key() for node in nodes},
@@ -302,9 +327,12 @@ def _example_ca(common_name: str) -> CertificateAuthority:
     )
 
 
-def example_service_account_key(email: str, project: str) -> str:
-    """Shaped like GCP's key file (and as large: an RSA-2048 key), valid for nothing."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+def example_service_account_key(
+    email: str, project: str, key: rsa.RSAPrivateKey | None = None
+) -> str:
+    """Shaped like GCP's key file (and as large: an RSA-2048 key, `key` or a new one), valid
+    for nothing."""
+    key = key or rsa.generate_private_key(public_exponent=65537, key_size=2048)
     certs = "https://www.googleapis.com/robot/v1/metadata/x509/"
     document = {
         "type": "service_account",

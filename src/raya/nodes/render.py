@@ -14,18 +14,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jinja2
 
 from raya.butane import transpile
+from raya.defaults import GITHUB_URL
 from raya.errors import ButaneError, RenderError
 from raya.model.config import CONTROL_PLANE_COUNTS, PRIVATE_ROUTE
 from raya.model.fleet import Cluster, Node, node_password
 from raya.model.pins import ChartPins
 from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
 from raya.nodes.addons import manifests as addon_manifests
-from raya.nodes.github_keys import GITHUB_URL, KEY_FIELDS
+from raya.nodes.github_keys import KEY_FIELDS
 from raya.nodes.identity import (
     ClusterSecrets,
     agent_token,
@@ -403,6 +405,9 @@ def _environment() -> jinja2.Environment:
         # The templates ship with raya: compiled once per process, never checked for changes
         # (each include would otherwise stat its file, for every node).
         auto_reload=False,
+        # ...and all of them kept in a plain dict: a bounded cache is an LRU list that each
+        # of a node's twenty includes would reorder under a lock.
+        cache_size=-1,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -410,6 +415,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters.update(q=yaml_quoted, literal=yaml_literal)
+    environment.globals["m"] = _ENTRIES
     return environment
 
 
@@ -453,3 +459,39 @@ def yaml_literal(text: str, indent: int) -> str:
     chomp = "-" if not text.endswith("\n") else "+" if text.endswith("\n\n") else ""
     pad = " " * indent
     return f"|{chomp}\n" + "\n".join(pad + line if line else "" for line in lines)
+
+
+# The Butane list entries the node templates lay out with `m.file(...)` and the like, each
+# without its final newline. Plain functions, not Jinja macros: each node's config lays out
+# about 25 entries, and a macro call (argument binding, a context of its own) made about a
+# quarter of the templates' render time for a 200-agent fleet.
+
+
+def _file(path: str, mode: str, contents: str, overwrite: bool = False) -> str:
+    return (
+        f"    - path: {path}\n      mode: {mode}\n"
+        + ("      overwrite: true\n" if overwrite else "")
+        + f"      contents:\n        inline: {yaml_literal(contents, 10)}"
+    )
+
+
+def _directory(path: str, mode: str, owner: str | None = None) -> str:
+    owned = f"      user: {{name: {owner}}}\n      group: {{name: {owner}}}\n" if owner else ""
+    return f"    - path: {path}\n{owned}      mode: {mode}"
+
+
+def _unit(name: str, contents: str, enabled: bool) -> str:
+    return (
+        f"    - name: {name}\n      enabled: {'true' if enabled else 'false'}\n"
+        f"      contents: {yaml_literal(contents, 8)}"
+    )
+
+
+def _dropin(unit: str, name: str, contents: str) -> str:
+    return (
+        f"    - name: {yaml_quoted(unit)}\n      dropins:\n        - name: {name}\n"
+        f"          contents: {yaml_literal(contents, 12)}"
+    )
+
+
+_ENTRIES = SimpleNamespace(file=_file, directory=_directory, unit=_unit, dropin=_dropin)

@@ -262,11 +262,6 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
     ]  # fmt: skip
 
 
-# How long `raya restore` waits for the API and every node Ready once the steps are done:
-# the first control plane starts etcd from the snapshot, the others rejoin one by one.
-READY_TIMEOUT = 600.0
-
-
 def wait_for_nodes(
     ask: Callable[[], Mapping[str, NodeFacts] | str], names: Sequence[str], timeout: float,
     clock: Clock,

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raya.cloud.kubeconfig import reason
+from raya.defaults import DRAIN_TIMEOUT, WITHOUT_DRAIN
 from raya.errors import RayaError
 from raya.operate import etcd
 from raya.operate.roll import (
-    DRAIN_TIMEOUT,
     POLL,
     Clock,
     Drain,
@@ -50,7 +50,6 @@ from raya.operate.roll import (
 REMOVE = "etcd.k3s.cattle.io/remove"
 REMOVED = "etcd.k3s.cattle.io/removed-node-name"
 MEMBER_TIMEOUT = 120.0  # seconds for k3s to remove a member once asked (its RemovePeer: 1 min)
-WITHOUT_DRAIN = "--delete-without-drain"
 
 
 class RemovalError(RayaError):

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from raya.cloud.kubeconfig import reason
+from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
 from raya.errors import RayaError
 from raya.nodes.addons import STORAGE_CLASS
 from raya.operate import etcd
 
 POLL = 5.0  # seconds between two looks at the API
-DRAIN_TIMEOUT = 600.0
-READY_TIMEOUT = 900.0
 CONTROL_PLANE = "control-plane"
 
 

@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raya.cloud.image import (
-    FCOS_BUILDS_URL,
-    K3S_RELEASES_URL,
-    fcos_image_url,
-    k3s_binary_url,
-    packer_variables,
-)
+from raya.cloud.image import fcos_image_url, k3s_binary_url, packer_variables
+from raya.defaults import FCOS_BUILDS_URL, K3S_RELEASES_URL
 from raya.model.config import architecture as config_architecture
 from raya.model.pins import FcosPin, K3sPin, Pins, dump_pin, load_pins, snapshot_labels
 from tests.cloud.image import hcl

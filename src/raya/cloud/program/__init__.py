@@ -22,11 +22,12 @@ from raya.cloud.program.network import define_network
 from raya.cloud.program.outputs import gather
 from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import define_identity
+from raya.defaults import GITHUB_URL
 from raya.errors import DeployError
 from raya.model.config import CLUSTER_HCLOUD_TOKEN, KEYS, NAMESPACE, parse_stack_config
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.model.pins import Pins, load_chart_pins, load_pins
-from raya.nodes.github_keys import GITHUB_URL, fetch_keys
+from raya.nodes.github_keys import fetch_keys
 from raya.nodes.render import render_node
 
 # Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
