@@ -16,6 +16,7 @@ import json
 import secrets
 import string
 import threading
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -525,13 +526,24 @@ def run_program(
     outputs: dict[str, Any] = {}
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
-    def run() -> pulumi.Output[None]:
-        return pulumi.Output.from_input(program()).apply(lambda value: outputs.update(value or {}))
+    def run() -> Awaitable[None]:
+        exported = program()  # a dict of inputs, or an output of one, or None
+
+        async def resolve() -> None:
+            # As `pulumi.export` hands them to the engine at the end of the run (pulumi/pulumi
+            # sdk/python/lib/pulumi/runtime/stack.py `Stack._finish` -> resource.py
+            # `register_resource_outputs` -> rpc.py `serialize_properties`), and as
+            # `pulumi stack output --show-secrets` reads them back: plain values.
+            serialized = await rpc.serialize_properties({"outputs": exported}, {})
+            outputs.update(reveal(rpc.deserialize_properties(serialized)).get("outputs") or {})
+
+        return resolve()
 
     mocks.failure = None
     try:
         run()
     except Exception:
+        _cancel_what_is_left()
         # The SDK reports a failed registration its own way: raise what the engine said.
         if mocks.failure is not None:
             raise mocks.failure from None
@@ -545,6 +557,18 @@ def run_program(
         calls=list(mocks.calls),
         replaced=list(mocks.replaced),
     )
+
+
+def _cancel_what_is_left() -> None:
+    """A failed run stops with work pending: registrations and applies waiting on the failed
+    output (an apply chained in `raya.cloud.program.outputs.gather` makes the next output of
+    its chain only once it runs). Left on the event loop the next run shares, they would run
+    and fail there; a `pulumi up` that fails ends its process instead. Cancelled here."""
+    loop = _ensure_event_loop()  # type: ignore[no-untyped-call]
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def _quiet_abandoned_futures() -> None:

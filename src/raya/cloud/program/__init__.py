@@ -19,6 +19,7 @@ from raya.cloud.program.cluster import Renderer, define_server, define_volume, f
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
 from raya.cloud.program.network import define_network
+from raya.cloud.program.outputs import gather
 from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import define_identity
 from raya.defaults import GITHUB_URL
@@ -127,9 +128,11 @@ def define(
             for node in cluster.nodes
         },
         # Per node, what it runs that differs from what the inputs render (none: in sync).
-        "drift": pulumi.Output.all(
-            **{name: server.drift for name, server in defined.items()}
-        ).apply(lambda drifts: {name: list(parts) for name, parts in drifts.items() if parts}),
+        "drift": gather(*(server.drift for server in defined.values())).apply(
+            lambda drifts: {
+                name: list(parts) for name, parts in zip(defined, drifts, strict=True) if parts
+            }
+        ),
     }
 
 

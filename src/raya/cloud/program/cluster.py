@@ -11,6 +11,7 @@ import pulumi_hcloud as hcloud
 
 from raya.cloud.program import drift
 from raya.cloud.program.network import Network
+from raya.cloud.program.outputs import gather
 from raya.errors import DeployError, RayaError
 from raya.model.fleet import Cluster, Node, server_name
 from raya.model.pins import Pins, label_selector, snapshot_labels
@@ -108,10 +109,11 @@ def define_server(
             # Raised while Pulumi resolves outputs: RunError is reported without a traceback.
             raise pulumi.RunError(f"{node.name}: {error}") from None
 
-    volume_id: pulumi.Output[str | None] = (
-        volume.id.apply(str) if volume is not None else pulumi.Output.from_input(None)
+    rendered = (
+        gather(secrets, volume.id).apply(lambda v: ignition((v[0], str(v[1]))))
+        if volume is not None
+        else secrets.apply(lambda node_secrets: ignition((node_secrets, None)))
     )
-    rendered = pulumi.Output.all(secrets, volume_id).apply(lambda v: ignition((v[0], v[1])))
     # Secret twice: the wrapper is what the SDK (and a test) sees, the option is what the
     # engine applies to the state and the preview.
     user_data: pulumi.Output[str] = pulumi.Output.secret(rendered)
@@ -172,10 +174,10 @@ def define_server(
             # the attachment is then made again to the new server.
             opts=pulumi.ResourceOptions(retain_on_delete=True),
         )
-    differ = pulumi.Output.all(server.labels, server.image, digests).apply(
-        lambda v: drift.drift_parts(v[0] or {}, str(v[1]), v[2], image)
+    differ = gather(server.labels, server.image, digests).apply(
+        lambda v: _report(node, drift.drift_parts(v[0] or {}, str(v[1]), v[2], image))
     )
-    return Server(server=server, drift=differ.apply(lambda parts: _report(node, parts)))
+    return Server(server=server, drift=differ)
 
 
 def _report(node: Node, parts: tuple[str, ...]) -> tuple[str, ...]:

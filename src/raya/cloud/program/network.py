@@ -14,11 +14,9 @@ from raya.model.config import StackConfig
 class Network:
     network: hcloud.Network
     subnet: hcloud.NetworkSubnet
-
-    @property
-    def network_id(self) -> pulumi.Output[int]:
-        """Hetzner wants the network's numeric id where Pulumi holds a string."""
-        return self.network.id.apply(int)
+    # Hetzner wants the network's numeric id where Pulumi holds a string: one output that
+    # every server shares.
+    network_id: pulumi.Output[int]
 
 
 def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
@@ -28,11 +26,12 @@ def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
         ip_range=str(config.network_range),
         labels=labels,
     )
+    network_id = network.id.apply(int)
     subnet = hcloud.NetworkSubnet(
         "nodes",
-        network_id=network.id.apply(int),
+        network_id=network_id,
         type="cloud",
         network_zone=config.network_zone,
         ip_range=str(config.nodes_subnet),
     )
-    return Network(network=network, subnet=subnet)
+    return Network(network=network, subnet=subnet, network_id=network_id)

@@ -19,6 +19,7 @@ import pulumi_random as random
 import pulumi_tls as tls
 
 from raya.cloud import kubeconfig
+from raya.cloud.program.outputs import gather
 from raya.model.config import StackConfig
 from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey, SnapshotStore
 
@@ -53,7 +54,7 @@ class Identity:
 
     def host_key(self, node: str) -> pulumi.Output[HostKey]:
         key = self.host_keys[node]
-        return pulumi.Output.all(key.private_key_openssh, key.public_key_openssh).apply(
+        return gather(key.private_key_openssh, key.public_key_openssh).apply(
             lambda v: HostKey(private_openssh=v[0], public_openssh=v[1])
         )
 
@@ -61,7 +62,7 @@ class Identity:
         self, node: str, snapshot_store: pulumi.Output[SnapshotStore]
     ) -> pulumi.Output[ClusterSecrets]:
         """Everything the control plane's config carries."""
-        values = pulumi.Output.all(
+        values = gather(
             self.join_secret,
             self.agent_secret,
             self.server_ca.cert_pem,
@@ -98,7 +99,7 @@ class Identity:
         not even inputs of this output, so no agent config can carry them nor be re-rendered
         when they change.
         """
-        values = pulumi.Output.all(self.agent_secret, self.server_ca.cert_pem, self.host_key(node))
+        values = gather(self.agent_secret, self.server_ca.cert_pem, self.host_key(node))
         return pulumi.Output.secret(
             values.apply(
                 lambda v: ClusterSecrets(
