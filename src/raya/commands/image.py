@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os  # loaded by the interpreter itself: free
+
 from raya.commands.options import ROOT, project_root
 from raya.commands.parser import BadParameter, Commands, Option
 from raya.commands.registry import COMMANDS
@@ -64,7 +66,6 @@ def build(
     Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
     """
     root = project_root(root)
-    import os
     import shlex
 
     from raya.cloud.image import (

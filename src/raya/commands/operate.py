@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os  # loaded by the interpreter itself: free
+
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import deploy_module, kube_api_client
 from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
@@ -50,7 +52,6 @@ def status(
 
 def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Report:
     import datetime
-    import os
 
     from raya.model.cron import Schedule
     from raya.model.pins import load_pins
