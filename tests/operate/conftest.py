@@ -9,6 +9,7 @@ import pytest
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate.s3 import s3_server
+from tests.operate.test_roll import Clock
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +23,9 @@ def s3() -> Iterator[str]:
 def deployed() -> Run:
     """The example deployed once per module under the program mocks: outputs and resources."""
     return run(provider_mocks())
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """Time for a roll that moves only when the roll sleeps."""
+    return Clock()

@@ -653,6 +653,26 @@ def kubernetes_api(
         thread.join()
 
 
+def deployment_authority(resources: Mapping[str, Any], name: str) -> CertificateAuthority:
+    """The CA the deployment generated as `name` (`server-ca`, `client-ca`): the certificate
+    of resource `name` and the key of `name`-key."""
+    return CertificateAuthority(
+        cert_pem=resources[name].outputs["certPem"],
+        key_pem=resources[f"{name}-key"].outputs["privateKeyPem"],
+    )
+
+
+@contextlib.contextmanager
+def deployment_api(state: Cluster, resources: Mapping[str, Any], folder: Path) -> Iterator[str]:
+    """`kubernetes_api` as the deployed cluster serves it: a certificate from the deployment's
+    server CA for the control plane's record, cp.raya.example.com (k3s' tls-san), client
+    certificates from its client CA only."""
+    server_ca = deployment_authority(resources, "server-ca")
+    client_ca = resources["client-ca"].outputs["certPem"]
+    with kubernetes_api(state, server_ca, client_ca, folder, "cp.raya.example.com") as url:
+        yield url
+
+
 # --- etcd: k3s' embedded etcd as the Kubernetes API shows it (issue 22, raya roll/status) ------
 #
 # Written from k3s' own source (k3s-io/k3s):

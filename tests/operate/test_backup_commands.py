@@ -27,7 +27,7 @@ from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
 from tests.operate.s3 import client, k3s_upload
-from tests.operate.test_status import LABELS, VERSION, _authority, addons_installed
+from tests.operate.test_status import LABELS, VERSION, addons_installed
 from tests.runner import invoke
 from tests.support import http_server, routes
 
@@ -174,10 +174,7 @@ def api(
     with (
         http_server(routes(hetzner)) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
-        ka.kubernetes_api(
-            state, _authority(deployed, "server-ca"),
-            deployed.resources["client-ca"].outputs["certPem"], tmp_path, "cp.raya.example.com",
-        ) as api_url,
+        ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):  # fmt: skip
         monkeypatch.setenv("HCLOUD_ENDPOINT", f"{hcloud_url}/v1")
         monkeypatch.setattr(st, "DNS_PORT", port)

@@ -14,7 +14,6 @@ from kubernetes import client as k8s
 from urllib3.exceptions import MaxRetryError
 
 from raya.cloud.kubeconfig import api_client
-from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.mocks import Run
 from tests.operate import kube_api as ka
 
@@ -37,12 +36,7 @@ def cluster(time: Time) -> ka.Cluster:
 
 @pytest.fixture
 def served(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
-    server_ca = CertificateAuthority(
-        deployed.resources["server-ca"].outputs["certPem"],
-        deployed.resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(cluster, deployed.resources, tmp_path) as url:
         yield url
 
 

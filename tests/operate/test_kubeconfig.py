@@ -18,20 +18,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from raya.nodes.identity import CertificateAuthority, generate_example_secrets
+from raya.nodes.identity import generate_example_secrets
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import CP_CONFIG, provider_mocks, user_data
 from tests.operate import kube_api as ka
 
 NAME = "cp.raya.example.com"
-
-
-def _authority(result: Run, name: str) -> CertificateAuthority:
-    return CertificateAuthority(
-        cert_pem=result.resources[name].outputs["certPem"],
-        key_pem=result.resources[f"{name}-key"].outputs["privateKeyPem"],
-    )
 
 
 def _list_nodes(document: dict[str, Any], url: str) -> Any:
@@ -109,7 +102,7 @@ def test_kubeconfig_works_against_an_api_requiring_the_client_ca(
     deployed: Run, tmp_path: Path
 ) -> None:
     document = yaml.safe_load(deployed.outputs["kubeconfig"])
-    server_ca = _authority(deployed, "server-ca")
+    server_ca = ka.deployment_authority(deployed.resources, "server-ca")
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
     with ka.kubernetes_api(ka.Cluster(), server_ca, client_ca, tmp_path, NAME) as url:
         assert _list_nodes(document, url).kind == "NodeList"
@@ -131,7 +124,7 @@ def test_kubeconfig_is_refused_with_another_server_ca_or_client_certificate(
     # The right endpoint, but a client certificate from another client CA: refused by it, in
     # the TLS handshake (the client sees the server's `unknown ca` alert, or the connection
     # closed under it), where the same endpoint with the right client CA answers (above).
-    server_ca = _authority(deployed, "server-ca")
+    server_ca = ka.deployment_authority(deployed.resources, "server-ca")
     other_ca = other.client_ca.cert_pem
     with (
         ka.kubernetes_api(ka.Cluster(), server_ca, other_ca, tmp_path, NAME) as url,

@@ -17,7 +17,6 @@ import yaml
 
 from raya.cloud.kubeconfig import api_client
 from raya.defaults import WITHOUT_DRAIN
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import remove as rm
 from raya.operate import roll as rl
 from tests.cloud.program.engine import Cloud, deployed_cloud
@@ -53,11 +52,6 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
     """Every node registered, each control plane a running etcd member; web-2 runs a
     ReplicaSet's pod and a DaemonSet's; Hetzner's deletions reach the stand-in's machines."""
@@ -89,13 +83,7 @@ def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
 def api(
     cloud: Cloud, cluster: ka.Cluster, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
-    resources = cloud.engine.resources
-    server_ca = CertificateAuthority(
-        resources["server-ca"].outputs["certPem"],
-        resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = resources["client-ca"].outputs["certPem"]
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(cluster, cloud.engine.resources, tmp_path) as url:
         monkeypatch.setattr(
             "raya.commands.deploy.kube_api_client", lambda text: api_client(text, server=url)
         )

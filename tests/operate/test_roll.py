@@ -16,7 +16,6 @@ import pytest
 
 from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS
@@ -38,11 +37,6 @@ class Clock(rl.Clock):
 
     def _sleep(self, seconds: float) -> None:
         self.t += seconds
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
@@ -68,13 +62,7 @@ def cluster(clock: Clock) -> ka.Cluster:
 
 @pytest.fixture
 def api(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
-    server_ca = CertificateAuthority(
-        deployed.resources["server-ca"].outputs["certPem"],
-        deployed.resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    name = "cp.raya.example.com"
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
+    with ka.deployment_api(cluster, deployed.resources, tmp_path) as url:
         yield url
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from raya.cloud.kubeconfig import api_client
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
@@ -35,11 +34,6 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
 def created() -> list[tuple[str, bool, list[str]]]:
     """Each node whose server Hetzner created: whether it was cordoned, its pods then."""
     return []
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
@@ -76,14 +70,7 @@ def cluster(
 
 @pytest.fixture
 def api(cloud: Cloud, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
-    resources = cloud.engine.resources
-    server_ca = CertificateAuthority(
-        resources["server-ca"].outputs["certPem"],
-        resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = resources["client-ca"].outputs["certPem"]
-    name = "cp.raya.example.com"
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, name) as url:
+    with ka.deployment_api(cluster, cloud.engine.resources, tmp_path) as url:
         yield url
 
 

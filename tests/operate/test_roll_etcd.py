@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
 from tests.operate import kube_api as ka
@@ -29,11 +28,6 @@ NODES = [*CONTROL_PLANES, "agent-0"]
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def cluster(clock: Clock) -> ka.Cluster:
     """Three control planes, each a voting etcd member since time 0, and an agent; an old k3s
     everywhere."""
@@ -46,12 +40,7 @@ def cluster(clock: Clock) -> ka.Cluster:
 
 @pytest.fixture
 def api(deployed: Run, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
-    server_ca = CertificateAuthority(
-        deployed.resources["server-ca"].outputs["certPem"],
-        deployed.resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(cluster, deployed.resources, tmp_path) as url:
         yield url
 
 

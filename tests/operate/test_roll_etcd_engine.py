@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from raya.cloud.kubeconfig import api_client
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import roll as rl
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
@@ -35,11 +34,6 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def cluster(cloud: Cloud, clock: Clock) -> ka.Cluster:
     """Three voting control planes and three agents on an old k3s; Hetzner's deletions and
     creations reach the stand-in's machines."""
@@ -60,13 +54,7 @@ def roll(
     cloud: Cloud, cluster: ka.Cluster, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[list[str]]:
     """The command's arguments before the node names; the API and the clock patched in."""
-    resources = cloud.engine.resources
-    server_ca = CertificateAuthority(
-        resources["server-ca"].outputs["certPem"],
-        resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = resources["client-ca"].outputs["certPem"]
-    with ka.kubernetes_api(cluster, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(cluster, cloud.engine.resources, tmp_path) as url:
         monkeypatch.setattr(
             "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=url)
         )

@@ -20,7 +20,7 @@ import pytest
 from raya.cloud import deploy
 from raya.model.pins import snapshot_labels
 from raya.nodes import addons
-from raya.nodes.identity import CertificateAuthority, generate_example_secrets
+from raya.nodes.identity import generate_example_secrets
 from raya.operate import status as st
 from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
@@ -34,13 +34,6 @@ VERSION = PINS.k3s.version
 LABELS = snapshot_labels(PINS, "raya")
 NAMES = ("control-plane", "agent-0", "agent-1", "agent-2")
 NAME = "cp.raya.example.com"  # the API's name in the kubeconfig, k3s' tls-san
-
-
-def _authority(result: Run, name: str) -> CertificateAuthority:
-    return CertificateAuthority(
-        cert_pem=result.resources[name].outputs["certPem"],
-        key_pem=result.resources[f"{name}-key"].outputs["privateKeyPem"],
-    )
 
 
 def _healthy_facts(outputs: dict[str, Any]) -> dict[str, Any]:
@@ -254,9 +247,7 @@ def test_dns_that_cannot_be_reached_is_a_reason_not_an_error() -> None:
 
 def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
     state = ka.Cluster(nodes={"agent-0": ka.node_object("agent-0", VERSION, unschedulable=True)})
-    client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    server_ca = _authority(deployed, "server-ca")
-    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(state, deployed.resources, tmp_path) as url:
         found = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server=url)
     assert found == {
         "agent-0": st.NodeFacts(
@@ -299,10 +290,8 @@ def addons_installed(state: ka.Cluster, failing: str | None = None) -> None:
 
 def test_addons_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
     state = ka.Cluster()
-    client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    server_ca = _authority(deployed, "server-ca")
     kubeconfig = deployed.outputs["kubeconfig"]
-    with ka.kubernetes_api(state, server_ca, client_ca, tmp_path, "cp.raya.example.com") as url:
+    with ka.deployment_api(state, deployed.resources, tmp_path) as url:
         nothing_yet = st.kubernetes_addons(kubeconfig, server=url)
         addons_installed(state, failing="external-dns")
         installed = st.kubernetes_addons(kubeconfig, server=url)
@@ -334,7 +323,7 @@ def test_the_api_certificate_is_unhealthy_in_its_last_30_days(
     deployed: Run, tmp_path: Path, days: int, state: str
 ) -> None:
     client_ca = deployed.resources["client-ca"].outputs["certPem"]
-    server_ca = _authority(deployed, "server-ca")
+    server_ca = ka.deployment_authority(deployed.resources, "server-ca")
     valid = datetime.timedelta(days=days)
     with ka.kubernetes_api(ka.Cluster(), server_ca, client_ca, tmp_path, NAME, valid) as url:
         check = st.api_certificate(deployed.outputs["kubeconfig"], server=url)
@@ -400,13 +389,7 @@ def test_the_command_end_to_end(
     with (
         http_server(routes(hetzner)) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
-        ka.kubernetes_api(
-            state,
-            _authority(deployed, "server-ca"),
-            deployed.resources["client-ca"].outputs["certPem"],
-            tmp_path,
-            "cp.raya.example.com",
-        ) as api_url,
+        ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):
         monkeypatch.setattr(st, "DNS_PORT", port)
         for source in (

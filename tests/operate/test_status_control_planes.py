@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from raya.nodes.identity import CertificateAuthority
 from raya.operate import status as st
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_control_planes import run as run_sized
@@ -45,13 +44,7 @@ CONTROL_PLANES = {
 
 
 def _report(deployed: Run, state: ka.Cluster, folder: Path) -> dict[str, st.Check]:
-    resources = deployed.resources
-    server_ca = CertificateAuthority(
-        resources["server-ca"].outputs["certPem"],
-        resources["server-ca-key"].outputs["privateKeyPem"],
-    )
-    client_ca = resources["client-ca"].outputs["certPem"]
-    with ka.kubernetes_api(state, server_ca, client_ca, folder, "cp.raya.example.com") as url:
+    with ka.deployment_api(state, deployed.resources, folder) as url:
         return st.kubernetes_control_planes(deployed.outputs["kubeconfig"], CONTROL_PLANES, url)
 
 
