@@ -371,6 +371,6 @@ def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> N
     butane = dict(ALL)[("butane",)]
     _, at_end = loaded(butane, ["butane", "--strict", str(config)])
     assert not at_end & BUTANE_FREE, sorted(at_end & BUTANE_FREE)
-    assert {"raya.butane", "raya.commands.transpile"} <= at_end
+    assert "raya.butane" in at_end
     # and the probe sees them when they are loaded: local files need pathlib.
     assert "pathlib" in loaded(butane, ["butane", "--files-dir", str(tmp_path), str(config)])[1]
