@@ -7,20 +7,28 @@ state, and reports the CPU time of that run alone (the mocks' work included: the
 realistic outputs, real keys and certificates, as in tests/cloud/program). `--before` runs
 it again with another checkout's sources (e.g. main's `src`, through PYTHONPATH) in the same
 rounds: the ratios compare the two. CPU time is the figure: on a shared machine the wall
-clock also counts other processes.
+clock also counts other processes. Each round also prints the render's share (its callback
+timed in its own thread) and, as a floor for the SDK's part, the CPU time the same resources
+(types and names) take to declare with no inputs, as plain custom resources under mocks that
+do nothing: what the Pulumi SDK costs per resource before any provider class or output.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pulumi
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.cloud.program.mocks
 
 from bench.processes import arguments, checkouts, child, load, ratios, spread
+from bench.shares import Timed
 
 AGENTS = 200
 TARGET = 2.0
@@ -41,7 +49,7 @@ def one_run() -> None:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
     cluster = build_cluster(example.config, ("cx23",) * AGENTS, "bench")
     pins = load_pins(ROOT)
-    render = functools.partial(render_node, charts=load_chart_pins(ROOT))
+    render = Timed(functools.partial(render_node, charts=load_chart_pins(ROOT)))
     labels = snapshot_labels(pins, cluster.config.cluster_name)
     mocks = ProviderMocks(
         zones=[Zone("example-com", "example.com.")], snapshots=[Snapshot(1, labels)]
@@ -51,7 +59,29 @@ def one_run() -> None:
         mocks, lambda: define(cluster, pins, render, hcloud_token=CLUSTER_TOKEN)
     )
     seconds = time.process_time() - start
-    print(json.dumps({"seconds": seconds, "resources": len(result.resources)}))
+    declared = [(found.typ, found.name) for found in result.resources.values()]
+    print(json.dumps({"seconds": seconds, "resources": len(declared), "render": render.seconds,
+                      "declaring": declaring_alone(declared)}))
+
+
+class NoOutputs(pulumi.runtime.Mocks):
+    """Mocks that do nothing: every resource gets an id and no outputs."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        return f"{args.name}-id", {}
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+
+def declaring_alone(resources: list[tuple[str, str]]) -> float:
+    """CPU seconds the SDK takes to declare `resources` (type, name) with no inputs, as plain
+    custom resources under NoOutputs, until every id is known."""
+    pulumi.runtime.set_mocks(NoOutputs(), project="raya", stack="floor", preview=False)
+    start = time.process_time()
+    ids = [pulumi.CustomResource(typ, name, {}).id for typ, name in resources]
+    asyncio.get_event_loop().run_until_complete(pulumi.Output.all(*ids).future())
+    return time.process_time() - start
 
 
 def main() -> None:
@@ -60,26 +90,27 @@ def main() -> None:
         one_run()
         return
     sources = checkouts(args.before)
-    times: dict[str, list[float]] = {label: [] for label in sources}
+    times: dict[tuple[str, str], list[float]] = {}
     resources = 0
     start_load = load()
     for _ in range(args.rounds):
         for label, env in sources.items():
             found = child(__file__, env)
-            taken, resources = found["seconds"], found["resources"]
-            times[label].append(taken)
+            resources = found["resources"]
+            times.setdefault((label, "program"), []).append(found["seconds"])
+            times.setdefault((label, "  render"), []).append(found["render"])
+            times.setdefault((label, "declaring alone"), []).append(found["declaring"])
     print(
         f"program under mocks: control plane + {AGENTS} agents, {resources} resources, new "
         f"state; {args.rounds} paired rounds, CPU time (min median max); {start_load} before, "
         f"{load()} after"
     )
-    for label, seconds in times.items():
-        line = (f"  {label:<9} {spread(seconds)}  "
+    for (label, part), seconds in times.items():
+        line = (f"  {label:<9} {part:<15} {spread(seconds)}  "
                 f"x target {TARGET:.0f} s {ratios(seconds, [TARGET] * args.rounds)}")
         if label != "this tree":
-            line += f"  this tree / before {ratios(times['this tree'], seconds)}"
+            line += f"  this tree / before {ratios(times[('this tree', part)], seconds)}"
         print(line)
-
 
 if __name__ == "__main__":
     main()
