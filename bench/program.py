@@ -8,9 +8,10 @@ realistic outputs, real keys and certificates, as in tests/cloud/program). `--be
 it again with another checkout's sources (e.g. main's `src`, through PYTHONPATH) in the same
 rounds: the ratios compare the two. CPU time is the figure: on a shared machine the wall
 clock also counts other processes. Each round also prints the render's share (its callback
-timed in its own thread) and, as a floor for the SDK's part, the CPU time the same resources
-(types and names) take to declare with no inputs, as plain custom resources under mocks that
-do nothing: what the Pulumi SDK costs per resource before any provider class or output.
+timed in its own thread) and, for the SDK's part, the CPU time the same resources (types and
+names) take to declare as plain custom resources under mocks that do nothing: with no
+properties (what the SDK costs per resource), and with the properties the provider classes
+give them (their inputs, and each output property as None: an Output each).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ CLUSTER_TOKEN = "bench" + "0" * 59  # stands for raya:clusterHcloudToken (64 cha
 
 def one_run() -> None:
     """The child of a round: CPU seconds of one run of the program, printed."""
-    from tests.cloud.program.mocks import ProviderMocks, Snapshot, Zone, run_program
+    from tests.cloud.program.mocks import ProviderMocks, Snapshot, Zone, reveal, run_program
 
     from raya.cloud.program import define
     from raya.model.fleet import build_cluster
@@ -54,14 +55,22 @@ def one_run() -> None:
     mocks = ProviderMocks(
         zones=[Zone("example-com", "example.com.")], snapshots=[Snapshot(1, labels)]
     )
+    # The mocks stand for the providers: their share shows what the program leaves to them.
+    mocking = [Timed(mocks.new_resource), Timed(mocks.call)]
+    mocks.new_resource, mocks.call = mocking  # type: ignore[method-assign]
     start = time.process_time()
     result = run_program(
         mocks, lambda: define(cluster, pins, render, hcloud_token=CLUSTER_TOKEN)
     )
     seconds = time.process_time() - start
-    declared = [(found.typ, found.name) for found in result.resources.values()]
-    print(json.dumps({"seconds": seconds, "resources": len(declared), "render": render.seconds,
-                      "declaring": declaring_alone(declared)}))
+    bare: list[tuple[str, str, dict[str, Any]]] = [
+        (found.typ, found.name, {}) for found in result.resources.values()
+    ]
+    full = [(found.typ, found.name, dict.fromkeys(found.outputs) | reveal(found.inputs))
+            for found in result.resources.values()]
+    print(json.dumps({"seconds": seconds, "resources": len(bare), "render": render.seconds,
+                      "mocks": sum(timed.seconds for timed in mocking),
+                      "bare": declaring_alone(bare), "full": declaring_alone(full)}))
 
 
 class NoOutputs(pulumi.runtime.Mocks):
@@ -74,12 +83,12 @@ class NoOutputs(pulumi.runtime.Mocks):
         return {}, None
 
 
-def declaring_alone(resources: list[tuple[str, str]]) -> float:
-    """CPU seconds the SDK takes to declare `resources` (type, name) with no inputs, as plain
+def declaring_alone(resources: list[tuple[str, str, dict[str, Any]]]) -> float:
+    """CPU seconds the SDK takes to declare `resources` (type, name, properties) as plain
     custom resources under NoOutputs, until every id is known."""
     pulumi.runtime.set_mocks(NoOutputs(), project="raya", stack="floor", preview=False)
     start = time.process_time()
-    ids = [pulumi.CustomResource(typ, name, {}).id for typ, name in resources]
+    ids = [pulumi.CustomResource(typ, name, props).id for typ, name, props in resources]
     asyncio.get_event_loop().run_until_complete(pulumi.Output.all(*ids).future())
     return time.process_time() - start
 
@@ -99,7 +108,9 @@ def main() -> None:
             resources = found["resources"]
             times.setdefault((label, "program"), []).append(found["seconds"])
             times.setdefault((label, "  render"), []).append(found["render"])
-            times.setdefault((label, "declaring alone"), []).append(found["declaring"])
+            times.setdefault((label, "  mocks"), []).append(found["mocks"])
+            times.setdefault((label, "declaring bare"), []).append(found["bare"])
+            times.setdefault((label, "declaring full"), []).append(found["full"])
     print(
         f"program under mocks: control plane + {AGENTS} agents, {resources} resources, new "
         f"state; {args.rounds} paired rounds, CPU time (min median max); {start_load} before, "

@@ -10,6 +10,7 @@ libyaml's C composer, the fastest reader Python has).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -21,21 +22,25 @@ import yaml
 
 class Timed:
     """`function`, adding the CPU seconds of the calling thread spent in it to `seconds`
-    (a call inside a call counted once). The thread's own time: under the Pulumi SDK other
-    threads run while a callback does."""
+    (a call inside a call counted once). Each thread's own time and depth: under the Pulumi
+    SDK, other threads run while a callback does, and call the mocks at the same time."""
 
     def __init__(self, function: Callable[..., Any]) -> None:
-        self.function, self.seconds, self.depth = function, 0.0, 0
+        self.function, self.seconds = function, 0.0
+        self.local = threading.local()
+        self.lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.depth += 1
+        depth = getattr(self.local, "depth", 0)
+        self.local.depth = depth + 1
         start = time.thread_time()
         try:
             return self.function(*args, **kwargs)
         finally:
-            self.depth -= 1
-            if not self.depth:
-                self.seconds += time.thread_time() - start
+            self.local.depth = depth
+            if not depth:
+                with self.lock:
+                    self.seconds += time.thread_time() - start
 
 
 @contextmanager
