@@ -7,11 +7,13 @@ throwaway secrets so that no two are alike. Target: 500 configs/s on one core.
 Then, as processes (issue 26's target: CPU ratio <= 1.0), `raya butane --strict FILE`
 against the real `butane --strict FILE` on the example control plane's config, in paired
 rounds (bench/processes.py): both figures and their ratio, measured here, never assumed.
-With them, the floor of any pure-Python `raya butane` on that file: the interpreter with `re`
+With them, the floor of a pure-Python `raya butane` on that file: the interpreter with `re`
 (`python -c "import re"`, paired in the same rounds: pip's console script imports `re`
 before raya runs) plus, in-process, the Go gzip model on the file's contents and libyaml's C
-composer reading it (bench/shares.py): a floor over the real Butane means no Python code
-around those two can reach the ratio.
+composer reading it (bench/shares.py); and the same with the bare interpreter (`python -I -S
+-c pass`: no site, so no installed package, and no `re`), which no installed command gets
+under. A floor over the real Butane means no Python code around those two parts can reach
+the ratio.
 The real Butane is `--butane` (default: ../shared/tools/butane/butane beside the
 repository, else PATH); without one, no ratio is printed. With `--before SRC` (another
 checkout's `src`, e.g. /work/main/src), `raya butane` from those sources runs in the same
@@ -48,6 +50,9 @@ VECTORS = REPO / "tests" / "butane" / "vectors"
 SHARED_BUTANE = next((found for up in REPO.parents[:2]
                       if (found := up / "shared" / "tools" / "butane" / "butane").exists()), None)
 RAYA = str(Path(sys.executable).parent / "raya")  # the console script a user runs
+# The interpreter as pip's console script starts it (site, then `re`), and bare.
+INTERPRETERS = {'python -c "import re"': [sys.executable, "-c", "import re"],
+                "python -I -S -c pass": [sys.executable, "-I", "-S", "-c", "pass"]}
 
 
 def example_configs(sets: int) -> list[str]:
@@ -111,8 +116,7 @@ def as_processes(butane: str, config: str, pairs: int, before: Path | None) -> N
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "control-plane.bu"
         path.write_text(config)
-        commands = {"real butane": [butane, "--strict", str(path)],
-                    "interpreter": [sys.executable, "-c", "import re"]}
+        commands = {"real butane": [butane, "--strict", str(path)]} | INTERPRETERS
         for label, prefix in checkouts(before).items():
             commands[f"raya butane ({label})"] = [*prefix, RAYA, "butane", "--strict", str(path)]
         start = load()
@@ -122,11 +126,12 @@ def as_processes(butane: str, config: str, pairs: int, before: Path | None) -> N
     real = times.pop("real butane")
     print(f"  real butane ({butane}) {spread(real)}")
     in_process = floor_in_process(config, pairs)
-    floor = [seconds + in_process for seconds in times.pop("interpreter")]
-    print(f"  floor: `python -c \"import re\"` + {in_process * 1000:.1f} ms in-process (Go gzip "
-          f"model and libyaml composing, best of {pairs}) {spread(floor)}")
-    print(f"    / real butane: {ratios(floor, real)} (paired ratios: min median max; over 1.0, "
-          "no Python around these two parts meets the target)")
+    for label in INTERPRETERS:
+        floor = [seconds + in_process for seconds in times.pop(label)]
+        print(f"  floor: `{label}` + {in_process * 1000:.1f} ms in-process (Go gzip model and "
+              f"libyaml composing, best of {pairs}) {spread(floor)}")
+        print(f"    / real butane: {ratios(floor, real)} (paired ratios: min median max; over "
+              "1.0, no Python around these two parts meets the target)")
     for label, seconds in times.items():
         print(f"  {label} {spread(seconds)}")
         print(f"    / real butane: {ratios(seconds, real)} (paired ratios: min median max; "
