@@ -13,7 +13,8 @@ before raya runs) plus, in-process, the Go gzip model on the file's contents and
 composer reading it (bench/shares.py); and the same with the bare interpreter (`python -I -S
 -c pass`: no site, so no installed package, and no `re`), which no installed command gets
 under. A floor over the real Butane means no Python code around those two parts can reach
-the ratio.
+the ratio. Last, raya's own floor: the bare interpreter importing the transpiler
+(`raya.butane` from this tree's src), nothing transpiled.
 The real Butane is `--butane` (default: ../shared/tools/butane/butane beside the
 repository, else PATH); without one, no ratio is printed. With `--before SRC` (another
 checkout's `src`, e.g. /work/main/src), `raya butane` from those sources runs in the same
@@ -117,6 +118,10 @@ def as_processes(butane: str, config: str, pairs: int, before: Path | None) -> N
         path = Path(folder) / "control-plane.bu"
         path.write_text(config)
         commands = {"real butane": [butane, "--strict", str(path)]} | INTERPRETERS
+        commands["importing raya.butane"] = [
+            sys.executable, "-I", "-S", "-c",
+            f"import sys; sys.path.insert(0, {str(REPO / 'src')!r}); import raya.butane",
+        ]
         for label, prefix in checkouts(before).items():
             commands[f"raya butane ({label})"] = [*prefix, RAYA, "butane", "--strict", str(path)]
         start = load()
@@ -132,6 +137,9 @@ def as_processes(butane: str, config: str, pairs: int, before: Path | None) -> N
               f"libyaml composing, best of {pairs}) {spread(floor)}")
         print(f"    / real butane: {ratios(floor, real)} (paired ratios: min median max; over "
               "1.0, no Python around these two parts meets the target)")
+    importing = times.pop("importing raya.butane")
+    print(f"  `python -I -S`, import raya.butane alone {spread(importing)}")
+    print(f"    / real butane: {ratios(importing, real)} (paired ratios: min median max)")
     for label, seconds in times.items():
         print(f"  {label} {spread(seconds)}")
         print(f"    / real butane: {ratios(seconds, real)} (paired ratios: min median max; "
