@@ -48,7 +48,7 @@ def butane_command(*, file: str, strict: bool, pretty: bool, files_dir: Path | N
     result = translate(text, files_dir)
     # Plain writes, not rich: the JSON must go out byte for byte, and Butane's
     # "error[$.path]" headers would be read as rich markup.
-    failing = [d for d in result.diagnostics if strict or d.severity == "error"]
+    failing = result.diagnostics if strict else result.errors
     if result.diagnostics:
         sys.stderr.write(render(source, text, result.diagnostics))
     if result.config is None or failing:
