@@ -61,15 +61,11 @@ def _find(name: str, group: Group | None) -> Command | Group:
         if name in group.commands:
             return group.commands[name]
         _usage_error(f"No such command '{name}'.", group.usage(), group.path)
-    import importlib
-
-    from raya.commands.registry import COMMANDS
+    from raya.commands.registry import COMMANDS, load
 
     if name not in COMMANDS:
         _usage_error(f"No such command '{name}'.", "raya [OPTIONS] COMMAND [ARGS]...", "")
-    module = importlib.import_module(f"raya.commands.{COMMANDS[name][0]}")
-    found: Command | Group = module.commands.table[name]
-    return found
+    return load(name)
 
 
 def _run(command: Command, args: list[str], debug: bool) -> None:

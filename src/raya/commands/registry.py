@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these impo
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from raya.commands.parser import Command
+    from raya.commands.parser import Command, Group
 
 APP_HELP = "Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS."
 # The root's options and their help, in Typer's order (--help is click's own).
@@ -52,15 +52,23 @@ COMMANDS = {
 }
 
 
+def load(name: str) -> Command | Group:
+    """Command (or group) `name` of COMMANDS, from the module that declares it, imported now."""
+    import importlib
+
+    found: Command | Group = importlib.import_module(
+        f"raya.commands.{COMMANDS[name][0]}"
+    ).commands.table[name]
+    return found
+
+
 def every_command() -> Iterator[tuple[tuple[str, ...], Command]]:
     """Each command with its path (`("image", "pins")`), its module loaded: for the tests
     and benchmarks that go through all of them."""
-    import importlib
-
     from raya.commands.parser import Group
 
-    for name, (module, _) in COMMANDS.items():
-        found = importlib.import_module(f"raya.commands.{module}").commands.table[name]
+    for name in COMMANDS:
+        found = load(name)
         if isinstance(found, Group):
             yield from (((name, sub), command) for sub, command in found.commands.items())
         else:
