@@ -21,10 +21,6 @@ if TYPE_CHECKING:
 class UsageError(Exception):
     """Bad command-line input: raya prints it under the command's usage and exits 2."""
 
-    def __init__(self, message: str, command: Command | None = None) -> None:
-        super().__init__(message)
-        self.command = command
-
 
 class BadParameter(UsageError):
     """A value the command's own checks refuse (click's "Invalid value")."""
