@@ -123,5 +123,6 @@ def main() -> None:
             line += f"  this tree / before {ratios(times[('this tree', part)], seconds)}"
         print(line)
 
+
 if __name__ == "__main__":
     main()
