@@ -285,10 +285,11 @@ def setup(deployed: Run, s3: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Stan
     return stand, outputs
 
 
-# The API stand-in's clock runs 60 times faster than the real one: a started server's kubelet
+# The API stand-in's clock runs 20 times faster than the real one: a started server's kubelet
 # registers after 30 simulated seconds, etcd's leader promotes a new member on its 15 s tick
-# once it caught up (20 s), all within a second or two of the test's time.
-PACE = 60.0
+# once it caught up (20 s), all within a few seconds of the test's time; a learner stays
+# one tick (0.75 s here) at least, longer than raya's look at the API takes here.
+PACE = 20.0
 
 
 @pytest.fixture
@@ -414,7 +415,7 @@ def drill(
     name = taken.stdout.split()[0]
     state.objects.update(configmaps(AFTER, start=BEFORE))
     stand.calls.clear()
-    return name, raya(project, "restore", name, "--yes", *extra)
+    return name, raya(project, "restore", name, "--yes", "--ready-timeout", "120", *extra)
 
 
 def steps_run(stand: Stand) -> list[tuple[str, tuple[str, ...]]]:
