@@ -10,7 +10,7 @@ import json
 import secrets
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -403,10 +403,10 @@ def test_a_snapshot_that_never_reaches_the_bucket_fails(
 
 def drill(
     project: Path, setup: tuple[Stand, dict[str, Any]], api: tuple[ka.Cluster, str],
-    *extra: str,
+    *extra: str, then: Callable[[], None] = lambda: None,
 ) -> tuple[str, Any]:  # fmt: skip
-    """BEFORE ConfigMaps written, `raya backup`, AFTER more written, then `raya restore` of
-    that snapshot: the snapshot's name and what the restore printed."""
+    """BEFORE ConfigMaps written, `raya backup`, AFTER more written, `then`, then `raya
+    restore` of that snapshot: the snapshot's name and what the restore printed."""
     stand, _ = setup
     state, _ = api
     state.objects.update(configmaps(BEFORE))
@@ -414,6 +414,7 @@ def drill(
     assert taken.exit_code == 0, taken.output
     name = taken.stdout.split()[0]
     state.objects.update(configmaps(AFTER, start=BEFORE))
+    then()
     stand.calls.clear()
     return name, raya(project, "restore", name, "--yes", "--ready-timeout", "120", *extra)
 
@@ -435,34 +436,46 @@ def restored_by_k3s(stand: Stand, control_planes: list[str]) -> list[tuple[str, 
 
 
 @pytest.mark.parametrize(
-    ("control_planes", "blank_first"),
-    [(1, False), (3, False), (5, False), (3, True), (5, True)],
-    ids=["1", "3", "5", "3, the first blank and joined", "5, the first blank and joined"],
-)
+    ("control_planes", "first_state"),
+    [(1, "volume"), (3, "volume"), (5, "volume"), (3, "blank"), (5, "blank"),
+     (3, "tombstoned")],
+    ids=["1", "3", "5", "3, the first blank and joined", "5, the first blank and joined",
+         "3, the first tombstoned"],
+)  # fmt: skip
 def test_restore_brings_back_the_objects_of_the_snapshot(
     project: Path, deployed: Run, setup: tuple[Stand, dict[str, Any]],
-    api: tuple[ka.Cluster, str], control_planes: int, blank_first: bool,
+    api: tuple[ka.Cluster, str], control_planes: int, first_state: str,
 ) -> None:  # fmt: skip
     """The drill at 1, 3 and 5 control planes: 120 ConfigMaps, a snapshot, 30 more, the
-    restore. With `blank_first`, the first control plane had come back on a blank volume and
-    its datastore guard had joined it to control-plane-1: its volume holds a member of the
-    cluster, and the drop-in the guard wrote (its join config and `server:` naming that
-    peer) is still there, as until k3s' next start. After the restore the API serves the 120
+    restore. The first control plane runs from its volume, or came back on a blank volume
+    ("blank") and its datastore guard joined it to control-plane-1: its volume holds a member
+    of the cluster, and the drop-in the guard wrote (its join config and `server:` naming that
+    peer) is still there, as until k3s' next start; or ("tombstoned") its member was removed
+    from the cluster after the snapshot (its node object deleted): etcd wrote its tombstone
+    and k3s stopped, the guard not run again yet. After the restore the API serves the 120
     and none of the 30, every control plane is a voting member of one cluster, and the
     restore says so."""
     stand, outputs = setup
     state, url = api
     names = list(stand.servers)
     first = stand.servers[names[0]]
-    if blank_first:
+    assert state.etcd is not None
+    etcd = state.etcd
+    if first_state == "blank":
         peer = stand.servers[names[1]]
         first.dropins["40-raya-join.yaml"] = {
             **rendered_config(deployed, names[0], JOIN_CONFIG),
             "server": f"https://{peer.address}:6443",
         }
-        assert state.etcd is not None  # joined as a new member of the cluster
-        state.etcd.members[names[0]] = ka.Member(f"{names[0]}-{secrets.token_hex(4)}")
-    name, restored = drill(project, setup, api)
+        etcd.members[names[0]] = ka.Member(f"{names[0]}-{secrets.token_hex(4)}")
+
+    def removed() -> None:
+        if first_state == "tombstoned":
+            etcd.delete_node(state, names[0])
+            state.server_deleted(names[0])
+            first.running, first.tombstone = False, True
+
+    name, restored = drill(project, setup, api, then=removed)
     assert restored.exit_code == 0, restored.output
     assert steps_run(stand) == restored_by_k3s(stand, names)
     assert "40-raya-join.yaml" not in first.dropins
