@@ -72,9 +72,8 @@ class K3sServer:
     member: str | None = "original"
     tombstone: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
-    reset_flag: bool = False
 
-    def merged(self, flags: Mapping[str, str] = {}) -> dict[str, Any]:
+    def merged(self, flags: Mapping[str, str] | None = None) -> dict[str, Any]:
         """config.yaml, then the drop-ins in name order (`.yaml` and `.yml`), then the
         command line: a later value replaces an earlier one (k3s-io/k3s
         pkg/configfilearg/parser.go, `readConfigFile`, `dotDFiles`; `Parse` puts the file's
@@ -83,7 +82,7 @@ class K3sServer:
         for name in sorted(self.dropins):
             if name.lower().endswith((".yaml", ".yml")):
                 merged.update(self.dropins[name])
-        return {**merged, **flags}
+        return {**merged, **(flags or {})}
 
 
 @dataclass
@@ -169,7 +168,7 @@ class Stand:
         if argv[:3] == ("k3s", "server", "--cluster-reset"):
             return self.reset(server, argv[3:])
         if argv == ("rm", "-rf", DB):
-            server.member, server.tombstone, server.reset_flag = None, False, False
+            server.member, server.tombstone = None, False
             return 0, ""
         if argv[:2] == ("rm", "-f") and argv[2].startswith(f"{CONFIG}.d/"):
             server.dropins.pop(argv[2].rsplit("/", 1)[1], None)
@@ -197,7 +196,7 @@ class Stand:
             server.member = f"split-{server.name}"
             self.split.append(server.name)  # a cluster of its own, which no one else sees
             return 0, ""
-        server.running, server.reset_flag = True, False
+        server.running = True
         if self.api:
             self.api.server_created(server.name, VERSION)
         return 0, ""
@@ -221,7 +220,7 @@ class Stand:
             return 1, ("starting kubernetes: preparing server: bootstrap data already found and "
                        "encrypted with different token")  # fmt: skip
         self.cluster = f"restored-{secrets.token_hex(4)}"
-        server.member, server.tombstone, server.reset_flag = self.cluster, False, True
+        server.member, server.tombstone = self.cluster, False
         if self.api:
             self.api.objects = dict(snapshot["objects"])
             if self.api.etcd:
@@ -423,8 +422,9 @@ def steps_run(stand: Stand) -> list[tuple[str, tuple[str, ...]]]:
     return [(node, argv[:2]) for node, argv in stand.calls]
 
 
-def restored_by_k3s(stand: Stand, control_planes: list[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """The commands k3s' documented restore runs, in raya's order."""
+def restored_by_k3s(control_planes: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The commands of k3s' documented restore (the first's drop-in removed before its
+    reset), in raya's order."""
     first, others = control_planes[0], control_planes[1:]
     return [
         *((node, ("systemctl", "stop")) for node in reversed(others)),
@@ -477,7 +477,7 @@ def test_restore_brings_back_the_objects_of_the_snapshot(
 
     name, restored = drill(project, setup, api, then=removed)
     assert restored.exit_code == 0, restored.output
-    assert steps_run(stand) == restored_by_k3s(stand, names)
+    assert steps_run(stand) == restored_by_k3s(names)
     assert "40-raya-join.yaml" not in first.dropins
     assert not stand.split
     assert {server.member for server in stand.servers.values()} == {stand.cluster}
