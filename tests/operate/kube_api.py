@@ -1247,6 +1247,9 @@ def remove_peer(state: Cluster, node: str, member: str, address: str) -> str | N
     machine = state.machines.get(node)
     if machine is None or machine.running:  # its etcd, and k3s with it, stop
         state.machines[node] = Machine(running=False, since=state.clock())
+    elif node == etcd.cluster_init and not etcd.guard:  # its server gone: as `Etcd._delete`
+        etcd.split.add(node)
+        machine.comes_up = False
     state.events.append((state.clock(), f"etcd: {node}'s member {member} removed"))
     return None
 

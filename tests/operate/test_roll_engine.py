@@ -32,7 +32,8 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture
 def created() -> list[tuple[str, bool, list[str]]]:
-    """Each node whose server Hetzner created: whether it was cordoned, its pods then."""
+    """Each node whose server Hetzner created: whether its Node object was still there, its
+    pods then."""
     return []
 
 
@@ -60,7 +61,7 @@ def cluster(
             pods = sorted(
                 p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
             )
-            created.append((name, bool(state.nodes[name]["spec"]["unschedulable"]), pods))
+            created.append((name, name in state.nodes, pods))
             state.server_created(name, PINS.k3s.version)
 
     cloud.hetzner.on_delete = deleted
@@ -105,11 +106,11 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
     ]
     new = cloud.hetzner.server_named("raya-control-plane")
     assert new is not None and volume.server == new.id
-    # The control plane is not drained; agent-0's server was re-created once it was cordoned
-    # and its pods gone (its DaemonSet pod stays, as with kubectl drain).
+    # Each server was created with its old Node object gone, so its kubelet registers a new
+    # one; agent-0's once its pods were gone (its DaemonSet pod stays, as with kubectl drain).
     assert created == [
         ("control-plane", False, []),
-        ("agent-0", True, ["flannel-x"]),
+        ("agent-0", False, ["flannel-x"]),
     ]
     # Each came back from a new boot of its new server, 90 s after it was created.
     for name in ("control-plane", "agent-0"):
