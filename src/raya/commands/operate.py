@@ -163,18 +163,19 @@ def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
     ready_timeout: float, accept_local_data_loss: bool, accept_volume_downtime: bool,
 ) -> None:  # fmt: skip
-    """Apply drift one node at a time: the control planes first, then the agents.
+    """Apply drift one node at a time: the control plane first, then the agents.
 
-    Each node's steps are printed first (--dry-run stops there). Agents, and control planes
-    when there are several, are cordoned, drained until their pods are gone and their volumes
-    detached; the old Node object is deleted before the new server's kubelet registers, so the
-    new Node carries the new server's provider ID; the server is replaced, and raya waits until
-    the node is back from a new boot, Ready. With several control planes, each goes only while
-    every other one is Ready and a voting etcd member, and the next only once it votes again.
-    The sole control plane is not drained: pods on it using Hetzner Volume claims stop the roll
-    unless --accept-volume-downtime is given. The first failure stops the roll and says what
-    state it left the node in. A node whose pods use claims on its own disk (local-path) is not
-    touched unless --accept-local-data-loss is given."""
+    The control plane is replaced alone, and nothing else starts until it is back from a new
+    boot, Ready, and every node is Ready. With several control planes, each goes only while
+    every other one is Ready and a voting etcd member, is drained like an agent, and the next
+    only once it votes again. Agents are cordoned and drained until their pods are gone and
+    their volumes detached. Each old Node object is deleted before the new server registers,
+    so that the new Node carries the new server's provider ID. The sole control plane is not
+    drained: pods on it using Hetzner Volume claims stop the roll unless
+    --accept-volume-downtime is given. A node whose pods use claims on its own disk
+    (local-path) is not touched unless --accept-local-data-loss is given. The first failure
+    stops the roll and says what state it left the node in. Each node's steps, every wait
+    included, are printed first; --dry-run stops there."""
     folder = project_root(root)
     from raya.model.pins import load_pins
     from raya.model.project import load_cluster

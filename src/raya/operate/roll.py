@@ -1,26 +1,39 @@
 """`raya roll`: apply drift one node at a time, the way a careful operator would.
 
-The control plane comes first and alone (k3s' upgrade guide: servers first, then agents; the
-Kubernetes version skew policy lets a kubelet be older than the API server, never newer): its
-server is replaced (its volume keeps the datastore), and nothing else starts until the API
-answers again, trusted through the cluster's CA, the control plane is back from a new boot,
-Ready, and every node is Ready. With several control planes they go one at a time, each only
-while every other one is Ready and a voting etcd member (`raya.operate.etcd`: so that etcd
-keeps its quorum while it is gone), and the next only once it is back as a voting member:
-the same member from its volume, or a new one when k3s removed its member while it was gone
-(then its data comes from its peers, and the roll says so).
-Then each agent is cordoned, drained through the Kubernetes API
-(evictions, which honour PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data
-goes with the node: what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until
-its pods are gone, not merely accepted for eviction (an evicted pod stays Terminating for its
-grace period), its server replaced with the current inputs, and uncordoned once the node is
-back: registered with a new boot ID, Ready, on the pinned kubelet. The first failure stops the
-roll and says what state it left the node in.
+Each node's replacement is a list of actions (`actions`, printed by `--dry-run` and run by
+`Roll`: one list, so what the operator is shown is what runs). The control planes come first
+and alone (k3s' upgrade guide: servers first, then agents; the Kubernetes version skew policy
+lets a kubelet be older than the API server, never newer); the next node starts only once the
+last is back: registered from a new boot of its new server, Ready, on the pinned kubelet, and,
+for a control plane, every node Ready. With several control planes each goes only while every
+other one is Ready and a voting etcd member (`raya.operate.etcd`, so that etcd keeps its
+quorum), is drained like an agent, and the next only once it votes again.
 
-Claims on Hetzner Volumes move with their pods (the drain lets the CSI driver detach them).
+A node is cordoned and drained through the Kubernetes API (evictions, which honour
+PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data goes with the node: what
+`kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until its pods are gone, not
+merely accepted for eviction, and until its volumes are detached: no VolumeAttachment names it
+and its `volumesAttached` is empty (Hetzner's CSI driver never re-reads an attachment, so one
+that a server's deletion detached would stay `attached: true`). Attachments still naming the
+node once its old server is gone are deleted.
+
+Every replacement yields a new Node object: a kubelet that finds a Node of its name keeps it,
+and its `spec.providerID` may not change once set (kubernetes `tryRegisterWithAPIServer`,
+`ValidateNodeUpdate`), so a new server registering into the old Node would keep naming the
+deleted server, and Hetzner's cloud controller, which finds servers by that ID, would fail
+every load balancer sync. The old Node is deleted before the new kubelet registers: an agent's
+once drained (its running kubelet registered when it started and does not again); a control
+plane's among several once its server is gone (deleting it removes its etcd member, and a
+running k3s, removed, would restart and register the old Node again); the sole control plane's
+before its server (the API goes with it), k3s' etcd finalizer released: it would remove the
+sole member, which etcd refuses, and keep the Node. The sole control plane is not drained:
+pods on it using Hetzner Volumes stop with it, refused unless the operator accepts it.
+
 A claim whose volume lives on the node's own disk (k3s' local-path) would be lost with the
 server: a node with such a claim in use is not touched unless the operator accepts the loss.
+The first failure stops the roll and says what state it left the node in.
 """
+
 
 from __future__ import annotations
 
