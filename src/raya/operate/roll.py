@@ -98,6 +98,10 @@ ACTIONS = {
 }
 
 
+# Actions on the node's object: none for a node that never registered.
+ON_THE_NODE = frozenset({CORDON, DRAIN, DETACH, DELETE_NODE, DELETE_SOLE_NODE, DELETE_GONE_NODE})
+
+
 @dataclass(frozen=True)
 class Step:
     node: str
@@ -408,54 +412,54 @@ class Roll(Drain):
                 raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
 
     def act(self, action: str, name: str) -> None:
-        """One action of `ACTIONS` on node `name`."""
-        registered = self.before is not None
-        kind = "control plane" if is_control_plane(name) else "node"
-        if action == QUORUM:
-            self.check_quorum(name)
-        elif action == LOCAL_DATA:
-            self.check_local_data(name)
-        elif action == VOLUME_DOWNTIME:
-            self.check_volume_downtime(name)
-        elif action == CORDON and registered:
-            self.kube.cordon(name, True)
-            self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
-            self.say(f"{name}: cordoned")
-        elif action == DRAIN and registered:
-            self.drain(name)
-            self.say(f"{name}: drained")
-        elif action == DETACH and registered:
-            self.wait_detached(name)
-        elif action in (DELETE_NODE, DELETE_SOLE_NODE) and registered:
-            self.delete_node(name, sole=action == DELETE_SOLE_NODE)
-            self.left = (
-                "its Node object is deleted and its server not yet replaced: "
-                f"`raya roll {name}` again"
-            )
-        elif action == REPLACE:
-            self.left = (
-                f"its server was replaced and the {kind} is not back"
-                f"{' (no agent was touched)' if kind != 'node' else ''}: see `raya status` and "
-                f"the server's console, then `raya roll {name}` again"
-            )
-            self.replace(name)
-        elif action == DELETE_GONE_NODE and registered:
-            self.delete_gone_node(name)
-        elif action == LEFTOVERS:
-            self.remove_leftovers(name)
-        elif action == BACK:
-            self.wait_ready(name)
-        elif action == MEMBER:
-            self.left = (
-                "its server was replaced and the control plane is back, but not as a voting etcd "
-                "member (no agent was touched): see `raya status`"
-            )
-            self.wait_member(etcd.member(name, self.before))
-        elif action == ALL_READY:
-            self.left = "the control plane is back; no agent was touched: see `raya status`"
-            self.wait_all_ready(name)
-        elif not registered and action == CORDON:
-            self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
+        """One action of `ACTIONS` on node `name`; those on its Node object only if it has
+        one (a node that never registered is simply replaced)."""
+        if self.before is None and action in ON_THE_NODE:
+            if action == CORDON:
+                self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
+            return
+        run: dict[str, Callable[[str], None]] = {
+            QUORUM: self.check_quorum,
+            LOCAL_DATA: self.check_local_data,
+            VOLUME_DOWNTIME: self.check_volume_downtime,
+            CORDON: self.cordon,
+            DRAIN: self.drain_node,
+            DETACH: self.wait_detached,
+            DELETE_NODE: lambda node: self.delete_node(node, sole=False),
+            DELETE_SOLE_NODE: lambda node: self.delete_node(node, sole=True),
+            REPLACE: self.replace_server,
+            DELETE_GONE_NODE: self.delete_gone_node,
+            LEFTOVERS: self.remove_leftovers,
+            BACK: self.wait_ready,
+            MEMBER: self.wait_voter,
+            ALL_READY: self.wait_all_ready,
+        }
+        run[action](name)
+
+    def cordon(self, name: str) -> None:
+        self.kube.cordon(name, True)
+        self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
+        self.say(f"{name}: cordoned")
+
+    def drain_node(self, name: str) -> None:
+        self.drain(name)
+        self.say(f"{name}: drained")
+
+    def replace_server(self, name: str) -> None:
+        control_plane = is_control_plane(name)
+        self.left = (
+            f"its server was replaced and the {'control plane' if control_plane else 'node'} is "
+            f"not back{' (no agent was touched)' if control_plane else ''}: see `raya status` "
+            f"and the server's console, then `raya roll {name}` again"
+        )
+        self.replace(name)
+
+    def wait_voter(self, name: str) -> None:
+        self.left = (
+            "its server was replaced and the control plane is back, but not as a voting etcd "
+            "member (no agent was touched): see `raya status`"
+        )
+        self.wait_member(etcd.member(name, self.before))
 
     def wait_detached(self, name: str) -> None:
         """Until no VolumeAttachment names the node and its `volumesAttached` is empty: the
@@ -495,6 +499,9 @@ class Roll(Drain):
                 )
             self.clock.sleep(POLL)
         self.say(f"{name}: Node object deleted")
+        self.left = (
+            f"its Node object is deleted and its server not yet replaced: `raya roll {name}` again"
+        )
 
     def delete_gone_node(self, name: str) -> None:
         """The Node of a server that is gone, before the new server's kubelet registers."""
@@ -519,6 +526,7 @@ class Roll(Drain):
             )
 
     def wait_all_ready(self, name: str) -> None:
+        self.left = "the control plane is back; no agent was touched: see `raya status`"
         deadline = self.clock.now() + self.ready_timeout
         while True:
             not_ready = sorted(n.metadata.name for n in self.kube.nodes() if not ready(n))
