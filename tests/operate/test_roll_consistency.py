@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiException
 
+from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
@@ -28,6 +31,7 @@ from tests.operate.test_roll import (
     use_claim,
     when,
 )
+from tests.runner import invoke
 
 NODES = ["control-plane", "agent-0", "agent-1"]
 PV = "pvc-9f8e"
@@ -246,3 +250,39 @@ def test_a_control_plane_among_three_is_drained_of_coredns_first(
     assert state.nodes["control-plane-1"]["spec"]["providerID"] == (
         f"hcloud://{state.servers['control-plane-1']}"
     )
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_the_command_takes_the_volume_downtime_flag(
+    deployed: Run,
+    cluster: ka.Cluster,
+    api: str,
+    clock: Clock,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    accept: bool,
+) -> None:
+    (db,) = [p for p in cluster.pods if p["metadata"]["name"] == "db-0"]
+    db["spec"]["nodeName"] = "control-plane"
+    replacer = Replacer(cluster)
+
+    def fake_run(action: str, root: Path, stack: str, on_output: Any, **kwargs: Any) -> Any:
+        if action == "up":
+            replacer(*kwargs["replace"])
+        return SimpleNamespace(drift={})
+
+    monkeypatch.setattr(deploy, "run", fake_run)
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: deployed.outputs)
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: clock)
+    flag = ["--accept-volume-downtime"] if accept else []
+    result = invoke(["roll", "control-plane", "--root", str(project), *flag])
+    if accept:
+        assert result.exit_code == 0, result.output
+        assert [entry[0] for entry in replacer.asked] == ["control-plane"]
+    else:
+        assert isinstance(result.exception, rl.RollError)
+        assert "data/pgdata (pod db-0)" in str(result.exception)
+        assert replacer.asked == []
