@@ -44,8 +44,10 @@ its controllers and the kubelet do, not from what raya expects:
   node keeps its last status (Ready, old boot ID) until the grace passes, then its Ready
   condition is Unknown; the node object and its `spec.unschedulable` stay. A created server
   boots for `boot` seconds, then its kubelet registers under the same name with a new
-  `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
-  nothing answers on the API's address: a connection is closed without a reply.
+  `nodeInfo.bootID` and posts Ready, and starts the pods still bound to the node again
+  (Ready `pod_start` seconds later, once their volumes are there). While the control plane's
+  server is down or booting, nothing answers on the API's address: a connection is closed
+  without a reply.
 - etcd members removed through the API (`raya up` shrinking): the section "removing etcd
   members" at the end, on the etcd model of the section "etcd".
 - A Node's provider ID (kubernetes `pkg/apis/core/validation/validation.go`,
@@ -78,13 +80,17 @@ its controllers and the kubelet do, not from what raya expects:
   attached elsewhere ("Multi-Attach error"); it detaches a volume no pod on the node needs by
   deleting the VolumeAttachment once the node's `status.volumesInUse` no longer lists it, or
   after `maxWaitForUnmountDuration`, 6 min, whatever it lists, and keeps
-  `status.volumesAttached` (`statusupdater`). The kubelet's volume manager lists a volume in
-  `volumesInUse` while a pod on the node uses it and until the status update after the
-  unmount (10 s, `nodeStatusUpdateFrequency`), only while its server runs. The external
+  `status.volumesAttached` (`statusupdater`). A deleted Node's last `volumesInUse` still
+  counts (`ad_controller.go`, `nodeDelete` -> `processVolumesInUse`), and the node stays in
+  the desired state while pods bound to it use volumes (`DeleteNode` refuses). An attachment
+  deleted behind its back is attached again at its next sync (`syncStates`, within the 1 min
+  `--attach-detach-reconcile-sync-period`; at once here). The kubelet's volume manager lists a
+  volume in `volumesInUse` while a pod on the node uses it and until the status update after
+  the unmount (10 s, `nodeStatusUpdateFrequency`), only while its server runs. The external
   attacher (kubernetes-csi/external-attacher `pkg/controller/csi_handler.go`, `syncAttach`,
   `syncDetach`) publishes (Hetzner attaches the volume to the node's server) and sets
-  `status.attached: true`, unpublishes a deleted one and drops its finalizer; Hetzner's
-  driver does not advertise LIST_VOLUMES_PUBLISHED_NODES (hetznercloud/csi-driver
+  `status.attached: true`, unpublishes a deleted one and drops its finalizer; Hetzner's driver
+  does not advertise LIST_VOLUMES_PUBLISHED_NODES (hetznercloud/csi-driver
   `driver/controller.go`, `ControllerGetCapabilities`), so an attachment already `attached:
   true` is never checked again: deleting a server detaches its volumes at Hetzner, and the
   record stays `attached: true` (csi-driver#89). A pod using such a volume starts only once
@@ -191,6 +197,7 @@ class Cluster:
     _next_server: int = 200000
     _unmounted: dict[tuple[str, str], float] = field(default_factory=dict)  # (node, PV) -> when
     _unwanted: dict[str, float] = field(default_factory=dict)  # attachment -> not needed since
+    _in_use_seen: dict[str, list[str]] = field(default_factory=dict)  # node -> volumesInUse
     _lifecycle_at: float = -NODE_MONITOR_PERIOD
     _lb_at: float = -NODE_SYNC_PERIOD
 
@@ -225,6 +232,14 @@ class Cluster:
             self._next_server += 1
             self.servers[name] = self._next_server
             self.events.append((self.clock(), f"{name}: server created"))
+
+    def kubelet_restarted(self, name: str, kubelet_version: str) -> None:
+        """k3s restarts on node `name`'s running server: its kubelet registers again (a new
+        Node if there is none, with the provider ID of the server it runs on)."""
+        with self.lock:
+            self.settle()
+            machine = self.machines.setdefault(name, Machine(kubelet_version=kubelet_version))
+            self._register(name, machine)
 
     def api_up(self) -> bool:
         if self.etcd is not None:
@@ -335,10 +350,12 @@ class Cluster:
             node["status"]["volumesInUse"] = sorted(used | lingering)
 
     def _attach_detach(self, now: float) -> None:
+        for name, node in self.nodes.items():  # what `processVolumesInUse` last saw
+            self._in_use_seen[name] = list(node["status"].get("volumesInUse") or [])
         wanted: dict[str, dict[str, Any]] = {}  # attachment name -> its PV, for scheduled pods
         for found in self.pods:
             node = found["spec"].get("nodeName")
-            if node and node in self.nodes:
+            if node:  # a node stays in the desired state while pods there use volumes
                 for volume in self._claimed(found):
                     wanted[_attachment_name(volume, node)] = volume | {"node": node}
         for name, volume in wanted.items():
@@ -359,7 +376,7 @@ class Cluster:
                 self._unwanted.pop(name, None)
             else:
                 since = self._unwanted.setdefault(name, now)
-                in_use = self.nodes.get(node, {}).get("status", {}).get("volumesInUse") or []
+                in_use = self._in_use_seen.get(node, [])
                 volume = self.objects[f"/api/v1/persistentvolumes/{pv}"]
                 if _unique(volume) not in in_use or now >= since + MAX_WAIT_FOR_UNMOUNT:
                     meta["deletionTimestamp"] = stamp(now)
@@ -410,6 +427,11 @@ class Cluster:
         info["bootID"], info["kubeletVersion"] = machine.boot_id, machine.kubelet_version
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         self.events.append((machine.since, f"{name}: registered, boot {machine.boot_id}"))
+        for found in self.pods:  # the pods still bound here start again, on the new boot
+            if found["spec"].get("nodeName") == name and not found["metadata"].get(
+                "deletionTimestamp"
+            ):
+                found["status"] = {"phase": "Pending", "startTime": stamp(machine.since)}
 
     def _running(self, node_name: str) -> bool:
         machine = self.machines.get(node_name)

@@ -215,11 +215,12 @@ def test_the_sole_control_plane_refuses_pods_on_hetzner_volumes_unless_accepted(
     lines: list[str] = []
     roll.say = lines.append
     roll.run(rl.plan(NODES, ["control-plane"], []))
-    assert f"control-plane: deleted the VolumeAttachment of {PV}, left for its old server" in lines
-    settle_after(cluster, clock, 30)
+    for _ in range(2):  # attached to the new server, then db-0 started on it
+        settle_after(cluster, clock, 15)
     assert cluster.volume_servers[PV] == cluster.servers["control-plane"]
     (db,) = [p for p in cluster.pods if p["metadata"]["name"] == "db-0"]
     assert db["spec"]["nodeName"] == "control-plane" and ka._ready(db)
+    assert f"control-plane: deleted the VolumeAttachment of {PV}, left for its old server" in lines
 
 
 HA = {"control-plane": "10.0.1.10", "control-plane-1": "10.0.1.11", "control-plane-2": "10.0.1.12"}
@@ -286,3 +287,27 @@ def test_the_command_takes_the_volume_downtime_flag(
         assert isinstance(result.exception, rl.RollError)
         assert "data/pgdata (pod db-0)" in str(result.exception)
         assert replacer.asked == []
+
+
+def test_a_node_back_with_the_old_servers_provider_id_stops_the_roll(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    # k3s restarted on agent-1's old server after raya deleted its Node: the kubelet registered
+    # it again, and the new server's kubelet, up in 30 s (before the cloud controller deletes a
+    # Node not Ready for 40 s), keeps that Node, naming the deleted server.
+    cluster.boot = 30
+    old_server = cluster.servers["agent-1"]
+
+    def restarted_then_replaced(name: str) -> None:
+        cluster.kubelet_restarted(name, OLD)
+        Replacer(cluster)(name)
+
+    with pytest.raises(rl.RollError) as caught:
+        roller(deployed, api, restarted_then_replaced, clock, ready_timeout=200).run(
+            rl.plan(NODES, ["agent-1"], [])
+        )
+    assert str(caught.value).startswith(
+        f"agent-1: not back from a new boot Ready on {PIN} after 200 s (last seen: Ready {PIN}, "
+        f"a new boot, the old server provider ID hcloud://{old_server}); "
+    )
+    assert cluster.nodes["agent-1"]["spec"]["providerID"] == f"hcloud://{old_server}"
