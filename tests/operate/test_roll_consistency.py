@@ -311,3 +311,33 @@ def test_a_node_back_with_the_old_servers_provider_id_stops_the_roll(
         f"a new boot, the old server provider ID hcloud://{old_server}); "
     )
     assert cluster.nodes["agent-1"]["spec"]["providerID"] == f"hcloud://{old_server}"
+
+
+def test_a_control_plane_registered_into_its_old_node_before_raya_deleted_it_stops_the_roll(
+    deployed: Run, clock: Clock, tmp_path: Path
+) -> None:
+    # Among three, the old Node goes only once the server is gone; a new server whose kubelet
+    # registers at once (a boot shorter than the roll's next request) has kept the old Node:
+    # the roll says so and how to fix it, rather than delete it under a running kubelet.
+    names = [*HA, "agent-0"]
+    state = ka.Cluster(
+        nodes={name: ka.node_object(name, OLD) for name in names}, clock=clock.now, boot=0
+    )
+    ka.Etcd.of(state, HA)
+    with (
+        ka.deployment_api(state, deployed.resources, tmp_path) as url,
+        pytest.raises(rl.RollError) as caught,
+    ):
+        roller(deployed, url, Replacer(state), clock, control_planes=list(HA)).run(
+            rl.plan(names, ["control-plane-2"], [])
+        )
+    assert str(caught.value) == (
+        "control-plane-2: its new server registered into the old Node object before raya could "
+        "delete it, and kept its provider ID: `kubectl delete node control-plane-2`, then "
+        "restart k3s on it (`sudo systemctl restart k3s`); its server was replaced and the "
+        "control plane is not back (no agent was touched): see `raya status` and the server's "
+        "console, then `raya roll control-plane-2` again"
+    )
+    assert state.nodes["control-plane-2"]["spec"]["providerID"] == (
+        f"hcloud://{ka.initial_server('control-plane-2')}"
+    )
