@@ -50,7 +50,7 @@ from raya.operate import etcd
 
 POLL = 5.0  # seconds between two looks at the API
 CONTROL_PLANE = "control-plane"
-CSI_DRIVER = "csi.hetzner.cloud"  # Hetzner's CSI driver (raya.nodes.addons)
+CSI_DRIVER = "csi.hetzner.cloud"  # the provisioner of hcloud-volumes, the chart's StorageClass
 # k3s' etcd member controller's finalizer on every node (k3s pkg/etcd/member_controller.go,
 # wrangler OnRemove): it removes the node's etcd member, which etcd refuses for a sole member.
 ETCD_FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
@@ -180,17 +180,17 @@ class Kubernetes:
         self.core = k8s.CoreV1Api(api)
         self.storage = k8s.StorageV1Api(api)
 
-    def _read(self, read: Callable[..., Any], *names: str) -> Any | None:
-        """`read(*names)`, or None when the object does not exist (404)."""
+    def _or_none(self, call: Callable[..., Any], *names: str) -> Any | None:
+        """`call(*names)` (a read or a delete), or None when the object does not exist (404)."""
         try:
-            return read(*names, _request_timeout=30)
+            return call(*names, _request_timeout=30)
         except self._k8s.ApiException as error:
             if error.status == 404:
                 return None
             raise
 
     def node(self, name: str) -> Any | None:
-        return self._read(self.core.read_node, name)
+        return self._or_none(self.core.read_node, name)
 
     def nodes(self) -> list[Any]:
         return list(self.core.list_node(_request_timeout=30).items)
@@ -205,13 +205,13 @@ class Kubernetes:
         return list(listed.items)
 
     def claim(self, namespace: str, name: str) -> Any | None:
-        return self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+        return self._or_none(self.core.read_namespaced_persistent_volume_claim, name, namespace)
 
     def volume(self, name: str) -> Any | None:
-        return self._read(self.core.read_persistent_volume, name)
+        return self._or_none(self.core.read_persistent_volume, name)
 
     def delete_node(self, name: str) -> None:
-        self._read(self.core.delete_node, name)
+        self._or_none(self.core.delete_node, name)
 
     def drop_finalizer(self, name: str, finalizer: str) -> None:
         """Take `finalizer` off the node, if it is being deleted and holds it."""
@@ -228,7 +228,7 @@ class Kubernetes:
         return [a for a in listed.items if a.spec.node_name == node]
 
     def delete_attachment(self, name: str) -> None:
-        self._read(self.storage.delete_volume_attachment, name)
+        self._or_none(self.storage.delete_volume_attachment, name)
 
     def evict(self, pod: Any) -> bool:
         """Ask for the pod's eviction; False when a disruption budget refuses it for now."""
@@ -472,8 +472,7 @@ class Roll(Drain):
             listed = [a.spec.source.persistent_volume_name for a in self.kube.attachments(name)]
             status = [v.name for v in (node.status.volumes_attached or [])] if node else []
             if not listed and not status:
-                if node is not None and self.before is not None:
-                    self.say(f"{name}: no volume attached")
+                self.say(f"{name}: no volume attached")
                 return
             if self.clock.now() >= deadline:
                 raise RollError(
@@ -555,11 +554,11 @@ class Roll(Drain):
         """Until the node's `EtcdIsVoter` condition is True again. This runs once the node is
         back from a new boot: its server was gone far longer than the 15 s between two writes
         of the condition by k3s' etcd leader, which marked it Unhealthy meanwhile, so a True
-        is the leader's word on the new server. A new member name is no reason to stop: k3s
-        set the datastore on the volume aside (its member was removed while the server was
-        gone: Hetzner's cloud controller deletes the node of a deleted server, and k3s the
-        member of a deleted node) and joined it again through `server:`; as a voter it holds
-        the cluster's data from its peers, which kept their quorum (`check_quorum`)."""
+        is the leader's word on the new server. A new member name is what a roll leads to: k3s
+        removes the member of a deleted Node (raya's deletion of the old Node, or Hetzner's
+        cloud controller's), so the new server finds itself removed, sets the datastore on its
+        volume aside and joins again through `server:`; as a voter it holds the cluster's data
+        from its peers, which kept their quorum (`check_quorum`)."""
         name = before.node
         deadline = self.clock.now() + self.ready_timeout
         while True:
