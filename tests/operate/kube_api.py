@@ -214,9 +214,12 @@ class Cluster:
                 del self.volume_servers[volume]
             self.events.append((self.clock(), f"{name}: server deleted"))
 
-    def server_created(self, name: str, kubelet_version: str, comes_up: bool = True) -> None:
+    def server_created(
+        self, name: str, kubelet_version: str, comes_up: bool = True, server: int | None = None
+    ) -> None:
         """A new server for node `name` starts booting, on `kubelet_version`; it must have been
-        deleted first (Hetzner's names are unique per project)."""
+        deleted first (Hetzner's names are unique per project). `server`: its Hetzner id, if
+        a Hetzner model made it (else one of the stand-in's own)."""
         with self.lock:
             self.settle()
             old = self.machines.get(name)
@@ -230,7 +233,7 @@ class Cluster:
                 comes_up=comes_up,
             )
             self._next_server += 1
-            self.servers[name] = self._next_server
+            self.servers[name] = self._next_server if server is None else server
             self.events.append((self.clock(), f"{name}: server created"))
 
     def kubelet_restarted(self, name: str, kubelet_version: str) -> None:

@@ -43,8 +43,15 @@ def cluster(
 ) -> ka.Cluster:
     """The nodes on an old k3s, agent-0 running a ReplicaSet's pod and a DaemonSet's; Hetzner's
     deletions and creations reach the stand-in's machines."""
+    def server_id(name: str) -> int:
+        server = cloud.hetzner.server_named(f"raya-{name}")
+        assert server is not None
+        return server.id
+
     state = ka.Cluster(
-        nodes={name: ka.node_object(name, OLD) for name in NODES}, clock=clock.now, boot=BOOT
+        nodes={name: ka.node_object(name, OLD, server=server_id(name)) for name in NODES},
+        clock=clock.now,
+        boot=BOOT,
     )
     state.pods = [
         ka.pod("web-1", "default", "agent-0"),
@@ -62,7 +69,7 @@ def cluster(
                 p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
             )
             created.append((name, name in state.nodes, pods))
-            state.server_created(name, PINS.k3s.version)
+            state.server_created(name, PINS.k3s.version, server=server_id(name))
 
     cloud.hetzner.on_delete = deleted
     cloud.hetzner.on_create = boots
@@ -119,4 +126,9 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
         (server_created,) = [t for t, text in cluster.events if text == f"{name}: server created"]
         assert registered == [server_created + 90]
     assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is False
+    # Each new Node names its new server, as Hetzner numbered it.
+    for name in ("control-plane", "agent-0"):
+        server = cloud.hetzner.server_named(f"raya-{name}")
+        assert server is not None
+        assert cluster.nodes[name]["spec"]["providerID"] == f"hcloud://{server.id}"
     assert "rolled 2 node(s)" in result.stdout
