@@ -248,7 +248,7 @@ def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
     lines = restored.stdout.splitlines()
     for node in outputs["servers"]:
         assert [line for line in lines if f" {node} " in line and f"Ready {VERSION}" in line]
-    assert "backups: newest " in restored.stdout
+    assert "backups control-plane: newest " in restored.stdout
     assert lines[-2:] == [
         "healthy", f"restored {name} (taken {datetime_of(name)} UTC on control-plane)"
     ]

@@ -126,9 +126,107 @@ def test_the_newest_snapshot_is_stale_past_twice_the_longest_gap() -> None:
 
     assert bk.stale(taken(11.9), six_hours, now) is None
     assert bk.stale(taken(12.1), six_hours, now) == (
-        "the newest snapshot is 12 h old, more than twice the schedule's 6 h"
+        "newest s is 12 h old, more than twice the schedule's 6 h"
     )
-    assert bk.stale(None, six_hours, now) == "no snapshot in the bucket yet"
+    assert bk.stale(None, six_hours, now) == (
+        "none in the bucket: k3s on it is not uploading (a new control plane's first comes "
+        "with the schedule's next run)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("minutes", "text"),
+    [(0, "0 min"), (119, "119 min"), (120, "2 h"), (71 * 60 + 59, "71 h"), (72 * 60, "3 days"),
+     (10 * 24 * 60 + 600, "10 days")],
+)  # fmt: skip
+def test_ages_read_in_minutes_hours_then_days(minutes: int, text: str) -> None:
+    assert bk.age_text(datetime.timedelta(minutes=minutes)) == text
+
+
+def test_snapshots_by_node_current_control_planes_first_then_former_ones() -> None:
+    def snap(node: str, hour: int, kind: str = "etcd-snapshot") -> bk.Snapshot:
+        taken = datetime.datetime(2026, 12, 1, hour, tzinfo=datetime.UTC)
+        return bk.Snapshot(f"{kind}-{node}-{int(taken.timestamp())}", node, taken, 1)
+
+    snapshots = [snap("control-plane", 6), snap("control-plane", 12, "on-demand"),
+                 snap("control-plane-1", 6), snap("control-plane-3", 0),
+                 snap("old-server", 9), snap("control-plane", 0)]  # fmt: skip
+    grouped = bk.by_node(snapshots, ["control-plane", "control-plane-1", "control-plane-2"])
+    assert [(node, [s.taken.hour for s in taken]) for node, taken in grouped] == [
+        ("control-plane", [12, 6, 0]),
+        ("control-plane-1", [6]),
+        ("control-plane-2", []),  # a control plane with none is listed
+        ("old-server", [9]),  # then nodes that are no longer control planes, newest first
+        ("control-plane-3", [0]),
+    ]
+
+
+NOW = datetime.datetime.fromtimestamp(T0, datetime.UTC) + datetime.timedelta(days=1)
+
+
+def hours_ago(hours: float) -> int:
+    return int((NOW - datetime.timedelta(hours=hours)).timestamp())
+
+
+def outputs_of(target: bk.Target) -> dict[str, object]:
+    return {"endpoint": target.endpoint, "bucket": target.bucket, "folder": target.folder,
+            "region": target.region, "accessKey": target.access_key,
+            "secretKey": target.secret_key, "tokenHash": target.token_hash,
+            "insecure": True}  # fmt: skip
+
+
+def test_one_control_planes_backups_against_a_six_hour_schedule(target: bk.Target) -> None:
+    """Healthy while its newest is at most 12 h old (twice the 6 h gap), unhealthy past it."""
+    six_hours = datetime.timedelta(hours=6)
+    upload(target, f"etcd-snapshot-control-plane-{hours_ago(11)}", b"older")
+    upload(target, f"etcd-snapshot-control-plane-{hours_ago(5)}", b"newest")
+    assert bk.health(outputs_of(target), "prod", ["control-plane"], six_hours, NOW) == {
+        "backups control-plane": st.ok(f"newest etcd-snapshot-control-plane-{hours_ago(5)}, "
+                                       "5 h old"),
+    }  # fmt: skip
+    later = NOW + datetime.timedelta(hours=8)  # the newest now 13 h old: a run was missed
+    assert bk.health(outputs_of(target), "prod", ["control-plane"], six_hours, later) == {
+        "backups control-plane": st.bad(f"newest etcd-snapshot-control-plane-{hours_ago(5)} "
+                                        "is 13 h old, more than twice the schedule's 6 h"),
+    }  # fmt: skip
+
+
+def test_three_control_planes_each_judged_by_its_own_newest(target: bk.Target) -> None:
+    """control-plane-2 stopped uploading 14 h ago: it alone is unhealthy, though the bucket's
+    newest snapshots are an hour old; a node that is no longer a control plane is not judged."""
+    six_hours = datetime.timedelta(hours=6)
+    for hours in (7, 1):
+        upload(target, f"etcd-snapshot-control-plane-{hours_ago(hours)}", b"a")
+        upload(target, f"etcd-snapshot-control-plane-1-{hours_ago(hours)}", b"b")
+    upload(target, f"on-demand-control-plane-1-{hours_ago(0.5)}", b"raya backup")
+    upload(target, f"etcd-snapshot-control-plane-2-{hours_ago(14)}", b"c")
+    upload(target, f"etcd-snapshot-control-plane-3-{hours_ago(30)}", b"a former one")
+    names = ["control-plane", "control-plane-1", "control-plane-2"]
+    checks = bk.health(outputs_of(target), "prod", names, six_hours, NOW)
+    assert checks == {
+        "backups control-plane": st.ok(f"newest etcd-snapshot-control-plane-{hours_ago(1)}, "
+                                       "60 min old"),
+        "backups control-plane-1": st.ok(f"newest on-demand-control-plane-1-{hours_ago(0.5)}, "
+                                         "30 min old"),
+        "backups control-plane-2": st.bad(f"newest etcd-snapshot-control-plane-2-"
+                                          f"{hours_ago(14)} is 14 h old, more than twice the "
+                                          "schedule's 6 h"),
+    }  # fmt: skip
+    # A control plane with no snapshot at all is unhealthy too.
+    grown = bk.health(outputs_of(target), "prod", [*names, "control-plane-4"], six_hours, NOW)
+    assert grown["backups control-plane-4"].state == st.UNHEALTHY
+    assert grown["backups control-plane-4"].text.startswith("none in the bucket")
+
+
+def test_backups_are_unknown_when_the_bucket_cannot_be_read(target: bk.Target) -> None:
+    gone = {**outputs_of(target), "bucket": "no-such-bucket-here"}
+    assert bk.health(gone, "prod", ["control-plane"], datetime.timedelta(hours=6), NOW) == {
+        "backups": st.unknown("s3://no-such-bucket-here/raya: cannot list the snapshots: "
+                              "NoSuchBucket (The specified bucket does not exist)"),
+    }  # fmt: skip
+    assert bk.health(None, "prod", ["control-plane"], datetime.timedelta(hours=6), NOW) == {
+        "backups": st.unknown("stack prod has no backup bucket in its outputs; run `raya up`"),
+    }
 
 
 def test_the_restore_plan_follows_k3s_documented_order() -> None:
