@@ -1,10 +1,11 @@
 """k3s' scheduled snapshots and their retention, as k3s applies them, over a real S3 server.
 
-Read in k3s-io/k3s (the rules held since #9866, 2024; the S3 retention its own setting since
-#12669, v1.34.0+k3s1, before the pinned v1.36.5+k3s1):
+Read in k3s-io/k3s (pruning "regardless of the node name" since #8189, 2023; the S3
+retention a setting of its own, `etcd-s3-retention`, since #12669, v1.34.0+k3s1, before the
+pinned v1.36.5+k3s1):
 - `pkg/etcd/snapshot.go`, `setSnapshotFunction`: every server runs the schedule itself
-  (`etcd-snapshot-schedule-cron`), each run after a random jitter of a few seconds, so each
-  run of the schedule makes one snapshot per server.
+  (`etcd-snapshot-schedule-cron`), each run after a small random jitter, so each run of the
+  schedule makes one snapshot per server.
 - `pkg/etcd/snapshot.go`, `snapshot`: the name is `<etcd-snapshot-name>-<node name>-<unix
   seconds>` (`etcd-snapshot` for the schedule); the file is saved in the server's own
   snapshot directory, then pruned there (`snapshotRetention`), then uploaded (`s3.go`,
@@ -16,8 +17,9 @@ Read in k3s-io/k3s (the rules held since #9866, 2024; the S3 retention its own s
   (recursive) under `path.Join(folder, "etcd-snapshot")` but the `.metadata/` ones, whichever
   server uploaded it, sorted newest first by LastModified, all past the retention deleted
   with their metadata file (`DeleteSnapshot`): across the whole cluster, with the pruning
-  server's retention (`etcd-s3-retention`, read from the config Secret's key of that name
-  when k3s uses the Secret: `config_secret.go`, `getConfigFromSecret`).
+  server's retention (`etcd-s3-retention`; when k3s uses the config Secret, the Secret's key
+  of that name, `config_secret.go`, `getConfigFromSecret` since #12669, as rancher/k3k's
+  port of it reads it too).
 - on-demand snapshots (`on-demand-...`) match neither prefix: the schedule's retention never
   counts or removes them.
 

@@ -11,10 +11,10 @@ What k3s writes, read in its source (k3s-io/k3s):
   is unusable (k3s' backup and restore docs), so it is how raya tells its own snapshots from
   another cluster's.
 
-Who takes them, and what retention keeps (the same files; the rules since k3s #9866, the S3
-retention a setting of its own since #12669, v1.34.0+k3s1):
-- every server runs the schedule itself (`setSnapshotFunction`, after a jitter of a few
-  seconds): each run makes one snapshot per control plane, named with its node name, so the
+Who takes them, and what retention keeps (pruning "regardless of the node name" since k3s
+#8189, the S3 retention a setting of its own since #12669, v1.34.0+k3s1):
+- every server runs the schedule itself (`setSnapshotFunction`, after a small random
+  jitter): each run makes one snapshot per control plane, named with its node name, so the
   node in a name is the control plane that took it.
 - `snapshot` prunes twice after each snapshot. Locally, `snapshotRetention(
   etcd-snapshot-retention, "etcd-snapshot", dir)`: the server's own directory, newest first
