@@ -203,6 +203,44 @@ def test_backup_then_backups_lists_it(project: Path, setup: tuple[Stand, dict[st
     assert outputs["backups"]["secretKey"] not in listed.output + taken.output
 
 
+def test_backups_lists_by_control_plane_with_each_ones_newest_first(
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run
+) -> None:
+    """Three control planes: each one's snapshots together, its newest first with its age; one
+    with none says so; a node that is no longer a control plane comes last, still listed."""
+    with (project / "Pulumi.prod.yaml").open("a") as stack_file:
+        stack_file.write('  raya:controlPlanes: "3"\n')
+    _, outputs = setup
+    backups = outputs["backups"]
+    now = int(time.time())
+
+    def put(name: str) -> None:
+        k3s_upload(backups["endpoint"], backups["bucket"], "raya", name, b"etcd" * 100,
+                   deployed.resources["join-secret"].outputs["result"])  # fmt: skip
+
+    put(f"etcd-snapshot-control-plane-5-{now - 30 * 3600}")  # since removed from the cluster
+    put(f"etcd-snapshot-control-plane-{now - 7 * 3600}")
+    put(f"etcd-snapshot-control-plane-1-{now - 3600 - 20}")
+    put(f"etcd-snapshot-control-plane-{now - 3600 - 10}")
+    put(f"on-demand-control-plane-{now - 10 * 60}")
+    listed = raya(project, "backups")
+    assert listed.exit_code == 0, listed.output
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in listed.stdout.splitlines()
+        if line.startswith("│")  # the rows: the header's bars are heavy (┃)
+    ]
+    assert [(row[0], row[1].rsplit("-", 1)[0], row[4]) for row in rows] == [
+        ("control-plane", "on-demand-control-plane", "10 min"),
+        ("", "etcd-snapshot-control-plane", "60 min"),
+        ("", "etcd-snapshot-control-plane", "7 h"),
+        ("control-plane-1", "etcd-snapshot-control-plane-1", "60 min"),
+        ("control-plane-2", "none in the bucket", ""),
+        ("control-plane-5 (no longer a control plane)", "etcd-snapshot-control-plane-5", "30 h"),
+    ]
+    assert "5 snapshots in s3://" in listed.stderr
+
+
 def test_a_snapshot_that_never_reaches_the_bucket_fails(
     project: Path, setup: tuple[Stand, dict[str, Any]]
 ) -> None:
@@ -248,7 +286,7 @@ def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
     lines = restored.stdout.splitlines()
     for node in outputs["servers"]:
         assert [line for line in lines if f" {node} " in line and f"Ready {VERSION}" in line]
-    assert "backups: newest " in restored.stdout
+    assert "backups control-plane: newest " in restored.stdout
     assert lines[-2:] == [
         "healthy", f"restored {name} (taken {datetime_of(name)} UTC on control-plane)"
     ]

@@ -54,7 +54,8 @@ DEFAULTS: dict[str, Any] = {
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
     "controlPlanes": 1,
-    # k3s' etcd snapshots: every 6 hours, a week of them kept (per control plane).
+    # k3s' etcd snapshots: every 6 hours, 28 kept on each control plane and 28 in the bucket
+    # (a week of them with one control plane).
     "backupSchedule": "0 */6 * * *",
     "backupRetention": 28,
 }
@@ -131,7 +132,7 @@ class StackConfig:
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
     backup_schedule: str  # cron, as k3s' etcd-snapshot-schedule-cron
-    backup_retention: int  # snapshots kept per control plane
+    backup_retention: int  # scheduled snapshots kept on each control plane, and in the bucket
     backup_s3: BackupS3 | None  # an existing bucket; None: the deployment makes one in GCS
     control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
 
@@ -408,6 +409,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "backupRetention",
             f"is {retention!r}; accepted: a whole number of snapshots from "
             f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
+        )
+    # k3s prunes the bucket to this many scheduled snapshots across every control plane,
+    # after each upload, and each run of the schedule uploads one per control plane: below
+    # 2n - 1 a run's first uploads prune a control plane's only snapshot before its own.
+    least = 2 * count - 1
+    if retention < least:
+        raise fail(
+            "backupRetention",
+            f"is {retention} with {count} control planes; accepted: at least {least} "
+            f"(2 x {count} - 1): k3s keeps that many scheduled snapshots in the bucket for "
+            "the whole cluster, pruning after each upload, and each run of the schedule "
+            "uploads one per control plane, so fewer would leave a control plane without "
+            "one while a run uploads (docs/backups.md)",
         )
 
     return StackConfig(

@@ -89,15 +89,20 @@ def test_the_control_plane_alone_gets_the_keys_through_a_secret() -> None:
         "etcd-s3-region": "auto",
         "etcd-s3-access-key": key.outputs["accessId"],
         "etcd-s3-secret-key": key.outputs["secret"],
+        # The bucket's retention for the whole cluster, read from the Secret it uses.
+        "etcd-s3-retention": "28",
     }
     config = yaml.safe_load(files["control-plane"][CP_CONFIG])
     assert config["etcd-s3"] is True
     assert config["etcd-s3-config-secret"] == "raya-etcd-s3"
     assert config["etcd-snapshot-schedule-cron"] == "0 */6 * * *"
-    assert config["etcd-snapshot-retention"] == 28
-    # No S3 setting but the Secret's name in k3s' own config: k3s reads a Secret only while
-    # its config holds no other S3 setting (pkg/etcd/s3/s3.go, GetClient).
-    assert not [k for k in config if k.startswith("etcd-s3-") and k != "etcd-s3-config-secret"]
+    assert config["etcd-snapshot-retention"] == config["etcd-s3-retention"] == 28
+    # No S3 setting but the Secret's name and the retention in k3s' own config: k3s reads a
+    # Secret only while its config holds no other S3 setting, the retention excepted
+    # (pkg/etcd/s3/s3.go, GetClient: "also ignore retention").
+    assert [k for k in config if k.startswith("etcd-s3-")] == [
+        "etcd-s3-config-secret", "etcd-s3-retention"
+    ]
     for node, node_files in files.items():
         if node != "control-plane":
             assert not any(key.outputs["secret"].encode() in data for data in node_files.values())
@@ -144,6 +149,7 @@ def test_an_existing_bucket_takes_the_keys_from_secret_settings() -> None:
         "etcd-s3-region": "fsn1",
         "etcd-s3-access-key": "AK-TEST-1234",
         "etcd-s3-secret-key": "sk-test-5678",
+        "etcd-s3-retention": "28",
     }
 
 
