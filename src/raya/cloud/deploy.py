@@ -74,6 +74,8 @@ class Result:
     drift: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Nodes whose servers the update deletes: in the stack's state, no longer in the inputs.
     leaving: tuple[str, ...] = ()
+    # An update's `recoveryKit` output (raya.cloud.kit's document): secrets, never shown.
+    recovery_kit: dict[str, Any] | None = field(default=None, repr=False)
 
 
 class Removal(Protocol):
@@ -219,11 +221,13 @@ def run(
             up = stack.up(**options)
             if removal is not None and leaving:
                 removal.after(leaving)
+            kit = up.outputs.get("recoveryKit")
             return Result(
                 _counts(up.summary.resource_changes),
                 _printable(up.outputs),
                 dict(sorted(found.items())),
                 leaving,
+                recovery_kit=kit.value if kit is not None else None,
             )
         _unprotect(stack, None, release_retained=delete_backups)
         destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")
