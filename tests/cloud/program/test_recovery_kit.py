@@ -5,6 +5,7 @@ agent secret and CA pairs the kit's; the token hash the destroyed stack's."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -12,15 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi import automation as auto
 
 from raya.cloud import kit as recovery
 from raya.errors import ConfigError
-from raya.model.config import load_stack_config
+from raya.model.config import BackupS3, load_stack_config
 from raya.nodes.identity import agent_token, token_hash
 from tests.cloud.program.engine import BUCKET_TYPE, Cloud, deployed_cloud
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.kits import example_kit
-from tests.cloud.program.test_program import provider_mocks
+from tests.cloud.program.test_program import EXAMPLE, provider_mocks
 from tests.runner import invoke
 
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
@@ -162,6 +164,8 @@ def test_a_kit_of_another_cluster_is_refused_before_anything_changes(cloud: Clou
         f"{other}: clusterName is 'lab', another cluster's; accepted: 'raya'" in refused.output
     )
     assert cloud.engine.snapshot == {} and cloud.hetzner.servers == {}
+    # Refused before Pulumi runs: no update was asked of the engine.
+    assert [op for op, _ in cloud.stack.calls if op == "up"] == ["up", "up"]  # the 2 before
 
 
 def test_up_never_overwrites_another_clusters_kit(cloud: Cloud) -> None:
@@ -199,3 +203,25 @@ def test_a_kit_of_another_format_or_version_is_refused() -> None:
     assert recovery.parse(document, "kit.json", "raya") == recovery.parse(
         json.loads(recovery.encode(recovery.parse(document, "kit.json", "raya"))), "x", "raya"
     )
+
+
+def test_a_gcs_kit_is_refused_for_a_stack_with_an_existing_bucket(tmp_path: Path) -> None:
+    path = tmp_path / "kit.json"
+    path.write_bytes(recovery.encode(example_kit()))
+    config = dataclasses.replace(
+        EXAMPLE.config, backup_s3=BackupS3("minio.lab:9000", "lab", "us-east-1", "raya")
+    )
+    with pytest.raises(ConfigError) as caught:
+        recovery.load(path, config)
+    assert str(caught.value) == (
+        f"{path}: backups.kind is 'gcs' (bucket raya-etcd-example, adopted by the new stack) "
+        "but the stack sets raya:backupS3; accepted: no raya:backupS3"
+    )
+
+
+def test_the_engine_refuses_to_destroy_a_protected_resource(cloud: Cloud) -> None:
+    """The double's own rule (`DeleteStep.Apply`): without raya's unprotecting first, the
+    destroy stops at the first protected resource, the bucket kept with the rest."""
+    with pytest.raises(auto.CommandError, match="refusing to delete protected resource"):
+        cloud.stack.destroy()
+    assert BUCKET_URN in cloud.engine.snapshot
