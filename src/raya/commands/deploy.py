@@ -180,7 +180,7 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
         err.print("nothing destroyed")
         raise SystemExit(1)
     _run("destroy", stack, root, delete_backups=delete_backups)
-    _say_where_the_kit_is(root, stack)
+    _say_where_the_kit_is(root, stack, delete_backups)
     if delete_backups:
         err.print("deleted the backups' bucket and its snapshots")
     else:
@@ -233,7 +233,7 @@ def write_recovery_kit(root: Path, stack: str, result: Result) -> None:
     )
 
 
-def _say_where_the_kit_is(root: Path, stack: str) -> None:
+def _say_where_the_kit_is(root: Path, stack: str, delete_backups: bool) -> None:
     from raya.cloud import kit as recovery
     from raya.model.config import load_stack_config, stack_file
 
@@ -242,7 +242,12 @@ def _say_where_the_kit_is(root: Path, stack: str) -> None:
     except RayaError:  # a destroy works whatever the stack file holds
         err.print("the recovery kit stays where raya:recoveryKit says (docs/backups.md)")
         return
-    if path.exists():
+    if path.exists() and delete_backups:
+        message = (
+            f"kept the recovery kit {path}: its bucket is deleted, so no snapshot of it can be "
+            "restored; delete the kit when the cluster is not coming back"
+        )
+    elif path.exists():
         message = (
             f"kept the recovery kit {path}: a new stack with raya:fromRecoveryKit naming it "
             "takes back this cluster's token, CAs and bucket (docs/backups.md)"

@@ -99,6 +99,11 @@ FORCE_NEW: dict[str, tuple[str, ...]] = {
     # terraform-provider-google `services/storage/resource_storage_bucket.go`, the schema.
     BUCKET_TYPE: ("name", "location", "project"),
 }
+# Optional and Computed in the provider's schema: left out of the inputs, the provider keeps
+# the value it has (the bridge's Diff is Terraform's plan, which takes a computed attribute's
+# prior value when the configuration omits it: pulumi-terraform-bridge `pkg/tfbridge/
+# provider.go`, `Diff`). terraform-provider-google `resource_storage_bucket.go`: `project`.
+COMPUTED: dict[str, tuple[str, ...]] = {BUCKET_TYPE: ("project",)}
 UNKNOWN = object()  # a property whose value the engine does not know yet
 
 
@@ -462,10 +467,12 @@ class Engine(ProviderMocks):
 
 def provider_diff(old: Resource, inputs: Mapping[str, Any]) -> Diff:
     """The provider's Diff: replace when a ForceNew property changes (or may: unknown), with
-    delete-first asked for a resource whose `name` is set (pulumi-terraform-bridge)."""
+    delete-first asked for a resource whose `name` is set (pulumi-terraform-bridge); a
+    COMPUTED property the inputs leave out is no change."""
+    kept = {key for key in COMPUTED.get(old.typ, ()) if key not in inputs}
     changed = {
         key
-        for key in set(old.inputs) | set(inputs)
+        for key in (set(old.inputs) | set(inputs)) - kept
         if inputs.get(key, None) is UNKNOWN or old.inputs.get(key) != inputs.get(key)
     }
     if not changed:

@@ -171,12 +171,10 @@ def test_a_stack_from_a_kit_imports_its_bucket_and_takes_its_identity() -> None:
     mocks = provider_mocks()
     result = run(mocks, kit=kit)
     options = mocks.options["backups"]
-    assert options.import_id == "raya-example/raya-etcd-example"
+    assert options.import_id == "raya-etcd-example"
     assert options.protect and options.retain_on_delete
     inputs = reveal(result.resources["backups"].inputs)
-    assert (inputs["name"], inputs["location"], inputs["project"]) == (
-        "raya-etcd-example", "EUROPE-WEST3", "raya-example",
-    )  # fmt: skip
+    assert (inputs["name"], inputs["location"]) == ("raya-etcd-example", "EUROPE-WEST3")
     assert not result.of_type("random:index/randomPassword:RandomPassword")
     assert not result.of_type("tls:index/selfSignedCert:SelfSignedCert")
     (binding,) = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()

@@ -100,6 +100,7 @@ def test_destroy_with_delete_backups_deletes_the_bucket_through_the_engine(cloud
     assert destroyed.exit_code == 0, destroyed.output
     assert cloud.engine.storage.buckets == {}
     assert cloud.engine.storage.log[-1] == f"delete bucket {bucket}"
+    assert f"kept the recovery kit {kit_file(cloud)}: its bucket is deleted" in destroyed.output
 
 
 def test_up_after_destroy_without_the_kit_meets_the_kept_bucket(cloud: Cloud) -> None:
@@ -151,6 +152,25 @@ def test_up_from_the_kit_adopts_the_bucket_and_keeps_the_identity(cloud: Cloud) 
     assert raya(cloud, "up").exit_code == 0
     assert ("same", "backups") in cloud.engine.steps
     assert not [op for op, _ in cloud.engine.steps if op in ("import", "create")]
+
+
+def test_a_living_stack_pointed_at_its_own_kit_imports_and_replaces_nothing(
+    cloud: Cloud,
+) -> None:
+    """The bucket it made is in its state under the import ID (its name): no import, no
+    replacement; the token and CAs the same values, now from the kit."""
+    servers = {n: r.id for n, r in cloud.engine.snapshot.items() if "Server::" in n}
+    set_setting(cloud, "fromRecoveryKit", ".raya/prod.recovery-kit.json")
+    up = raya(cloud, "up")
+    assert up.exit_code == 0, up.output
+    assert ("same", "backups") in cloud.engine.steps
+    assert not [s for s in cloud.engine.steps if s[0] in ("import", "create", "replace")]
+    assert {n: r.id for n, r in cloud.engine.snapshot.items() if "Server::" in n} == servers
+    # Only the generated secrets' own records leave the state (nothing of them in a cloud).
+    assert sorted(n for op, n in cloud.engine.steps if op == "delete") == sorted(
+        ["join-secret", "agent-secret", "server-ca", "server-ca-key", "client-ca",
+         "client-ca-key"]
+    )  # fmt: skip
 
 
 def test_a_kit_of_another_cluster_is_refused_before_anything_changes(cloud: Cloud) -> None:

@@ -131,15 +131,14 @@ def bucket_name(config: StackConfig) -> str:
 
 
 def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
-    """The bucket raya made, or with `kit` the one it names, adopted as it is (its name,
-    location and project are the kit's: the import reads the bucket by its name)."""
+    """The bucket raya made, or with `kit` the one it names, adopted as it is (its name and
+    location are the kit's; its project is whichever holds it, as the import reads it)."""
     labels = {"managed_by": config.cluster_name}
     adopted = kit.backups if kit is not None else None
     return gcp.storage.Bucket(
         "backups",
         name=adopted.bucket if adopted else bucket_name(config),
         location=adopted.location if adopted else GCS_LOCATIONS[config.network_zone],
-        project=adopted.project if adopted else None,
         uniform_bucket_level_access=True,
         public_access_prevention="enforced",
         versioning=gcp.storage.BucketVersioningArgs(enabled=True),
@@ -161,7 +160,10 @@ def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
             # Decided at creation: a later change of the zone or of the network zone (either
             # would re-create a bucket) leaves the bucket and its snapshots where they are.
             ignore_changes=["name", "location"],
-            import_=f"{adopted.project}/{adopted.bucket}" if adopted else None,
+            # By its name, its id in the state: a stack that made the bucket itself and is
+            # then pointed at its own kit has it in the state under that id, which is no
+            # import (step_generator.go: an import is a goal ID other than the old one).
+            import_=adopted.bucket if adopted else None,
         ),
     )
 
