@@ -60,7 +60,10 @@ DEFAULTS: dict[str, Any] = {
     "backupRetention": 28,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
-KEYS = (*DEFAULTS, "networkZone", "backupS3", *REQUIRED)
+# Paths, relative to the project folder or absolute: where `raya up` writes the stack's
+# recovery kit (default: raya.cloud.kit.path), and the kit a stack is built from.
+KIT_KEYS = ("recoveryKit", "fromRecoveryKit")
+KEYS = (*DEFAULTS, "networkZone", "backupS3", *KIT_KEYS, *REQUIRED)
 # The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
 # the deployment's (`hcloud:token`) so that it can be revoked alone.
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
@@ -135,6 +138,9 @@ class StackConfig:
     backup_retention: int  # scheduled snapshots kept on each control plane, and in the bucket
     backup_s3: BackupS3 | None  # an existing bucket; None: the deployment makes one in GCS
     control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
+    recovery_kit: str | None = None  # where `raya up` writes the kit; None: the default
+    # The kit this stack's server token, CA pairs and bucket come from (raya.cloud.kit).
+    from_recovery_kit: str | None = None
 
     @property
     def control_plane_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
@@ -444,7 +450,20 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         backup_schedule=schedule,
         backup_retention=retention,
         backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+        recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
+        from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def _kit_path(value: object, key: str, fail: Callable[[str, str], ConfigError]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value or len(value) > 4096:
+        raise fail(
+            key,
+            f"is {value!r}; accepted: a file path, relative to the project folder or absolute",
+        )
+    return value
 
 
 def _backup_s3(
