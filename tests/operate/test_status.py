@@ -449,9 +449,11 @@ def test_the_command_end_to_end(
     }
     assert unhealthy == {("agent-2", "drift")}
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
-    assert report["cluster"]["backups"] == {
-        "state": st.HEALTHY, "text": f"newest {snapshot}, 1 h old, 1 in all"
+    # The one control plane's newest snapshot, an hour old: within twice the 6 h schedule.
+    assert report["cluster"]["backups control-plane"] == {
+        "state": st.HEALTHY, "text": f"newest {snapshot}, 60 min old"
     }
+    assert "backups control-plane: newest etcd-snapshot-control-plane-" in table.output
     assert report["cluster"]["ClusterIssuer letsencrypt-production"]["state"] == st.HEALTHY
     assert "HelmChart external-dns" in table.output
     assert report["cluster"]["API certificate"]["text"].startswith("expires ")

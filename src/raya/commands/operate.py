@@ -34,7 +34,9 @@ def status(
 ) -> None:
     """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
 
-    Below it: the etcd members and the API servers that serve, the add-ons, the backups.
+    Below it: the etcd members and the API servers that serve, the add-ons, and each control
+    plane's newest snapshot in the bucket (unhealthy when it has none, or one older than
+    twice the schedule's longest gap).
 
     Exits 1 when anything is not healthy, so scripts can use it.
 
@@ -96,12 +98,13 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
     with err.status("listing the backups..."):
-        addons["backups"] = backups.health(
+        addons.update(backups.health(
             outputs.get("backups"),
             stack,
+            [node.name for node in cluster.control_planes],
             Schedule(cluster.config.backup_schedule).longest_gap(),
             datetime.datetime.now(datetime.UTC),
-        )
+        ))  # fmt: skip
     found_drift: dict[str, Any] | str | None = None
     if drift:
         with err.status("previewing to find drift..."):
