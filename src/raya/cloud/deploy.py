@@ -78,10 +78,13 @@ class Result:
 
 class Removal(Protocol):
     """What an update that deletes nodes does around Pulumi (raya.operate.remove): `before`
-    drains them and removes their etcd members, and raises to stop the update with nothing
-    deleted; `after` deletes their node objects once their servers are gone."""
+    drains them and removes their etcd members, and `confirm`, right before Pulumi runs,
+    reads the members again; either raises to stop the update with nothing deleted; `after`
+    deletes their node objects once their servers are gone."""
 
     def before(self, leaving: Sequence[str], kubeconfig: str | None) -> None: ...
+
+    def confirm(self, leaving: Sequence[str]) -> None: ...
 
     def after(self, leaving: Sequence[str]) -> None: ...
 
@@ -214,6 +217,7 @@ def run(
                 removal.before(
                     leaving, kubeconfig.value if kubeconfig is not None else None
                 )
+                removal.confirm(leaving)
             if urns or protected:
                 _unprotect(stack, set(urns) | set(protected))
             up = stack.up(**options)

@@ -10,6 +10,7 @@ from raya.errors import DeployError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from pathlib import Path
     from types import ModuleType
     from typing import Any
@@ -25,6 +26,27 @@ def kube_api_client(kubeconfig: str) -> Any:
     from raya.cloud.kubeconfig import api_client
 
     return api_client(kubeconfig)
+
+
+def node_runner(root: Path, stack: str) -> Callable[[str, Sequence[str]], tuple[int, str]]:
+    """Runs a command as root on a node, by name, over SSH pinned to its deployed host key
+    (`raya.commands.backups.remote`); the stack's outputs are read at the first call."""
+    servers: dict[str, Any] = {}
+
+    def run(node: str, command: Sequence[str]) -> tuple[int, str]:
+        import shlex
+
+        from raya.commands import backups
+        from raya.commands.access import stack_outputs
+
+        if not servers:
+            servers.update(stack_outputs("up", stack, root).get("servers") or {})
+        if node not in servers:
+            return 255, f"no server {node} in the outputs of stack {stack}"
+        # ssh hands the remote shell one line: quoted here, so that it splits it back.
+        return backups.remote(servers[node], [shlex.join(command)], None)
+
+    return run
 
 
 def _progress(line: str) -> None:
@@ -82,13 +104,18 @@ def _run(
 
 def leaving_plan(leaving: tuple[str, ...]) -> str:
     """What `raya up` does to the nodes the inputs no longer declare, in its order."""
+    from raya.operate import remove as remove_model
     from raya.operate import roll as roll_model
 
     agents = [name for name in leaving if not roll_model.is_control_plane(name)]
     planes = [name for name in leaving if roll_model.is_control_plane(name)]
     parts = [f"cordon and drain {', '.join(leaving)}"]
     if planes:
-        parts.append(f"remove the etcd members of {', '.join(planes)} one at a time")
+        parts.append(
+            f"remove the etcd members of {', '.join(planes)} one at a time (k3s disabled "
+            "over SSH first, stopped once its member is gone)"
+        )
+        parts.append(f"watch {remove_model.COMEBACK_WATCH:.0f} s that no removed member comes back")
     parts.append(f"delete their servers{' and volumes' if planes else ''}, then their node objects")
     return f"nodes leaving ({len(agents)} agent(s), {len(planes)} control plane(s)): " + (
         "; ".join(parts)
@@ -144,6 +171,7 @@ def up(
     removal = remove.Removal(
         connect=connect,
         say=lambda line: err.print(line, markup=False, soft_wrap=True),
+        remote=node_runner(root, stack),
         clock=roll_model.Clock(),
         accept_local_loss=accept_local_data_loss,
         without_drain=delete_without_drain,
