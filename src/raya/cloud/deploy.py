@@ -166,6 +166,13 @@ def run(
         load_pins(root)
         load_chart_pins(root)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
+        planes = [n.name for n in cluster.control_planes if n.name in replace]
+        if len(planes) > 1:
+            raise DeployError(
+                f"replace: {', '.join(planes)} are control planes; replacing them together "
+                "could leave etcd without a quorum: replace one at a time (`raya roll`, "
+                "which waits until each is back as a voting member), nothing changed"
+            )
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
     leaving: tuple[str, ...] = ()

@@ -138,7 +138,9 @@ def preview(*, stack: str, root: Path | None) -> None:
     Option("--replace", multiple=True,
            help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
            "render, applying its drift: the old server is shut down and deleted first. "
-           "Repeat for more; `raya roll` also drains an agent first."),
+           "Repeat for more agents; one control plane at a time, and with several only "
+           "while every other one is Ready and a voting etcd member. `raya roll` also "
+           "drains an agent first."),
     Option(WITHOUT_DRAIN, kind="flag",
            help="When the Kubernetes API cannot be reached (or a leaving control plane has "
            "no node object), delete the nodes the inputs no longer declare anyway: "
@@ -165,6 +167,8 @@ def up(
     from raya.operate import remove
     from raya.operate import roll as roll_model
 
+    check_replaced_control_plane(root, stack, replace)
+
     def connect(kubeconfig: str) -> roll_model.Kubernetes:
         return roll_model.Kubernetes(kube_api_client(kubeconfig))
 
@@ -186,6 +190,39 @@ def up(
     )
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
+
+
+def check_replaced_control_plane(root: Path, stack: str, replace: Sequence[str]) -> None:
+    """With several control planes, `--replace` of one is refused, before anything changes,
+    unless every other one is Ready and a voting etcd member: the roll's rule
+    (`raya.operate.etcd.replacement_problem`). More than one at a time is refused by
+    `raya.cloud.deploy.run`."""
+    from raya.commands.access import stack_outputs
+    from raya.model.project import load_cluster
+    from raya.operate import etcd
+    from raya.operate import roll as roll_model
+
+    cluster = load_cluster(root, stack)
+    control_planes = [node.name for node in cluster.control_planes]
+    planes = [name for name in control_planes if name in replace]
+    if len(control_planes) < 2 or len(planes) != 1:
+        return
+    try:
+        kubeconfig = stack_outputs("up", stack, root).get("kubeconfig")
+        if not isinstance(kubeconfig, str):
+            raise DeployError(f"stack {stack} has no kubeconfig output")
+        nodes = roll_model.Kubernetes(kube_api_client(kubeconfig)).nodes()
+    except Exception as error:  # the API client's, whatever their kind
+        from raya.cloud.kubeconfig import reason
+
+        why = str(error) if isinstance(error, DeployError) else reason(error)
+        raise DeployError(
+            f"replace: cannot read etcd's members through the Kubernetes API ({why}) to check "
+            f"that replacing {planes[0]} keeps a quorum; nothing changed"
+        ) from None
+    problem = etcd.replacement_problem(etcd.members(nodes, control_planes), planes[0])
+    if problem:
+        raise DeployError(f"replace refused, nothing changed: {problem}")
 
 
 @commands.command(
