@@ -301,8 +301,10 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
     assert dry.exit_code == 0, dry.output
     assert runs == [("preview", ())]
     assert dry.stdout.splitlines() == [
-        "control-plane: replace onto its volume, wait until back from a new boot",
-        "agent-2: cordon, drain, replace, wait until back from a new boot, uncordon",
+        "control-plane: shut down (wait until off), replace onto its volume, wait until back "
+        "from a new boot",
+        "agent-2: cordon, drain, shut down (wait until off), replace, wait until back from a "
+        "new boot, uncordon",
     ]
     result = invoke(["roll", "--root", str(project)])
     assert result.exit_code == 0, result.output

@@ -153,3 +153,28 @@ def test_up_replacing_a_control_plane_while_another_is_down_is_refused(
     result = invoke([*up, "--replace", "control-plane-1"])
     assert result.exit_code == 0, result.output
     assert "delete server raya-control-plane-1 (off)" in cloud.since(mark)
+
+
+def test_a_control_plane_that_does_not_shut_down_stops_the_roll_undeleted(
+    cloud: Cloud, cluster: ka.Cluster, roll: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # control-plane-1's OS does not act on the ACPI shutdown: the hcloud provider would delete
+    # it running after about 31 s, a member cut off mid-write; raya stops instead.
+    from raya.cloud import deploy
+
+    monkeypatch.setattr(deploy, "SHUTDOWN_TIMEOUT", 0.5)
+    monkeypatch.setattr(deploy, "SHUTDOWN_POLL", 0.05)
+    hung = cloud.hetzner.server_named("raya-control-plane-1")
+    assert hung is not None
+    hung.acpi = False
+    mark = len(cloud.hetzner.log)
+    result = invoke([*roll, "control-plane-1", "control-plane-2"])
+    assert isinstance(result.exception, rl.RollError)
+    text = str(result.exception)
+    assert text.startswith(
+        "control-plane-1: control-plane-1: server raya-control-plane-1 is still running 0.5 s "
+        "after an ACPI shutdown, so it was not deleted"
+    )
+    assert text.endswith("not touched: control-plane-2")
+    assert cloud.since(mark) == ["shutdown server raya-control-plane-1 (no effect)"]
+    assert cluster.etcd is not None and len(cluster.etcd.members) == 3

@@ -186,7 +186,7 @@ def roll(
         err.print("nothing to roll: no node drifts", markup=False)
         return
     for step in steps:
-        out.print(step.describe(), markup=False)
+        out.print(step.describe(), markup=False, soft_wrap=True)
     if dry_run:
         return
     kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")

@@ -50,8 +50,14 @@ class Step:
 
     def describe(self) -> str:
         if self.drain:
-            return f"{self.node}: cordon, drain, replace, wait until back from a new boot, uncordon"
-        return f"{self.node}: replace onto its volume, wait until back from a new boot"
+            return (
+                f"{self.node}: cordon, drain, shut down (wait until off), replace, wait until "
+                "back from a new boot, uncordon"
+            )
+        return (
+            f"{self.node}: shut down (wait until off), replace onto its volume, wait until back "
+            "from a new boot"
+        )
 
 
 def is_control_plane(name: str) -> bool:
