@@ -433,3 +433,33 @@ def test_a_removed_member_whose_k3s_restarts_joins_again_as_a_learner_then_a_vot
     settled(state, clock, ka.MEMBER_SYNC)
     settled(state, clock, 600)
     assert "control-plane-1" not in etcd.members
+
+
+def test_preview_says_what_up_does_to_leaving_control_planes() -> None:
+    from raya.commands.deploy import leaving_plan
+
+    assert leaving_plan(("web-2", "control-plane-3", "control-plane-4")) == (
+        "nodes leaving (1 agent(s), 2 control plane(s)): cordon and drain web-2, "
+        "control-plane-3, control-plane-4; remove the etcd members of control-plane-3, "
+        "control-plane-4 one at a time (k3s disabled over SSH first, stopped once its member "
+        "is gone); watch 30 s that no removed member comes back; delete their servers and "
+        "volumes, then their node objects"
+    )
+
+
+def test_k3s_removes_a_member_after_the_request_not_inside_it(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    """Through the API over TLS, as raya asks: the PATCH is answered with the member still
+    there; k3s' member controller acts MEMBER_SYNC later, at the next look."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(api_client(cloud.stack.outputs()["kubeconfig"].value, server=api))
+    before = members(cluster)["control-plane-4"]
+    patched = core.patch_node("control-plane-4", {"metadata": {"annotations": {rm.REMOVE: "true"}}})
+    assert rm.REMOVED not in patched.metadata.annotations
+    assert rm.REMOVED not in (core.read_node("control-plane-4").metadata.annotations or {})
+    clock.t += ka.MEMBER_SYNC
+    notes = core.read_node("control-plane-4").metadata.annotations
+    assert notes[rm.REMOVED] == before
+    assert "control-plane-4" not in members(cluster)
