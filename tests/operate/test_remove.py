@@ -466,3 +466,44 @@ def test_k3s_removes_a_member_after_the_request_not_inside_it(
     clock.t += ka.MEMBER_SYNC
     assert notes(core.read_node("control-plane-4"))[rm.REMOVED] == before
     assert "control-plane-4" not in members(cluster)
+
+
+def test_commands_reach_the_node_quoted_for_its_shell_over_the_pinned_ssh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ssh hands the remote shell one line: what raya runs there splits back into sudo and the
+    command, and goes to the node's own entry of the stack outputs (its pinned host key)."""
+    import shlex
+
+    from raya.commands import access, backups
+    from raya.commands import deploy as deploy_command
+    from raya.operate import ssh
+
+    entry = {"dnsName": "cp3.raya.example.com.", "ipv4": "203.0.113.7",
+             "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample"}  # fmt: skip
+    reads: list[str] = []
+
+    def outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
+        reads.append(stack)
+        return {"servers": {"control-plane-3": entry}}
+
+    sent: list[list[str]] = []
+
+    def remote(found: Any, command: list[str], stdin: Any) -> tuple[int, str]:
+        assert found is entry
+        argv = ssh.ssh_command(found, Path("/k"), ["sudo", *command])
+        sent.append(argv[argv.index("--") + 1 :])
+        return 0, ""
+
+    monkeypatch.setattr(access, "stack_outputs", outputs)
+    monkeypatch.setattr(backups, "remote", remote)
+    run = deploy_command.node_runner(Path("/p"), "prod")
+    assert run("control-plane-3", rm.DISARM) == (0, "")
+    assert run("control-plane-3", rm.STOP) == (0, "")
+    assert [shlex.split(" ".join(argv)) for argv in sent] == [
+        ["sudo", *rm.DISARM],
+        ["sudo", *rm.STOP],
+    ]
+    assert reads == ["prod"]  # the outputs read once
+    code, text = run("control-plane-9", rm.STOP)
+    assert code == 255 and text == "no server control-plane-9 in the outputs of stack prod"
