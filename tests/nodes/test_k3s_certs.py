@@ -176,9 +176,10 @@ def test_the_timer_runs_the_check_and_is_enabled(rendered: dict[str, RenderedNod
 # certificate tls/etcd/client.crt): TLS that requires a client certificate from that CA; the
 # JSON gateway's POST /v3/maintenance/status (`header.member_id`) and
 # POST /v3/cluster/member/list (`members[]` with `ID`, `clientURLs`, `isLearner` only when
-# true: protojson with proto names, unpopulated fields left out; etcd
-# `server/embed/serve.go`), and GET /health answering {"health": "true"} or "false" (etcd
-# `server/etcdserver/api/etcdhttp/health.go`). IDs are uint64s, strings in JSON.
+# true: grpc-gateway v1's default marshaler, `JSONPb{OrigName: true}`, proto field names and
+# defaults left out; etcd `server/embed/serve.go`, `registerGateway`), and GET /health
+# answering {"health": "true"} or "false" (etcd `server/etcdserver/api/etcdhttp/health.go`).
+# IDs are uint64s, strings in JSON.
 
 
 def etcd_tls(folder: Path) -> tuple[ssl.SSLContext, Path]:
