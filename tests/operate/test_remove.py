@@ -507,3 +507,23 @@ def test_commands_reach_the_node_quoted_for_its_shell_over_the_pinned_ssh(
     assert reads == ["prod"]  # the outputs read once
     code, text = run("control-plane-9", rm.STOP)
     assert code == 255 and text == "no server control-plane-9 in the outputs of stack prod"
+
+
+def test_a_member_k3s_does_not_remove_stops_the_shrink_and_says_k3s_is_disabled(
+    cloud: Cloud, cluster: ka.Cluster, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # k3s' member controller never gets to it (say, its leader stuck): raya waits 120 s.
+    monkeypatch.setattr(ka, "MEMBER_SYNC", 10_000.0)
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = " ".join(failure(up(cloud)).split())
+    assert (
+        "control-plane-4: k3s did not remove its etcd member within 120 s (annotation "
+        f"{rm.REMOVE}=true set, no {rm.REMOVED} yet)"
+    ) in text
+    assert (
+        "k3s there still runs but is disabled: to keep it, `systemctl enable k3s.service` and "
+        f"delete {rm.LEAVING_DROPIN}; no server was deleted"
+    ) in text
+    assert cloud.since(mark) == []
+    assert len(members(cluster)) == 5 and cluster.api_up()

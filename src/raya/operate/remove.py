@@ -272,7 +272,8 @@ class Removal:
                 raise RemovalError(
                     f"k3s did not remove its etcd member within {self.member_timeout:.0f} s "
                     f"(annotation {REMOVE}=true set, no {REMOVED} yet): see the control "
-                    "planes' k3s logs"
+                    f"planes' k3s logs. k3s there still runs but is disabled: to keep it, "
+                    f"`systemctl enable {K3S_UNIT}` and delete {LEAVING_DROPIN}"
                 )
             self.clock.sleep(POLL)
         self.removed[name], self.last_removal = str(removed), self.clock.now()
