@@ -527,3 +527,24 @@ def test_a_member_k3s_does_not_remove_stops_the_shrink_and_says_k3s_is_disabled(
     ) in text
     assert cloud.since(mark) == []
     assert len(members(cluster)) == 5 and cluster.api_up()
+
+
+def test_a_healthy_leaving_control_plane_out_of_ssh_reach_keeps_its_member(
+    cloud: Cloud, cluster: ka.Cluster, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # control-plane-4 runs and votes, but SSH does not reach it: removed now, its k3s would
+    # start again and join etcd. raya refuses, its member in place, nothing deleted.
+    def remote(name: str, command: list[str]) -> tuple[int, str]:
+        return 255, "ssh: connect to host 203.0.113.9 port 22: Connection timed out"
+
+    monkeypatch.setattr("raya.commands.deploy.node_runner", lambda root, stack: remote)
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = " ".join(failure(up(cloud)).split())
+    assert (
+        "control-plane-4: could not disable k3s over SSH (ssh: connect to host 203.0.113.9 "
+        "port 22: Connection timed out); its member is left as it is"
+    ) in text
+    assert cloud.since(mark) == []
+    assert len(members(cluster)) == 5
+    assert rm.REMOVE not in cluster.nodes["control-plane-4"]["metadata"]["annotations"]
