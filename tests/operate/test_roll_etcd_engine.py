@@ -175,6 +175,9 @@ def test_a_control_plane_that_does_not_shut_down_stops_the_roll_undeleted(
         "control-plane-1: control-plane-1: server raya-control-plane-1 is still running 0.5 s "
         "after an ACPI shutdown, so it was not deleted"
     )
-    assert text.endswith("not touched: control-plane-2")
+    assert text.endswith(
+        "its replacement did not finish: see `raya status`, then `raya roll control-plane-1`; "
+        "not touched: control-plane-2"
+    )
     assert cloud.since(mark) == ["shutdown server raya-control-plane-1 (no effect)"]
     assert cluster.etcd is not None and len(cluster.etcd.members) == 3

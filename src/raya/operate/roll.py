@@ -447,12 +447,15 @@ class Roll(Drain):
 
     def replace_server(self, name: str) -> None:
         control_plane = is_control_plane(name)
+        # The replacement may stop before anything is deleted (a server that does not shut
+        # down): the error says how far it went.
+        self.left = f"its replacement did not finish: see `raya status`, then `raya roll {name}`"
+        self.replace(name)
         self.left = (
             f"its server was replaced and the {'control plane' if control_plane else 'node'} is "
             f"not back{' (no agent was touched)' if control_plane else ''}: see `raya status` "
             f"and the server's console, then `raya roll {name}` again"
         )
-        self.replace(name)
 
     def wait_voter(self, name: str) -> None:
         self.left = (
