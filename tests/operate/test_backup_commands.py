@@ -4,6 +4,7 @@ through raya's remote runner."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,6 +27,7 @@ from raya.model.project import load_cluster
 from raya.operate import backups as bk
 from raya.operate import status as st
 from tests.cloud.program import fakes
+from tests.cloud.program.engine import deployed_cloud
 from tests.cloud.program.mocks import Run, reveal
 from tests.cloud.program.test_program import SERVER, provider_mocks, run
 from tests.nodes.tools import ignition_files
@@ -67,6 +69,7 @@ class K3sServer:
     name: str
     address: str
     config: dict[str, Any]
+    server_id: int = 0  # its Hetzner server's: the provider ID its kubelet registers with
     dropins: dict[str, dict[str, Any]] = field(default_factory=dict)  # file name -> values
     running: bool = True
     member: str | None = "original"
@@ -146,10 +149,7 @@ class Stand:
         if argv == ("k3s", "etcd-snapshot", "save"):
             if not server.running:
                 return 1, "etcd-snapshot: failed to get etcd status: connection refused"
-            name = f"on-demand-{node}-{int(time.time())}"
-            objects = self.api.objects if self.api else {}
-            k3s_upload(*self.s3, name, snapshot_bytes(self.token, objects),
-                       self.token)  # fmt: skip
+            name = self.snapshot(server, "on-demand")
             return 0, f"Snapshot {name} saved."
         if argv == ("systemctl", "stop", "k3s"):
             if server.running and self.api:
@@ -175,6 +175,20 @@ class Stand:
             return 0, ""
         return 127, f"stand-in: unexpected command {argv}"
 
+    def snapshot(self, server: K3sServer, prefix: str) -> str:
+        """`server`'s snapshot of the datastore, uploaded as k3s names and uploads it."""
+        name = f"{prefix}-{server.name}-{int(time.time())}"
+        objects = self.api.objects if self.api else {}
+        k3s_upload(*self.s3, name, snapshot_bytes(self.token, objects), self.token)
+        return name
+
+    def scheduled_run(self) -> None:
+        """The schedule's run: every running server takes its own snapshot and uploads it
+        (pkg/etcd/snapshot.go, the cron job each server runs)."""
+        for server in self.servers.values():
+            if server.running:
+                self.snapshot(server, "etcd-snapshot")
+
     def start(self, server: K3sServer) -> tuple[int, str]:
         if server.running:
             return 0, ""
@@ -197,8 +211,8 @@ class Stand:
             self.split.append(server.name)  # a cluster of its own, which no one else sees
             return 0, ""
         server.running = True
-        if self.api:
-            self.api.server_created(server.name, VERSION)
+        if self.api:  # the kubelet of this server, back: it registers after the API's `boot`
+            self.api.server_created(server.name, VERSION, server=server.server_id)
         return 0, ""
 
     def reset(self, server: K3sServer, arguments: tuple[str, ...]) -> tuple[int, str]:
@@ -247,7 +261,8 @@ def stand_for(deployed: Run, s3: tuple[str, str, str]) -> Stand:
     config = rendered_config(deployed, control_planes[0])
     registration = str(rendered_config(deployed, "agent-0")["server"])
     return Stand(
-        {name: K3sServer(name, servers[name]["privateIp"], rendered_config(deployed, name))
+        {name: K3sServer(name, servers[name]["privateIp"], rendered_config(deployed, name),
+                         int(servers[name]["serverId"]))
          for name in control_planes},
         registration.removeprefix("https://").rsplit(":", 1)[0],
         str(config["token"]).rpartition(":")[2],
@@ -308,8 +323,11 @@ def api(
         for name, entry in servers.items()
     }
     started = time.monotonic()
-    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers},
-                       clock=lambda: (time.monotonic() - started) * PACE,
+    nodes = {
+        name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
+        for name, entry in servers.items()
+    }
+    state = ka.Cluster(nodes=nodes, clock=lambda: (time.monotonic() - started) * PACE,
                        boot=30.0)  # fmt: skip
     addons_installed(state)
     ka.Etcd.of(state, {name: server.address for name, server in stand.servers.items()})
@@ -387,6 +405,44 @@ def test_backup_then_backups_lists_it(project: Path, setup: tuple[Stand, dict[st
     assert outputs["backups"]["secretKey"] not in listed.output + taken.output
 
 
+def test_backups_lists_by_control_plane_with_each_ones_newest_first(
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run
+) -> None:
+    """Three control planes: each one's snapshots together, its newest first with its age; one
+    with none says so; a node that is no longer a control plane comes last, still listed."""
+    with (project / "Pulumi.prod.yaml").open("a") as stack_file:
+        stack_file.write('  raya:controlPlanes: "3"\n')
+    _, outputs = setup
+    backups = outputs["backups"]
+    now = int(time.time())
+
+    def put(name: str) -> None:
+        k3s_upload(backups["endpoint"], backups["bucket"], "raya", name, b"etcd" * 100,
+                   deployed.resources["join-secret"].outputs["result"])  # fmt: skip
+
+    put(f"etcd-snapshot-control-plane-5-{now - 30 * 3600}")  # since removed from the cluster
+    put(f"etcd-snapshot-control-plane-{now - 7 * 3600}")
+    put(f"etcd-snapshot-control-plane-1-{now - 3600 - 20}")
+    put(f"etcd-snapshot-control-plane-{now - 3600 - 10}")
+    put(f"on-demand-control-plane-{now - 10 * 60}")
+    listed = raya(project, "backups")
+    assert listed.exit_code == 0, listed.output
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in listed.stdout.splitlines()
+        if line.startswith("│")  # the rows: the header's bars are heavy (┃)
+    ]
+    assert [(row[0], row[1].rsplit("-", 1)[0], row[4]) for row in rows] == [
+        ("control-plane", "on-demand-control-plane", "10 min"),
+        ("", "etcd-snapshot-control-plane", "60 min"),
+        ("", "etcd-snapshot-control-plane", "7 h"),
+        ("control-plane-1", "etcd-snapshot-control-plane-1", "60 min"),
+        ("control-plane-2", "none in the bucket", ""),
+        ("control-plane-5 (no longer a control plane)", "etcd-snapshot-control-plane-5", "30 h"),
+    ]
+    assert "5 snapshots in s3://" in listed.stderr
+
+
 def test_a_snapshot_that_never_reaches_the_bucket_fails(
     project: Path, setup: tuple[Stand, dict[str, Any]]
 ) -> None:
@@ -409,6 +465,7 @@ def drill(
     stand, _ = setup
     state, _ = api
     state.objects.update(configmaps(BEFORE))
+    stand.scheduled_run()
     taken = raya(project, "backup")
     assert taken.exit_code == 0, taken.output
     name = taken.stdout.split()[0]
@@ -493,6 +550,7 @@ def test_restore_brings_back_the_objects_of_the_snapshot(
     for node in names:
         (line,) = [line for line in lines if line.startswith(f"etcd {node}: ")]
         assert line.startswith(f"etcd {node}: voter, Ready, member {node}-"), line
+    assert f"backups {names[0]}: newest " in restored.stdout
     assert lines[-2:] == [
         "healthy",
         f"restored {name} (taken {datetime_of(name)} UTC on {names[0]}); etcd: "
@@ -665,3 +723,50 @@ def test_destroy_keeps_the_bucket_unless_asked(
     deleted = raya(project, "destroy", "--yes", "--delete-backups")
     assert deleted.exit_code == 0 and "deleted the backups' bucket" in deleted.output
     assert asked == [False, True]
+
+
+def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
+    project: Path, github: list[str], s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Destroy -> up from the kit -> restore, every step through the engine model
+    (tests/cloud/program/engine.py): a snapshot the first stack's k3s uploaded is this
+    cluster's for `raya restore` of the stack built from the kit, as it is for k3s (the same
+    token hash), and is checked, downloaded and offered for restore."""
+    example = provider_mocks()
+    cloud = deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+    assert raya(project, "up").exit_code == 0  # writes the kit
+    kit = json.loads((project / ".raya" / "prod.recovery-kit.json").read_text())
+    bucket, first = kit["backups"]["bucket"], kit["joinSecret"]
+    with contextlib.suppress(client(s3).exceptions.BucketAlreadyOwnedByYou):
+        client(s3).create_bucket(Bucket=bucket)
+    name = f"etcd-snapshot-control-plane-{int(time.time()) - 3600}"
+    k3s_upload(s3, bucket, "raya", name, b"etcd before the destroy" * 100, first)
+
+    assert raya(project, "destroy", "--yes").exit_code == 0
+    stack_file = project / "Pulumi.prod.yaml"
+    stack_file.write_text(
+        stack_file.read_text() + "  raya:fromRecoveryKit: .raya/prod.recovery-kit.json\n"
+    )
+    up = raya(project, "up")
+    assert up.exit_code == 0, up.output
+    assert ("import", "backups") in cloud.engine.steps
+
+    read = deploy.stack_outputs  # the new stack's own outputs, its bucket served by S3 here
+
+    def outputs(root: Path, stack: str) -> dict[str, Any]:
+        found = read(root, stack)
+        backups = {**found["backups"], "endpoint": s3, "insecure": True}
+        servers = {n: {**entry, "_node": n} for n, entry in found["servers"].items()}
+        return {**found, "backups": backups, "servers": servers}
+
+    monkeypatch.setattr(deploy, "stack_outputs", outputs)
+    # Never asked to act (the restore is declined): one control plane, its token.
+    stand = Stand({"control-plane": K3sServer("control-plane", "10.0.1.10", {"token": first})},
+                  "10.0.1.10", first, s3=(s3, bucket, "raya"))  # fmt: skip
+    monkeypatch.setattr(commands, "remote", stand)
+    offered = raya(project, "restore", name, input="n\n")
+    # Checked (folder, k3s metadata, token hash), downloaded, its steps shown: then declined.
+    assert offered.exit_code == 1, offered.output
+    assert "1. control-plane: stop k3s" in offered.output
+    assert "another server token" not in offered.output
+    assert stand.calls == []

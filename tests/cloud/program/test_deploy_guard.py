@@ -12,9 +12,11 @@ import pytest
 from pulumi import automation as auto
 
 from raya.cloud import deploy
+from raya.cloud import kit as recovery
 from raya.cloud.program import REPLACE_ENV
 from raya.errors import DeployError
 from tests.cloud.program.engine import update_summary
+from tests.cloud.program.kits import example_kit
 from tests.runner import invoke
 
 EVENTS = Path(__file__).parent / "events"
@@ -64,7 +66,10 @@ class RecordedStack:
 
     def up(self, **kwargs: Any) -> auto.UpResult:
         self._play("up", kwargs)
-        return auto.UpResult("", "", update_summary("update", {auto.OpType.SAME: 26}), {})
+        # An update of raya's program exports the recovery kit (written by `raya up`).
+        kit = auto.OutputValue(recovery.document(example_kit()), secret=True)
+        summary = update_summary("update", {auto.OpType.SAME: 26})
+        return auto.UpResult("", "", summary, {"recoveryKit": kit})
 
     def destroy(self, **kwargs: Any) -> auto.DestroyResult:
         self.calls.append(("destroy", kwargs))
@@ -303,7 +308,11 @@ def test_previews_leave_out_a_leaving_control_planes_protected_server_and_volume
     assert {r["urn"]: r.get("protect") for r in imported} == {
         CP_URN: True, VOLUME_URN: True, AGENT_URN: None, server: False, volume: False
     }
-    assert removal.calls == [("before", ("control-plane-1",)), ("after", ("control-plane-1",))]
+    assert removal.calls == [
+        ("before", ("control-plane-1",)),
+        ("confirm", ("control-plane-1",)),
+        ("after", ("control-plane-1",)),
+    ]
 
 
 class Hooks:
@@ -315,6 +324,9 @@ class Hooks:
     def before(self, leaving: Any, kubeconfig: str | None) -> None:
         assert kubeconfig == "apiVersion: v1"  # the stack's, for the API
         self.calls.append(("before", tuple(leaving)))
+
+    def confirm(self, leaving: Any) -> None:
+        self.calls.append(("confirm", tuple(leaving)))
 
     def after(self, leaving: Any) -> None:
         self.calls.append(("after", tuple(leaving)))
