@@ -698,7 +698,7 @@ def test_k3s_refuses_a_snapshot_of_another_token_at_the_reset(
     name = f"etcd-snapshot-control-plane-{int(time.time()) - 60}"
     k3s_upload(backups["endpoint"], backups["bucket"], "raya", name,
                snapshot_bytes("not-our-token-0", configmaps(3)), stand.token)  # fmt: skip
-    refused = raya(project, "restore", name, "--yes")
+    refused = raya(project, "restore", name, "--yes", "--ready-timeout", "5")
     assert isinstance(refused.exception, RayaError)
     assert str(refused.exception).startswith(
         "restore stopped at step 5 (control-plane: reset etcd to the snapshot (one member: this "
