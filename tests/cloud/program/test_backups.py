@@ -1,5 +1,5 @@
 """The snapshots' bucket: a GCS bucket of the cluster's own (versioned, private, protected,
-kept by a destroy), a writer with one role on it alone, and its HMAC key, which reaches the
+kept by a destroy), a writer with two roles on it alone, and its HMAC key, which reaches the
 control plane's k3s through a Secret and nobody else; or an existing S3 bucket."""
 
 from __future__ import annotations
@@ -55,16 +55,23 @@ def test_the_bucket_stays_when_the_zone_changes() -> None:
     assert after.resources["backups"].id == before.resources["backups"].id
 
 
-def test_the_writer_holds_one_role_on_the_bucket_and_no_project_role() -> None:
+def test_the_writer_holds_two_legacy_roles_on_the_bucket_and_no_project_role() -> None:
+    """What they grant together is checked against k3s' calls on the object storage
+    stand-in (tests/operate/test_backups.py); here, where they are bound."""
     mocks = provider_mocks()
     result = run(mocks)
     account = result.resources["backups-writer"]
-    (binding,) = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
-    assert reveal(binding.inputs) == {
-        "bucket": result.resources["backups"].outputs["name"],
-        "role": "roles/storage.objectAdmin",
-        "member": account.outputs["member"],
-    }
+    bindings = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
+    assert sorted((reveal(b.inputs) for b in bindings), key=lambda b: b["role"]) == [
+        {
+            "bucket": result.resources["backups"].outputs["name"],
+            "role": role,
+            "member": account.outputs["member"],
+        }
+        for role in ("roles/storage.legacyBucketWriter", "roles/storage.legacyObjectReader")
+    ]
+    # Nothing on the project: no project binding, no custom role (a project resource).
+    assert not result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
     project_roles = result.of_type("gcp:projects/iAMMember:IAMMember").values()
     assert account.outputs["member"] not in {reveal(r.inputs)["member"] for r in project_roles}
     (key,) = result.of_type("gcp:storage/hmacKey:HmacKey").values()
