@@ -16,6 +16,10 @@ from raya.model.project import EXAMPLE_ROOT
 from tests.cloud import hetzner_api as hetzner_standin
 from tests.support import EXAMPLE_KEYS, REPO, http_server
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # loaded by the fixtures that use them: boto3 and moto are slow to import
+    from tests.operate.s3 import ObjectStorage
+
 
 @dataclass
 class HetznerApi:
@@ -78,3 +82,14 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     with http_server(keys_page) as url:
         monkeypatch.setenv(GITHUB_URL_ENV, url)
         yield asked
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[ObjectStorage]:
+    """GCS' S3 interop as production speaks to it (HTTPS, HMAC keys checked, IAM per call) on
+    127.0.0.1, objects kept by moto's server behind it (tests/operate/s3.py)."""
+    from tests.operate.s3 import s3_server
+
+    with s3_server() as storage:
+        yield storage
+

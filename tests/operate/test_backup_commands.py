@@ -18,6 +18,7 @@ from typing import IO, Any
 import pytest
 
 from raya.cloud import deploy
+from raya.cloud.program.backups import BUCKET_ROLES
 from raya.commands import backups as commands
 from raya.errors import RayaError
 from raya.operate import backups as bk
@@ -26,7 +27,7 @@ from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
-from tests.operate.s3 import client, k3s_upload
+from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.operate.test_status import LABELS, VERSION, addons_installed
 from tests.runner import invoke
 from tests.support import http_server, routes
@@ -128,17 +129,22 @@ def deployed() -> Run:
 
 
 @pytest.fixture
-def setup(deployed: Run, s3: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Stand, dict[str, Any]]:
-    # A bucket of each test's own: the S3 server is shared by the session.
+def setup(
+    deployed: Run, s3: ObjectStorage, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Stand, dict[str, Any]]:
+    # A bucket of each test's own: the S3 server is shared by the session. The deployment's
+    # key holds the writer's roles on it.
     bucket = f"commands-{secrets.token_hex(4)}"
-    backups = {**deployed.outputs["backups"], "endpoint": s3, "insecure": True, "bucket": bucket}
-    client(s3).create_bucket(Bucket=backups["bucket"])
+    backups = {**deployed.outputs["backups"], "endpoint": s3.endpoint, "bucket": bucket}
+    s3.client().create_bucket(Bucket=backups["bucket"])
+    s3.writer(bucket, BUCKET_ROLES.values(), backups["accessKey"], backups["secretKey"])
     # The stand-in finds the node by the entry raya hands the runner.
     servers = {n: {**entry, "_node": n} for n, entry in deployed.outputs["servers"].items()}
     outputs = {**deployed.outputs, "backups": backups, "servers": servers}
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
     join_secret = deployed.resources["join-secret"].outputs["result"]
-    stand = Stand({"control-plane": K3sServer(s3, backups["bucket"], "raya", join_secret)})
+    stand = Stand({"control-plane": K3sServer(s3.endpoint, backups["bucket"], "raya",
+                                              join_secret)})
     monkeypatch.setattr(commands, "remote", stand)
     return stand, outputs
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from raya.cloud.program.backups import BUCKET_ROLES
 from raya.nodes.identity import token_hash
 from raya.operate import backups as bk
 from raya.operate import status as st
 from raya.operate.roll import Clock
-from tests.operate.s3 import ACCESS_KEY, REGION, SECRET_KEY, client, k3s_upload
+from tests.operate.s3 import REGION, ObjectStorage, client, k3s_upload
 
 JOIN_SECRET = "k3sJoinSecretOfThisCluster0123456789abcdefABCDEF"
 OTHER_SECRET = "k3sJoinSecretOfAnotherCluster0123456789abcdefAB"
@@ -26,12 +27,15 @@ T0 = 1795996800
 
 
 @pytest.fixture
-def target(s3: str) -> bk.Target:
-    bucket = f"raya-etcd-{secrets.token_hex(4)}"  # one bucket per test: the server is shared
-    client(s3).create_bucket(Bucket=bucket)
-    return bk.Target(endpoint=s3, bucket=bucket, folder="raya", region=REGION,
-                     access_key=ACCESS_KEY, secret_key=SECRET_KEY,
-                     token_hash=token_hash(JOIN_SECRET), insecure=True)  # fmt: skip
+def target(s3: ObjectStorage) -> bk.Target:
+    """A bucket of the test's own (the server is shared), read with a key holding the
+    writer's roles on it."""
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"
+    s3.client().create_bucket(Bucket=bucket)
+    access_key, secret_key = s3.writer(bucket, BUCKET_ROLES.values())
+    return bk.Target(endpoint=s3.endpoint, bucket=bucket, folder="raya", region=REGION,
+                     access_key=access_key, secret_key=secret_key,
+                     token_hash=token_hash(JOIN_SECRET))  # fmt: skip
 
 
 def upload(target: bk.Target, name: str, data: bytes, *, secret: str = JOIN_SECRET,
