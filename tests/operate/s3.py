@@ -468,3 +468,46 @@ def k3s_upload(endpoint: str, bucket: str, folder: str, name: str, data: bytes,
                   ContentType="application/octet-stream")  # fmt: skip
     s3.put_object(Bucket=bucket, Key=f"{folder}/.metadata/{name}",
                   Body=json.dumps({"by": "k3s"}).encode(), Metadata=meta)  # fmt: skip
+
+
+# minio-go uploads in parts of 16 MiB what is larger (minio/minio-go api-put-object.go,
+# `putObjectCommon`, `minPartSize`; `OptimalPartInfo`): a big etcd snapshot goes in parts.
+MIN_PART_SIZE = 16 * 2**20
+
+
+def k3s_calls(endpoint: str, access_key: str, secret: str, bucket: str, folder: str,
+              name: str, data: bytes, old: str) -> None:  # fmt: skip
+    """Every call k3s' S3 client makes with the writer's key, in its order (k3s-io/k3s
+    pkg/etcd/s3/s3.go): `GetClient`'s BucketExists (HEAD bucket); `Upload`'s FPutObject of
+    the snapshot (in parts past MIN_PART_SIZE) and of its metadata file; `SnapshotRetention`'s
+    ListObjects, then `DeleteSnapshot`'s StatObject and RemoveObject of snapshot `old` and
+    its metadata; `Download`'s FGetObject (StatObject, then GET) on a restore from S3."""
+    s3 = client(endpoint, access_key, secret)
+    meta = {"k3s-cluster-id": "5b1c3f0e-cluster", "k3s-node-name": "control-plane",
+            "k3s-token-hash": "0123456789ab"}  # fmt: skip
+    key, metadata = f"{folder}/{name}", f"{folder}/.metadata/{name}"
+    s3.head_bucket(Bucket=bucket)
+    if len(data) > MIN_PART_SIZE:
+        upload = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata=meta,
+                                            ContentType="application/octet-stream")["UploadId"]
+        parts = [
+            {"PartNumber": n + 1, "ETag": s3.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload, PartNumber=n + 1,
+                Body=data[offset:offset + MIN_PART_SIZE])["ETag"]}
+            for n, offset in enumerate(range(0, len(data), MIN_PART_SIZE))
+        ]
+        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                     MultipartUpload={"Parts": parts})
+    else:
+        s3.put_object(Bucket=bucket, Key=key, Body=data, Metadata=meta,
+                      ContentType="application/octet-stream")
+    s3.put_object(Bucket=bucket, Key=metadata, Body=b'{"by": "k3s"}', Metadata=meta,
+                  ContentType="application/json")
+    s3.list_objects_v2(Bucket=bucket, Prefix=f"{folder}/etcd-snapshot")
+    for doomed in (f"{folder}/{old}", f"{folder}/.metadata/{old}"):
+        s3.head_object(Bucket=bucket, Key=doomed)
+        s3.delete_object(Bucket=bucket, Key=doomed)
+    s3.head_object(Bucket=bucket, Key=key)
+    got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    if got != data:
+        raise AssertionError(f"{key}: read back {len(got):,} bytes, not the {len(data):,} put")
