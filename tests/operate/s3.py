@@ -162,7 +162,7 @@ def permissions_for(method: str, bucket: str, key: str, query: Set[str],
     if method == "POST" and "uploadId" in query:
         return frozenset({"storage.multipartUploads.create", "storage.objects.create", *delete})
     if method == "PUT" and "uploadId" in query:
-        return frozenset({"storage.multipartUploads.create"})
+        return frozenset({"storage.multipartUploads.create", "storage.objects.create"})
     if method == "PUT":
         return frozenset({"storage.objects.create", *delete})
     if method == "DELETE" and "uploadId" in query:

@@ -159,6 +159,9 @@ def test_the_table_asks_create_and_delete_to_replace_and_complete() -> None:
     assert permissions_for("POST", "b", "k", {"uploadId"}, replaces=False) == {
         "storage.multipartUploads.create", "storage.objects.create"
     }  # fmt: skip
+    assert permissions_for("PUT", "b", "k", {"partNumber", "uploadId"}, replaces=True) == {
+        "storage.multipartUploads.create", "storage.objects.create"
+    }  # fmt: skip
     assert permissions_for("GET", "", "", set(), replaces=False) == {"storage.buckets.list"}
 
 
