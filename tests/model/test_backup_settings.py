@@ -99,6 +99,21 @@ def test_retention_out_of_range(value: Any) -> None:
     )
 
 
+@pytest.mark.parametrize(("control_planes", "least"), [(1, 1), (3, 5), (5, 9)])
+def test_retention_covers_a_run_of_every_control_plane(control_planes: int, least: int) -> None:
+    """k3s prunes the bucket across every control plane after each upload: the retention must
+    hold a whole run of the schedule (one per control plane) and all but one of the next."""
+    assert parse(controlPlanes=control_planes, backupRetention=least).backup_retention == least
+    if least > 1:
+        assert refused(controlPlanes=control_planes, backupRetention=least - 1) == (
+            f"Pulumi.test.yaml: raya:backupRetention is {least - 1} with {control_planes} "
+            f"control planes; accepted: at least {least} (2 x {control_planes} - 1): k3s keeps "
+            "that many scheduled snapshots in the bucket for the whole cluster, pruning after "
+            "each upload, and each run of the schedule uploads one per control plane, so fewer "
+            "would leave a control plane without one while a run uploads (docs/backups.md)"
+        )
+
+
 def test_an_existing_bucket() -> None:
     given = {"endpoint": "fsn1.your-objectstorage.com", "bucket": "team-backups"}
     assert parse(backupS3=given).backup_s3 == BackupS3(

@@ -84,6 +84,8 @@ def test_every_setting_can_be_given() -> None:
         backupSchedule="@daily",
         backupRetention=14,
         backupS3={"endpoint": "minio.lab:9000", "bucket": "lab-backups"},
+        recoveryKit="~/vault/lab-2.kit.json",
+        fromRecoveryKit="kits/lab-1.kit.json",
     )
     # The settings docs/config.md lists: the call above gives each of them.
     assert (
@@ -102,16 +104,20 @@ def test_every_setting_can_be_given() -> None:
             "controlPlaneServerType",
             "controlPlaneVolumeSize",
             "controlPlanes",
+            "fromRecoveryKit",
             "location",
             "managedSubdomain",
             "networkRange",
             "networkZone",
             "nodesSubnet",
             "parentZone",
+            "recoveryKit",
             "sshSources",
         ]
     )
     config = parse(**given)
+    assert config.recovery_kit == "~/vault/lab-2.kit.json"
+    assert config.from_recovery_kit == "kits/lab-1.kit.json"
     assert config.cluster_name == "lab-2"
     assert config.location == "hel1"
     assert config.control_plane_server_type == "cpx31"
@@ -561,4 +567,13 @@ def test_several_control_planes_need_room_for_their_load_balancer() -> None:
     # One control plane holds its own address only, as before.
     assert parse(controlPlaneIp="10.0.1.254").reserved_ips == (
         ipaddress.IPv4Address("10.0.1.254"),
+    )
+
+
+@pytest.mark.parametrize("key", ["recoveryKit", "fromRecoveryKit"])
+@pytest.mark.parametrize("value", ["", "  ", 42, ["kit.json"], "kit\0.json"])
+def test_a_kit_path_that_is_no_path_is_refused(key: str, value: Any) -> None:
+    assert error_of(**{key: value}) == (
+        f"{SOURCE}: raya:{key} is {value!r}; accepted: a file path, relative to the project "
+        "folder or absolute"
     )

@@ -184,12 +184,13 @@ def test_control_plane_config(
         "kubelet-arg": ["cloud-provider=external"],
         "disable-cloud-controller": True,
         "disable": ["servicelb"],
-        # Snapshots every 6 hours, 28 kept (docs/backups.md), uploaded with the settings of a
-        # Secret: no S3 key here.
+        # Snapshots every 6 hours, 28 kept on the node and 28 in the bucket (docs/backups.md),
+        # uploaded with the settings of a Secret: no S3 key here.
         "etcd-snapshot-schedule-cron": "0 */6 * * *",
         "etcd-snapshot-retention": 28,
         "etcd-s3": True,
         "etcd-s3-config-secret": "raya-etcd-s3",
+        "etcd-s3-retention": 28,
     }
     assert files["/etc/hostname"] == b"control-plane\n"
     for name, ca in (("server-ca", secrets.server_ca), ("client-ca", secrets.client_ca)):

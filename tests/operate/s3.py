@@ -458,7 +458,8 @@ def client(endpoint: str, access_key: str = ACCESS_KEY, secret: str = SECRET_KEY
 
 def k3s_upload(endpoint: str, bucket: str, folder: str, name: str, data: bytes,
                join_secret: str) -> None:  # fmt: skip
-    """Put snapshot `name` where and how k3s puts it."""
+    """Put snapshot `name` where and how k3s puts it (what k3s does around an upload, its
+    schedule and both retentions: tests/operate/k3s_snapshots.py)."""
     # Both of k3s' prefixes (etcd-snapshot, on-demand) hold one '-'; the time is last.
     node = name.split(".")[0].rsplit("-", 1)[0].split("-", 2)[2]
     meta = {"k3s-cluster-id": "5b1c3f0e-cluster", "k3s-node-name": node,

@@ -4,6 +4,7 @@ through raya's remote runner."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -24,6 +25,7 @@ from raya.errors import RayaError
 from raya.operate import backups as bk
 from raya.operate import status as st
 from tests.cloud.program import fakes
+from tests.cloud.program.engine import deployed_cloud
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import provider_mocks, run
 from tests.operate import kube_api as ka
@@ -166,8 +168,11 @@ def api(
         for name, entry in servers.items()
     }
     # k3s back from a start registers its node at once (the clock is the real one).
-    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers},
-                       clock=time.monotonic, boot=0.5)  # fmt: skip
+    nodes = {
+        name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
+        for name, entry in servers.items()
+    }
+    state = ka.Cluster(nodes=nodes, clock=time.monotonic, boot=0.5)
     addons_installed(state)
     ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     stand.servers["control-plane"].api = state
@@ -207,6 +212,44 @@ def test_backup_then_backups_lists_it(project: Path, setup: tuple[Stand, dict[st
     listed = raya(project, "backups")
     assert listed.exit_code == 0 and name in listed.stdout and "512 B" in listed.stdout
     assert outputs["backups"]["secretKey"] not in listed.output + taken.output
+
+
+def test_backups_lists_by_control_plane_with_each_ones_newest_first(
+    project: Path, setup: tuple[Stand, dict[str, Any]], deployed: Run
+) -> None:
+    """Three control planes: each one's snapshots together, its newest first with its age; one
+    with none says so; a node that is no longer a control plane comes last, still listed."""
+    with (project / "Pulumi.prod.yaml").open("a") as stack_file:
+        stack_file.write('  raya:controlPlanes: "3"\n')
+    _, outputs = setup
+    backups = outputs["backups"]
+    now = int(time.time())
+
+    def put(name: str) -> None:
+        k3s_upload(backups["endpoint"], backups["bucket"], "raya", name, b"etcd" * 100,
+                   deployed.resources["join-secret"].outputs["result"])  # fmt: skip
+
+    put(f"etcd-snapshot-control-plane-5-{now - 30 * 3600}")  # since removed from the cluster
+    put(f"etcd-snapshot-control-plane-{now - 7 * 3600}")
+    put(f"etcd-snapshot-control-plane-1-{now - 3600 - 20}")
+    put(f"etcd-snapshot-control-plane-{now - 3600 - 10}")
+    put(f"on-demand-control-plane-{now - 10 * 60}")
+    listed = raya(project, "backups")
+    assert listed.exit_code == 0, listed.output
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in listed.stdout.splitlines()
+        if line.startswith("│")  # the rows: the header's bars are heavy (┃)
+    ]
+    assert [(row[0], row[1].rsplit("-", 1)[0], row[4]) for row in rows] == [
+        ("control-plane", "on-demand-control-plane", "10 min"),
+        ("", "etcd-snapshot-control-plane", "60 min"),
+        ("", "etcd-snapshot-control-plane", "7 h"),
+        ("control-plane-1", "etcd-snapshot-control-plane-1", "60 min"),
+        ("control-plane-2", "none in the bucket", ""),
+        ("control-plane-5 (no longer a control plane)", "etcd-snapshot-control-plane-5", "30 h"),
+    ]
+    assert "5 snapshots in s3://" in listed.stderr
 
 
 def test_a_snapshot_that_never_reaches_the_bucket_fails(
@@ -254,7 +297,7 @@ def test_restore_checks_asks_then_resets_from_the_bytes_of_the_snapshot(
     lines = restored.stdout.splitlines()
     for node in outputs["servers"]:
         assert [line for line in lines if f" {node} " in line and f"Ready {VERSION}" in line]
-    assert "backups: newest " in restored.stdout
+    assert "backups control-plane: newest " in restored.stdout
     assert lines[-2:] == [
         "healthy", f"restored {name} (taken {datetime_of(name)} UTC on control-plane)"
     ]
@@ -323,3 +366,50 @@ def test_destroy_keeps_the_bucket_unless_asked(
     deleted = raya(project, "destroy", "--yes", "--delete-backups")
     assert deleted.exit_code == 0 and "deleted the backups' bucket" in deleted.output
     assert asked == [False, True]
+
+
+def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
+    project: Path, github: list[str], s3: ObjectStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Destroy -> up from the kit -> restore, every step through the engine model
+    (tests/cloud/program/engine.py): a snapshot the first stack's k3s uploaded is this
+    cluster's for `raya restore` of the stack built from the kit, as it is for k3s (the same
+    token hash), and is checked, downloaded and offered for restore."""
+    example = provider_mocks()
+    cloud = deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+    assert raya(project, "up").exit_code == 0  # writes the kit
+    kit = json.loads((project / ".raya" / "prod.recovery-kit.json").read_text())
+    bucket, first = kit["backups"]["bucket"], kit["joinSecret"]
+    with contextlib.suppress(s3.client().exceptions.BucketAlreadyOwnedByYou):
+        s3.client().create_bucket(Bucket=bucket)
+    name = f"etcd-snapshot-control-plane-{int(time.time()) - 3600}"
+    k3s_upload(s3.endpoint, bucket, "raya", name, b"etcd before the destroy" * 100, first)
+
+    assert raya(project, "destroy", "--yes").exit_code == 0
+    stack_file = project / "Pulumi.prod.yaml"
+    stack_file.write_text(
+        stack_file.read_text() + "  raya:fromRecoveryKit: .raya/prod.recovery-kit.json\n"
+    )
+    up = raya(project, "up")
+    assert up.exit_code == 0, up.output
+    assert ("import", "backups") in cloud.engine.steps
+
+    read = deploy.stack_outputs  # the new stack's own outputs, its bucket served by S3 here
+    new = read(project, "prod")["backups"]  # the new writer: its key, the roles it is granted
+    s3.writer(bucket, BUCKET_ROLES.values(), new["accessKey"], new["secretKey"])
+
+    def outputs(root: Path, stack: str) -> dict[str, Any]:
+        found = read(root, stack)
+        backups = {**found["backups"], "endpoint": s3.endpoint}
+        servers = {n: {**entry, "_node": n} for n, entry in found["servers"].items()}
+        return {**found, "backups": backups, "servers": servers}
+
+    monkeypatch.setattr(deploy, "stack_outputs", outputs)
+    stand = Stand({"control-plane": K3sServer(s3.endpoint, bucket, "raya", first)})
+    monkeypatch.setattr(commands, "remote", stand)
+    offered = raya(project, "restore", name, input="n\n")
+    # Checked (folder, k3s metadata, token hash), downloaded, its steps shown: then declined.
+    assert offered.exit_code == 1, offered.output
+    assert "1. control-plane: stop k3s" in offered.output
+    assert "another server token" not in offered.output
+    assert stand.calls == []

@@ -13,15 +13,22 @@ from pathlib import Path
 
 import boto3
 import pytest
+import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from raya.cloud.program.backups import BUCKET_ROLES
-from raya.nodes.identity import token_hash
+from raya.model.fleet import build_cluster
+from raya.model.pins import load_chart_pins
+from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
+from raya.nodes.identity import generate_example_secrets, token_hash
+from raya.nodes.render import render_cluster
 from raya.operate import backups as bk
 from raya.operate import status as st
 from raya.operate.roll import Clock
 from tests.cloud.program.mocks import Run, reveal
+from tests.nodes.tools import ignition_files
+from tests.operate.k3s_snapshots import Server, scheduled_run, snapshot
 from tests.operate.s3 import (
     MIN_PART_SIZE,
     REGION,
@@ -136,9 +143,106 @@ def test_the_newest_snapshot_is_stale_past_twice_the_longest_gap() -> None:
 
     assert bk.stale(taken(11.9), six_hours, now) is None
     assert bk.stale(taken(12.1), six_hours, now) == (
-        "the newest snapshot is 12 h old, more than twice the schedule's 6 h"
+        "newest s is 12 h old, more than twice the schedule's 6 h"
     )
-    assert bk.stale(None, six_hours, now) == "no snapshot in the bucket yet"
+    assert bk.stale(None, six_hours, now) == (
+        "none in the bucket: k3s on it is not uploading (a new control plane's first comes "
+        "with the schedule's next run)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("minutes", "text"),
+    [(0, "0 min"), (119, "119 min"), (120, "2 h"), (71 * 60 + 59, "71 h"), (72 * 60, "3 days"),
+     (10 * 24 * 60 + 600, "10 days")],
+)  # fmt: skip
+def test_ages_read_in_minutes_hours_then_days(minutes: int, text: str) -> None:
+    assert bk.age_text(datetime.timedelta(minutes=minutes)) == text
+
+
+def test_snapshots_by_node_current_control_planes_first_then_former_ones() -> None:
+    def snap(node: str, hour: int, kind: str = "etcd-snapshot") -> bk.Snapshot:
+        taken = datetime.datetime(2026, 12, 1, hour, tzinfo=datetime.UTC)
+        return bk.Snapshot(f"{kind}-{node}-{int(taken.timestamp())}", node, taken, 1)
+
+    snapshots = [snap("control-plane", 6), snap("control-plane", 12, "on-demand"),
+                 snap("control-plane-1", 6), snap("control-plane-3", 0),
+                 snap("old-server", 9), snap("control-plane", 0)]  # fmt: skip
+    grouped = bk.by_node(snapshots, ["control-plane", "control-plane-1", "control-plane-2"])
+    assert [(node, [s.taken.hour for s in taken]) for node, taken in grouped] == [
+        ("control-plane", [12, 6, 0]),
+        ("control-plane-1", [6]),
+        ("control-plane-2", []),  # a control plane with none is listed
+        ("old-server", [9]),  # then nodes that are no longer control planes, newest first
+        ("control-plane-3", [0]),
+    ]
+
+
+NOW = datetime.datetime.fromtimestamp(T0, datetime.UTC) + datetime.timedelta(days=1)
+
+
+def hours_ago(hours: float) -> int:
+    return int((NOW - datetime.timedelta(hours=hours)).timestamp())
+
+
+def outputs_of(target: bk.Target) -> dict[str, object]:
+    return {"endpoint": target.endpoint, "bucket": target.bucket, "folder": target.folder,
+            "region": target.region, "accessKey": target.access_key,
+            "secretKey": target.secret_key, "tokenHash": target.token_hash}  # fmt: skip
+
+
+def test_one_control_planes_backups_against_a_six_hour_schedule(target: bk.Target) -> None:
+    """Healthy while its newest is at most 12 h old (twice the 6 h gap), unhealthy past it."""
+    six_hours = datetime.timedelta(hours=6)
+    upload(target, f"etcd-snapshot-control-plane-{hours_ago(11)}", b"older")
+    upload(target, f"etcd-snapshot-control-plane-{hours_ago(5)}", b"newest")
+    assert bk.health(outputs_of(target), "prod", ["control-plane"], six_hours, NOW) == {
+        "backups control-plane": st.ok(f"newest etcd-snapshot-control-plane-{hours_ago(5)}, "
+                                       "5 h old"),
+    }  # fmt: skip
+    later = NOW + datetime.timedelta(hours=8)  # the newest now 13 h old: a run was missed
+    assert bk.health(outputs_of(target), "prod", ["control-plane"], six_hours, later) == {
+        "backups control-plane": st.bad(f"newest etcd-snapshot-control-plane-{hours_ago(5)} "
+                                        "is 13 h old, more than twice the schedule's 6 h"),
+    }  # fmt: skip
+
+
+def test_three_control_planes_each_judged_by_its_own_newest(target: bk.Target) -> None:
+    """control-plane-2 stopped uploading 14 h ago: it alone is unhealthy, though the bucket's
+    newest snapshots are an hour old; a node that is no longer a control plane is not judged."""
+    six_hours = datetime.timedelta(hours=6)
+    for hours in (7, 1):
+        upload(target, f"etcd-snapshot-control-plane-{hours_ago(hours)}", b"a")
+        upload(target, f"etcd-snapshot-control-plane-1-{hours_ago(hours)}", b"b")
+    upload(target, f"on-demand-control-plane-1-{hours_ago(0.5)}", b"raya backup")
+    upload(target, f"etcd-snapshot-control-plane-2-{hours_ago(14)}", b"c")
+    upload(target, f"etcd-snapshot-control-plane-3-{hours_ago(30)}", b"a former one")
+    names = ["control-plane", "control-plane-1", "control-plane-2"]
+    checks = bk.health(outputs_of(target), "prod", names, six_hours, NOW)
+    assert checks == {
+        "backups control-plane": st.ok(f"newest etcd-snapshot-control-plane-{hours_ago(1)}, "
+                                       "60 min old"),
+        "backups control-plane-1": st.ok(f"newest on-demand-control-plane-1-{hours_ago(0.5)}, "
+                                         "30 min old"),
+        "backups control-plane-2": st.bad(f"newest etcd-snapshot-control-plane-2-"
+                                          f"{hours_ago(14)} is 14 h old, more than twice the "
+                                          "schedule's 6 h"),
+    }  # fmt: skip
+    # A control plane with no snapshot at all is unhealthy too.
+    grown = bk.health(outputs_of(target), "prod", [*names, "control-plane-4"], six_hours, NOW)
+    assert grown["backups control-plane-4"].state == st.UNHEALTHY
+    assert grown["backups control-plane-4"].text.startswith("none in the bucket")
+
+
+def test_backups_are_unknown_when_the_bucket_cannot_be_read(target: bk.Target) -> None:
+    gone = {**outputs_of(target), "bucket": "no-such-bucket-here"}
+    assert bk.health(gone, "prod", ["control-plane"], datetime.timedelta(hours=6), NOW) == {
+        "backups": st.unknown("s3://no-such-bucket-here/raya: cannot list the snapshots: "
+                              "NoSuchBucket (The specified bucket does not exist)"),
+    }  # fmt: skip
+    assert bk.health(None, "prod", ["control-plane"], datetime.timedelta(hours=6), NOW) == {
+        "backups": st.unknown("stack prod has no backup bucket in its outputs; run `raya up`"),
+    }
 
 
 def test_the_restore_plan_follows_k3s_documented_order() -> None:
@@ -325,3 +429,109 @@ def test_the_probe_puts_without_the_checksums_gcs_refuses(s3: ObjectStorage) -> 
     )  # fmt: skip
     with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
         default.put_object(Bucket=target.bucket, Key="raya/raya-probe", Body=b"x")
+
+
+def servers_as_rendered(control_planes: int, retention: int) -> list[Server]:
+    """The control planes of the example with `control_planes` of them and raya:backupRetention
+    `retention`, each with the two retentions its rendered config gives k3s: the local one
+    from config.yaml, the bucket's from the Secret k3s reads its S3 settings from (and
+    config.yaml's, which must say the same)."""
+    example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
+    config = dataclasses.replace(example.config, control_planes=control_planes,
+                                 backup_retention=retention)  # fmt: skip
+    cluster = build_cluster(config, ("cx23",), "test fleet")
+    nodes = render_cluster(
+        cluster, generate_example_secrets(n.name for n in cluster.nodes),
+        charts=load_chart_pins(EXAMPLE_ROOT),
+        volume_id={node.name: str(7000 + k) for k, node in enumerate(cluster.control_planes)},
+    )  # fmt: skip
+    found = []
+    for node in nodes[:control_planes]:
+        files = ignition_files(node.ignition)
+        k3s = yaml.safe_load(files["/etc/rancher/k3s/config.yaml"])
+        secret = yaml.safe_load(files["/var/lib/raya/k3s-server-seed/manifests/raya-etcd-s3.yaml"])
+        assert k3s["etcd-s3-retention"] == int(secret["stringData"]["etcd-s3-retention"])
+        found.append(Server(node.node.name, k3s["etcd-snapshot-retention"],
+                            int(secret["stringData"]["etcd-s3-retention"])))  # fmt: skip
+    return found
+
+
+def scheduled_in_bucket(target: bk.Target) -> list[bk.Snapshot]:
+    return [s for s in bk.list_snapshots(target) if s.name.startswith("etcd-snapshot-")]
+
+
+def held(target: bk.Target) -> set[str]:
+    """The control planes with a scheduled snapshot in the bucket."""
+    return {s.node for s in scheduled_in_bucket(target)}
+
+
+SIX_HOURS = 6 * 3600
+
+
+def test_one_control_plane_keeps_its_newest_runs_in_the_bucket_and_on_its_volume(
+    target: bk.Target,
+) -> None:
+    """docs/backups.md: with one control plane, `backupRetention` (5 here) runs of the
+    schedule stay in the bucket and on its volume; `raya backup`'s snapshot is not pruned."""
+    (server,) = servers_as_rendered(1, 5)
+    upload(target, f"on-demand-control-plane-{T0 - 60}", b"before the schedule")
+    for run in range(7):
+        scheduled_run(target.endpoint, target.bucket, target.folder, [server],
+                      T0 + run * SIX_HOURS, JOIN_SECRET)  # fmt: skip
+    newest_five = [f"etcd-snapshot-control-plane-{T0 + run * SIX_HOURS}" for run in (6, 5, 4, 3, 2)]
+    assert [s.name for s in scheduled_in_bucket(target)] == newest_five
+    assert sorted(server.directory, reverse=True) == newest_five
+    assert f"on-demand-control-plane-{T0 - 60}" in [s.name for s in bk.list_snapshots(target)]
+
+
+def test_three_control_planes_share_the_buckets_retention(target: bk.Target) -> None:
+    """docs/backups.md: with 3 control planes and `backupRetention` 5, the bucket holds 5
+    scheduled snapshots in all (k3s prunes every control plane's together), the newest run's
+    3 among them, and every control plane keeps one there while each run uploads; each
+    control plane keeps its own 5 on its volume."""
+    servers = servers_as_rendered(3, 5)
+    assert [(s.name, s.local_retention, s.s3_retention) for s in servers] == [
+        ("control-plane", 5, 5), ("control-plane-1", 5, 5), ("control-plane-2", 5, 5),
+    ]  # fmt: skip
+    for run in range(7):
+        # The jitter orders each run differently: here a rotation.
+        order = servers[run % 3 :] + servers[: run % 3]
+        for offset, server in enumerate(order):
+            snapshot(target.endpoint, target.bucket, target.folder, server,
+                     T0 + run * SIX_HOURS + offset, JOIN_SECRET)  # fmt: skip
+            if run:
+                assert held(target) == {s.name for s in servers}, (run, server.name)
+    kept = [s.name for s in scheduled_in_bucket(target)]
+    assert len(kept) == 5
+    last = T0 + 6 * SIX_HOURS
+    # The last run (control-plane, control-plane-1, control-plane-2 by the rotation), then
+    # the two that uploaded last in the run before it (rotated to start at control-plane-2).
+    assert kept == [
+        f"etcd-snapshot-control-plane-2-{last + 2}",
+        f"etcd-snapshot-control-plane-1-{last + 1}",
+        f"etcd-snapshot-control-plane-{last}",
+        f"etcd-snapshot-control-plane-1-{last - SIX_HOURS + 2}",
+        f"etcd-snapshot-control-plane-{last - SIX_HOURS + 1}",
+    ]
+    for server in servers:
+        assert len(server.directory) == 5
+        assert all(f"-{server.name}-" in name for name in server.directory)
+
+
+def test_a_retention_below_2n_minus_1_leaves_a_control_plane_without_a_snapshot(
+    target: bk.Target,
+) -> None:
+    """Why raya refuses 4 with 3 control planes: the bucket holds the last run (3) and one of
+    the run before; the next run's first upload prunes that one, its second the oldest of the
+    last run, the only snapshot of a control plane yet to upload."""
+    servers = [Server(name, 4, 4) for name in ("control-plane", "control-plane-1",
+                                               "control-plane-2")]  # fmt: skip
+    for run in range(2):
+        scheduled_run(target.endpoint, target.bucket, target.folder, servers,
+                      T0 + run * SIX_HOURS, JOIN_SECRET)  # fmt: skip
+    first, late = servers[0], servers[1:]  # the next run's jitter puts control-plane last
+    for offset, server in enumerate(late):
+        snapshot(target.endpoint, target.bucket, target.folder, server,
+                 T0 + 2 * SIX_HOURS + offset, JOIN_SECRET)  # fmt: skip
+    assert held(target) == {"control-plane-1", "control-plane-2"}
+    assert first.directory  # on its own volume it still has them

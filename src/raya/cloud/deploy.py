@@ -22,6 +22,7 @@ import yaml
 from hcloud import HCloudException
 from pulumi import automation as auto
 
+from raya.cloud import kit as recovery
 from raya.cloud.image import hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.defaults import HCLOUD_API_URL
@@ -74,6 +75,8 @@ class Result:
     drift: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Nodes whose servers the update deletes: in the stack's state, no longer in the inputs.
     leaving: tuple[str, ...] = ()
+    # An update's `recoveryKit` output (raya.cloud.kit's document): secrets, never shown.
+    recovery_kit: dict[str, Any] | None = field(default=None, repr=False)
 
 
 class Removal(Protocol):
@@ -132,9 +135,9 @@ def run(
     removal: Removal | None = None,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
-    settings present), fleet and pins are validated, so bad input fails here, in one line,
-    before Pulumi starts; a destroy does not run the program, and must work whatever state
-    those files are in.
+    settings present, the recovery kit it is built from), fleet and pins are validated, so
+    bad input fails here, in one line, before Pulumi starts; a destroy does not run the
+    program, and must work whatever state those files are in.
 
     `replace` names nodes (`control-plane`, `agent-<i>`) to re-create with what the current
     inputs render (their drift), for a preview or an update: the program lifts its
@@ -160,6 +163,9 @@ def run(
     if action != "destroy":
         cluster = load_cluster(root, stack_name)
         check_secret_settings(stack_file(root, stack_name))
+        source = cluster.config.from_recovery_kit
+        if source:  # the program reads it too; a kit of another cluster fails here first
+            recovery.load(recovery.resolve(root, source), cluster.config)
         load_pins(root)
         load_chart_pins(root)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
@@ -219,11 +225,13 @@ def run(
             up = stack.up(**options)
             if removal is not None and leaving:
                 removal.after(leaving)
+            kit = up.outputs.get("recoveryKit")
             return Result(
                 _counts(up.summary.resource_changes),
                 _printable(up.outputs),
                 dict(sorted(found.items())),
                 leaving,
+                recovery_kit=kit.value if kit is not None else None,
             )
         _unprotect(stack, None, release_retained=delete_backups)
         destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")

@@ -76,17 +76,18 @@ def _size(count: int) -> str:
     return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count:,} B"
 
 
-def _age(delta: datetime.timedelta) -> str:
-    minutes = int(delta.total_seconds() // 60)
-    if minutes < 120:
-        return f"{minutes} min"
-    hours = minutes // 60
-    return f"{hours} h" if hours < 72 else f"{hours // 24} days"
-
-
 @commands.command(STACK, ROOT, name="backups")
 def list_backups(*, stack: str, root: Path | None) -> None:
-    """List the cluster's etcd snapshots in object storage, newest first."""
+    """List the cluster's etcd snapshots in object storage by control plane, each one's
+    newest first with its age.
+
+    Every control plane takes its own snapshots (k3s names them with its node name): the
+    current ones come first, in order, one with none saying so; then the snapshots of nodes
+    that are no longer control planes, which stay restorable."""
+    from raya.model.project import load_cluster
+
+    cluster = load_cluster(project_root(root), stack)
+    control_planes = [node.name for node in cluster.control_planes]
     outputs = stack_outputs("backups", stack, root)
     from raya.operate import backups as bk
 
@@ -100,11 +101,17 @@ def list_backups(*, stack: str, root: Path | None) -> None:
 
     now = datetime.datetime.now(datetime.UTC)
     table = Table()
-    for column in ("name", "node", "taken (UTC)", "size", "age"):
+    for column in ("node", "name", "taken (UTC)", "size", "age"):
         table.add_column(column, no_wrap=True)
-    for snapshot in snapshots:
-        table.add_row(snapshot.name, snapshot.node, f"{snapshot.taken:%Y-%m-%d %H:%M}",
-                      _size(snapshot.size), _age(snapshot.age(now)))  # fmt: skip
+    for node, taken in bk.by_node(snapshots, control_planes):
+        label = node if node in control_planes else f"{node} (no longer a control plane)"
+        if not taken:
+            table.add_row(label, "none in the bucket", "", "", "", end_section=True)
+        for k, snapshot in enumerate(taken):
+            last = k == len(taken) - 1
+            table.add_row(label if k == 0 else "", snapshot.name,
+                          f"{snapshot.taken:%Y-%m-%d %H:%M}", _size(snapshot.size),
+                          bk.age_text(snapshot.age(now)), end_section=last)  # fmt: skip
     out.print(table)
     err.print(f"{len(snapshots)} snapshots in {target.where}", markup=False)
 

@@ -6,7 +6,7 @@ from raya.commands.options import ROOT, STACK, project_root
 from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
 from raya.defaults import WITHOUT_DRAIN
-from raya.errors import DeployError
+from raya.errors import DeployError, RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
@@ -164,6 +164,7 @@ def up(
     )
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
+    write_recovery_kit(root, stack, result)
     check_backups(root, stack, roll_model.Clock())
 
 
@@ -210,6 +211,7 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
         err.print("nothing destroyed")
         raise SystemExit(1)
     _run("destroy", stack, root, delete_backups=delete_backups)
+    _say_where_the_kit_is(root, stack, delete_backups)
     if delete_backups:
         err.print("deleted the backups' bucket and its snapshots")
     else:
@@ -219,3 +221,71 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
             "with --delete-backups next time)",
             soft_wrap=True,
         )
+
+
+def write_recovery_kit(root: Path, stack: str, result: Result) -> None:
+    """Write (or refresh) the stack's recovery kit from the update's `recoveryKit` output:
+    whole, 0600 from the start, never printed. A file there of another cluster, or not a
+    kit, is left as it is and the command fails: it may be the only copy of that one."""
+    from raya.cloud import kit as recovery
+    from raya.files import write_atomically
+    from raya.model.config import load_stack_config, stack_file
+
+    config = load_stack_config(stack_file(root, stack))
+    path = recovery.path(root, stack, config.recovery_kit)
+    if result.recovery_kit is None:
+        raise DeployError(f"stack {stack} has no recoveryKit output: {path} not written")
+    kit = recovery.parse(result.recovery_kit, f"stack {stack}'s recoveryKit", config.cluster_name)
+    if path.exists():
+        try:
+            kept = recovery.load(path, config)
+        except RayaError as error:
+            raise DeployError(
+                f"{error}; not overwritten: set raya:recoveryKit to another path"
+            ) from None
+        if kept.backups.token_hash != kit.backups.token_hash:
+            raise DeployError(
+                f"{path}: backups.tokenHash is another cluster's (another server token); not "
+                "overwritten: set raya:recoveryKit to another path"
+            )
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomically(path, recovery.encode(kit), 0o600)
+    except OSError as error:
+        raise DeployError(f"{path}: recovery kit not written: {error.strerror}") from None
+    err.print(
+        f"wrote the recovery kit {path} (mode 0600): it holds the server token and the CA "
+        "keys, the same as cluster-admin. Keep a copy where the loss of this machine, of the "
+        "Hetzner project or of the stack does not reach (a password manager, an encrypted "
+        "store), never in git: with it a new stack comes back from the kept snapshots "
+        "(docs/backups.md)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def _say_where_the_kit_is(root: Path, stack: str, delete_backups: bool) -> None:
+    from raya.cloud import kit as recovery
+    from raya.model.config import load_stack_config, stack_file
+
+    try:
+        path = recovery.path(root, stack, load_stack_config(stack_file(root, stack)).recovery_kit)
+    except RayaError:  # a destroy works whatever the stack file holds
+        err.print("the recovery kit stays where raya:recoveryKit says (docs/backups.md)")
+        return
+    if path.exists() and delete_backups:
+        message = (
+            f"kept the recovery kit {path}: its bucket is deleted, so no snapshot of it can be "
+            "restored; delete the kit when the cluster is not coming back"
+        )
+    elif path.exists():
+        message = (
+            f"kept the recovery kit {path}: a new stack with raya:fromRecoveryKit naming it "
+            "takes back this cluster's token, CAs and bucket (docs/backups.md)"
+        )
+    else:
+        message = (
+            f"no recovery kit at {path}: a new stack cannot take back this cluster's identity, "
+            "and its snapshots cannot be restored into it"
+        )
+    err.print(message, markup=False, soft_wrap=True)

@@ -54,12 +54,16 @@ DEFAULTS: dict[str, Any] = {
     "apiSources": ["0.0.0.0/0", "::/0"],
     "controlPlaneVolumeSize": 10,
     "controlPlanes": 1,
-    # k3s' etcd snapshots: every 6 hours, a week of them kept (per control plane).
+    # k3s' etcd snapshots: every 6 hours, 28 kept on each control plane and 28 in the bucket
+    # (a week of them with one control plane).
     "backupSchedule": "0 */6 * * *",
     "backupRetention": 28,
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
-KEYS = (*DEFAULTS, "networkZone", "backupS3", *REQUIRED)
+# Paths, relative to the project folder or absolute: where `raya up` writes the stack's
+# recovery kit (default: raya.cloud.kit.path), and the kit a stack is built from.
+KIT_KEYS = ("recoveryKit", "fromRecoveryKit")
+KEYS = (*DEFAULTS, "networkZone", "backupS3", *KIT_KEYS, *REQUIRED)
 # The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
 # the deployment's (`hcloud:token`) so that it can be revoked alone.
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
@@ -131,9 +135,12 @@ class StackConfig:
     control_plane_volume_size: int  # GB
     acme_email: str  # the Let's Encrypt account's contact
     backup_schedule: str  # cron, as k3s' etcd-snapshot-schedule-cron
-    backup_retention: int  # snapshots kept per control plane
+    backup_retention: int  # scheduled snapshots kept on each control plane, and in the bucket
     backup_s3: BackupS3 | None  # an existing bucket; None: the deployment makes one in GCS
     control_planes: int = 1  # k3s servers, each an etcd member: 1, 3 or 5
+    recovery_kit: str | None = None  # where `raya up` writes the kit; None: the default
+    # The kit this stack's server token, CA pairs and bucket come from (raya.cloud.kit).
+    from_recovery_kit: str | None = None
 
     @property
     def control_plane_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
@@ -409,6 +416,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"is {retention!r}; accepted: a whole number of snapshots from "
             f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
         )
+    # k3s prunes the bucket to this many scheduled snapshots across every control plane,
+    # after each upload, and each run of the schedule uploads one per control plane: below
+    # 2n - 1 a run's first uploads prune a control plane's only snapshot before its own.
+    least = 2 * count - 1
+    if retention < least:
+        raise fail(
+            "backupRetention",
+            f"is {retention} with {count} control planes; accepted: at least {least} "
+            f"(2 x {count} - 1): k3s keeps that many scheduled snapshots in the bucket for "
+            "the whole cluster, pruning after each upload, and each run of the schedule "
+            "uploads one per control plane, so fewer would leave a control plane without "
+            "one while a run uploads (docs/backups.md)",
+        )
 
     return StackConfig(
         cluster_name=cluster_name,
@@ -430,7 +450,20 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         backup_schedule=schedule,
         backup_retention=retention,
         backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+        recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
+        from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def _kit_path(value: object, key: str, fail: Callable[[str, str], ConfigError]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value or len(value) > 4096:
+        raise fail(
+            key,
+            f"is {value!r}; accepted: a file path, relative to the project folder or absolute",
+        )
+    return value
 
 
 def _backup_s3(

@@ -10,6 +10,22 @@ What k3s writes, read in its source (k3s-io/k3s):
 - the token hash (`raya.nodes.identity.token_hash`): a snapshot restored with another token
   is unusable (k3s' backup and restore docs), so it is how raya tells its own snapshots from
   another cluster's.
+
+Who takes them, and what retention keeps (pruning "regardless of the node name" since k3s
+#8189, the S3 retention a setting of its own since #12669, v1.34.0+k3s1):
+- every server runs the schedule itself (`setSnapshotFunction`, after a small random
+  jitter): each run makes one snapshot per control plane, named with its node name, so the
+  node in a name is the control plane that took it.
+- `snapshot` prunes twice after each snapshot. Locally, `snapshotRetention(
+  etcd-snapshot-retention, "etcd-snapshot", dir)`: the server's own directory, newest first
+  by the time in the name: per control plane. In the bucket, after the upload,
+  `s3.go` `SnapshotRetention(ctx, "etcd-snapshot")`: every object under
+  `<folder>/etcd-snapshot` but `.metadata/`, whichever server uploaded it, newest first by
+  LastModified, past `etcd-s3-retention` deleted: across the whole cluster, with the pruning
+  server's retention (read from the config Secret's `etcd-s3-retention` when k3s uses the
+  Secret, `config_secret.go`). Neither prefix matches `on-demand`: never pruned.
+raya:backupRetention is both retentions (`raya.nodes.render`, docs/backups.md), so with n
+control planes the bucket holds the newest runs' snapshots, about retention / n of each.
 """
 
 from __future__ import annotations
@@ -264,21 +280,41 @@ def download(target: Target, snapshot: Snapshot, path: Path) -> str:
 
 def stale(newest: Snapshot | None, longest_gap: datetime.timedelta,
           now: datetime.datetime) -> str | None:  # fmt: skip
-    """Why the backups need attention (none yet, or the newest older than twice the longest
-    gap between two scheduled snapshots), or None."""
+    """Why a control plane's snapshots need attention, given its newest in the bucket: none,
+    or the newest older than twice the longest gap between two runs of the schedule (one run
+    missed, with room for k3s' jitter and the upload); or None."""
     if newest is None:
-        return "no snapshot in the bucket yet"
+        return (
+            "none in the bucket: k3s on it is not uploading (a new control plane's first "
+            "comes with the schedule's next run)"
+        )
     if newest.age(now) > 2 * longest_gap:
         return (
-            f"the newest snapshot is {_hours(newest.age(now))} old, more than twice the "
-            f"schedule's {_hours(longest_gap)}"
+            f"newest {newest.name} is {age_text(newest.age(now))} old, more than twice the "
+            f"schedule's {age_text(longest_gap)}"
         )
     return None
 
 
-def _hours(delta: datetime.timedelta) -> str:
-    hours = delta.total_seconds() / 3600
-    return f"{hours:.0f} h" if hours < 72 else f"{hours / 24:.1f} days"
+def age_text(delta: datetime.timedelta) -> str:
+    """A duration as a person reads an age: minutes up to 2 hours, hours up to 3 days."""
+    minutes = int(delta.total_seconds() // 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes // 60
+    return f"{hours} h" if hours < 72 else f"{hours // 24} days"
+
+
+def by_node(snapshots: Sequence[Snapshot], control_planes: Sequence[str]) -> list[
+    tuple[str, list[Snapshot]]
+]:  # fmt: skip
+    """The snapshots by the node that took them, each node's newest first: every control
+    plane of `control_planes` in its order (with none, an empty list), then the nodes that
+    are no longer control planes, the one with the newest snapshot first."""
+    taken: dict[str, list[Snapshot]] = {name: [] for name in control_planes}
+    for snapshot in sorted(snapshots, key=lambda s: (s.taken, s.name), reverse=True):
+        taken.setdefault(snapshot.node, []).append(snapshot)
+    return list(taken.items())
 
 
 # Where k3s keeps local snapshots (`etcd-snapshot-dir`'s default, `${data-dir}/server/db/
@@ -359,18 +395,25 @@ def wait_for_nodes(
 
 
 def health(
-    backups: Mapping[str, Any] | None, stack: str, longest_gap: datetime.timedelta,
-    now: datetime.datetime,
-) -> Check:  # fmt: skip
-    """`raya status`'s backups line: the newest snapshot and its age, judged against the
-    schedule; unknown when the bucket cannot be read."""
+    backups: Mapping[str, Any] | None, stack: str, control_planes: Sequence[str],
+    longest_gap: datetime.timedelta, now: datetime.datetime,
+) -> dict[str, Check]:  # fmt: skip
+    """`raya status`'s backups lines: one per control plane (`backups <node>`), its newest
+    snapshot in the bucket and its age, judged against the schedule (`stale`); one unknown
+    line `backups` when the bucket cannot be read."""
     try:
         snapshots = list_snapshots(Target.from_outputs(backups, stack))
     except BackupError as error:
-        return unknown(str(error))
-    newest = snapshots[0] if snapshots else None
-    problem = stale(newest, longest_gap, now)
-    if problem:
-        return bad(problem)
-    assert newest is not None
-    return ok(f"newest {newest.name}, {_hours(newest.age(now))} old, {len(snapshots)} in all")
+        return {"backups": unknown(str(error))}
+    checks: dict[str, Check] = {}
+    for node, taken in by_node(snapshots, control_planes)[: len(control_planes)]:
+        newest = taken[0] if taken else None
+        problem = stale(newest, longest_gap, now)
+        if problem is not None:
+            checks[f"backups {node}"] = bad(problem)
+        else:
+            assert newest is not None  # stale() finds a problem in none
+            checks[f"backups {node}"] = ok(
+                f"newest {newest.name}, {age_text(newest.age(now))} old"
+            )
+    return checks

@@ -28,13 +28,25 @@ expects:
 - `step.go`, `DeleteStep.Apply`: deleting a protected resource is refused, unless as part of a
   replacement (checked above); deleting one with `retainOnDelete` calls no provider.
 - A failed step ends the update (`pulumi up` exits non-zero); the steps done stay done.
+- Import (`generateSteps`: a goal with an ID, `import_`, and no old state, or an old state of
+  another import ID): an import step reads the resource through the provider (`step.go`,
+  `ImportStep.Apply`: nothing read is "resource '<id>' does not exist"), stores what was read
+  with the goal's import ID, then the normal steps run against it as the old state: its
+  `ignoreChanges` paths keep what was read, a difference is an update, a replacement is
+  refused ("previously-imported resources that still specify an ID may not be replaced"),
+  and no difference adds no step. An old state of the same import ID is no import.
+- Destroy (`pulumi destroy`, `deployment_executor.go` with `DestroyProgram`): no program
+  runs, every resource of the state is deleted by `GenerateDeletes`, dependents first, with
+  `DeleteStep.Apply`'s rules: a protected one refused ("cannot be deleted because it is
+  protected"), one with `retainOnDelete` dropped from the state and left in the cloud.
 
 The provider models answer Diff with the properties each provider's schema marks ForceNew
 (hcloud: `terraform-provider-hcloud` server and volume attachment schemas; gcp: the record
 set's name, type and zone) and, like pulumi-terraform-bridge `pkg/tfbridge/provider.go` `Diff`
 for a resource whose `name` is set explicitly, ask for delete-first on a replacement they
 compute. Creates and deletes of hcloud servers, volumes and attachments go to the Hetzner model;
-other resources get the outputs `ProviderMocks` computes.
+buckets to the Cloud Storage model (`gcs.py`: create, read for an import, delete); other
+resources get the outputs `ProviderMocks` computes.
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ from pulumi import automation as auto
 
 from raya.cloud import deploy
 from raya.cloud.program import main
+from tests.cloud.program.gcs import Storage, StorageError
 from tests.cloud.program.hetzner import Hetzner, HetznerError
 from tests.cloud.program.mocks import (
     SERVER_FORCE_NEW,
@@ -75,6 +88,7 @@ from tests.cloud.program.mocks import (
 VOLUME_TYPE = "hcloud:index/volume:Volume"
 ATTACHMENT_TYPE = "hcloud:index/volumeAttachment:VolumeAttachment"
 RECORD_TYPE = "gcp:dns/recordSet:RecordSet"
+BUCKET_TYPE = "gcp:storage/bucket:Bucket"
 # The properties whose change re-creates the resource, per provider schema (ForceNew); any
 # change of a type not listed re-creates it.
 FORCE_NEW: dict[str, tuple[str, ...]] = {
@@ -82,7 +96,14 @@ FORCE_NEW: dict[str, tuple[str, ...]] = {
     VOLUME_TYPE: ("location", "format"),
     ATTACHMENT_TYPE: ("serverId", "volumeId", "automount"),
     RECORD_TYPE: ("name", "type", "managedZone", "project"),
+    # terraform-provider-google `services/storage/resource_storage_bucket.go`, the schema.
+    BUCKET_TYPE: ("name", "location", "project"),
 }
+# Optional and Computed in the provider's schema: left out of the inputs, the provider keeps
+# the value it has (the bridge's Diff is Terraform's plan, which takes a computed attribute's
+# prior value when the configuration omits it: pulumi-terraform-bridge `pkg/tfbridge/
+# provider.go`, `Diff`). terraform-provider-google `resource_storage_bucket.go`: `project`.
+COMPUTED: dict[str, tuple[str, ...]] = {BUCKET_TYPE: ("project",)}
 UNKNOWN = object()  # a property whose value the engine does not know yet
 
 
@@ -104,6 +125,7 @@ class Resource:
     retain_on_delete: bool
     dependencies: frozenset[str]  # URNs
     property_dependencies: dict[str, frozenset[str]]  # property -> URNs
+    import_id: str = ""  # the ID it was imported by (the state's `importID`)
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,7 @@ class Engine(ProviderMocks):
     ) -> None:
         super().__init__(zones, snapshots)
         self.hetzner, self.project, self.stack = hetzner, project, stack
+        self.storage = Storage()
         self.snapshot: dict[str, Resource] = {}  # by URN, in dependency order
         self.goals: dict[str, Goal] = {}
         self.steps: list[tuple[str, str]] = []
@@ -193,7 +216,7 @@ class Engine(ProviderMocks):
             self._registered.add(goal.urn)
             try:
                 new = self._step(args, goal)
-            except (EngineError, HetznerError) as error:
+            except (EngineError, HetznerError, StorageError) as error:
                 self.failure = EngineError(f"{args.name}: {error}")
                 raise self.failure from None
             self.resources[args.name] = Registered(
@@ -228,12 +251,21 @@ class Engine(ProviderMocks):
         if recreating:
             self._recreate.discard(goal.urn)
             return self._create_step(new, "create-replacement")
+        import_id = goal.options.import_id
+        imported = bool(import_id) and (old is None or (old.import_id or old.id) != import_id)
+        if imported:
+            if old is not None:
+                raise AssertionError(f"{goal.urn}: an import replacing a resource: not modelled")
+            old = self._import_step(new, import_id)
+            inputs = keep_ignored(inputs, old.inputs, goal.options.ignore_changes)
         if old is None:
             return self._create_step(new, "create")
         if goal.urn in self._targets:
             diff = Diff(changes=True, replace=True)  # "replace, blaming the id": no provider
         else:
             diff = provider_diff(old, inputs)
+        if not diff.changes and imported:
+            return old  # the import step was its step
         if not diff.changes:
             return self._keep(
                 replace(
@@ -259,6 +291,11 @@ class Engine(ProviderMocks):
         if new.protect and old.protect:
             raise EngineError(
                 f"unable to replace resource {goal.urn} as it is currently marked for protection"
+            )
+        if import_id:
+            raise EngineError(
+                "previously-imported resources that still specify an ID may not be replaced; "
+                "please remove the `import` declaration from your program"
             )
         delete_first = (
             goal.options.delete_before_replace
@@ -301,6 +338,30 @@ class Engine(ProviderMocks):
                 found.append(resource)
                 replacing.add(resource.urn)
         return found
+
+    def _import_step(self, resource: Resource, import_id: str) -> Resource:
+        """`ImportStep.Apply`: the provider's Read of `import_id`, stored as the state."""
+        read = self._read(resource.typ, import_id)
+        if read is None:
+            raise EngineError(f"resource '{import_id}' does not exist")
+        id_, inputs = read
+        self.steps.append(("import", resource.name))
+        imported = replace(resource, id=id_, inputs=inputs, outputs=dict(inputs),
+                           import_id=import_id)  # fmt: skip
+        self.snapshot[resource.urn] = imported
+        return imported
+
+    def _read(self, typ: str, import_id: str) -> tuple[str, dict[str, Any]] | None:
+        if typ != BUCKET_TYPE:
+            raise AssertionError(f"{typ}: import not modelled")
+        inputs = self.storage.read_bucket(import_id)
+        return None if inputs is None else (str(inputs["name"]), inputs)
+
+    def destroy(self) -> None:
+        """`pulumi destroy`: every resource of the state deleted, dependents first."""
+        self.steps, self.exported = [], {}
+        self._registered, self._condemned, self.resources = set(), [], {}
+        self.finish()
 
     def finish(self) -> None:
         """The deletions after every create and update: the old halves of create-first
@@ -349,6 +410,10 @@ class Engine(ProviderMocks):
             volume_id = int(inputs["volumeId"])
             self.hetzner.attach(volume_id, int(inputs["serverId"]))
             created = replace(resource, id=str(volume_id), outputs=dict(inputs))
+        elif resource.typ == BUCKET_TYPE:
+            stored = self.storage.create_bucket(inputs)
+            id_, outputs = self._create(resource.typ, resource.name, inputs)
+            created = replace(resource, id=id_, outputs={**outputs, **stored})
         else:
             id_, outputs = self._create(resource.typ, resource.name, inputs)
             created = replace(resource, id=id_, outputs=outputs)
@@ -369,6 +434,8 @@ class Engine(ProviderMocks):
             self.hetzner.delete_volume(int(resource.id))
         elif resource.typ == ATTACHMENT_TYPE:
             self.hetzner.detach(int(resource.id))
+        elif resource.typ == BUCKET_TYPE:
+            self.storage.delete_bucket(resource.id)
 
     # The Automation API's view of the state
 
@@ -377,24 +444,35 @@ class Engine(ProviderMocks):
             version=3,
             deployment={
                 "resources": [
-                    {"urn": r.urn, "type": r.typ, "id": r.id, "protect": r.protect}
+                    {
+                        "urn": r.urn,
+                        "type": r.typ,
+                        "id": r.id,
+                        "protect": r.protect,
+                        "retainOnDelete": r.retain_on_delete,
+                    }
                     for r in self.snapshot.values()
                 ]
             },
         )
 
     def import_(self, state: auto.Deployment) -> None:
-        """Takes back the `protect` flags of an exported state (the only field raya edits)."""
+        """Takes back the `protect` and `retainOnDelete` flags of an exported state (the only
+        fields raya edits)."""
         for exported in (state.deployment or {}).get("resources", []):
-            self.snapshot[exported["urn"]].protect = bool(exported.get("protect"))
+            resource = self.snapshot[exported["urn"]]
+            resource.protect = bool(exported.get("protect"))
+            resource.retain_on_delete = bool(exported.get("retainOnDelete"))
 
 
 def provider_diff(old: Resource, inputs: Mapping[str, Any]) -> Diff:
     """The provider's Diff: replace when a ForceNew property changes (or may: unknown), with
-    delete-first asked for a resource whose `name` is set (pulumi-terraform-bridge)."""
+    delete-first asked for a resource whose `name` is set (pulumi-terraform-bridge); a
+    COMPUTED property the inputs leave out is no change."""
+    kept = {key for key in COMPUTED.get(old.typ, ()) if key not in inputs}
     changed = {
         key
-        for key in set(old.inputs) | set(inputs)
+        for key in (set(old.inputs) | set(inputs)) - kept
         if inputs.get(key, None) is UNKNOWN or old.inputs.get(key) != inputs.get(key)
     }
     if not changed:
@@ -480,6 +558,22 @@ class EngineStack:
             )
         return exported
 
+    def destroy(
+        self, *, on_output: Callable[[str], None] | None = None, **display: Any
+    ) -> auto.DestroyResult:
+        """`pulumi destroy`: runs no program; a failed step raises as the SDK does."""
+        self.calls.append(("destroy", ()))
+        try:
+            self.engine.destroy()
+        except (EngineError, HetznerError, StorageError) as error:
+            raise auto.CommandError(
+                auto.CommandResult(stdout="", stderr=f"error: {error}", code=255)
+            ) from None
+        for op, name in self.engine.steps:
+            if on_output is not None:
+                on_output(f"{op} {name}")
+        return auto.DestroyResult("", "", _summary(self.engine.steps))
+
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export", ()))
         return self.engine.export()
@@ -497,6 +591,7 @@ class EngineStack:
 
 # The engine's operation names for the steps, as an update's summary counts them.
 _SUMMARY_OPS = {
+    "import": "import",
     "create": "create",
     "same": "same",
     "update": "update",

@@ -74,6 +74,7 @@ class Options:
     protect: bool = False
     retain_on_delete: bool = False
     delete_before_replace: bool | None = None  # None: not set in the program
+    import_id: str = ""  # the `import_` option: the existing resource to adopt
 
     @classmethod
     def of(cls, request: Any) -> Options:
@@ -85,6 +86,7 @@ class Options:
             bool(request.protect),
             bool(request.retainOnDelete),
             bool(request.deleteBeforeReplace) if defined else None,
+            str(request.importId),
         )
 
 

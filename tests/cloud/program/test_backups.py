@@ -7,17 +7,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Any
 
 import pulumi
 import pytest
 import yaml
-from pulumi import automation as auto
 
-from raya.cloud import deploy
+from raya.cloud import kit as recovery
 from raya.errors import DeployError
 from raya.model.config import BackupS3
+from raya.nodes.identity import agent_token
 from tests.cloud.program.ignition import ignition_files
+from tests.cloud.program.kits import example_kit
 from tests.cloud.program.mocks import is_secret, reveal
 from tests.cloud.program.test_program import EXAMPLE, provider_mocks, run, user_data
 
@@ -96,15 +96,20 @@ def test_the_control_plane_alone_gets_the_keys_through_a_secret() -> None:
         "etcd-s3-region": "auto",
         "etcd-s3-access-key": key.outputs["accessId"],
         "etcd-s3-secret-key": key.outputs["secret"],
+        # The bucket's retention for the whole cluster, read from the Secret it uses.
+        "etcd-s3-retention": "28",
     }
     config = yaml.safe_load(files["control-plane"][CP_CONFIG])
     assert config["etcd-s3"] is True
     assert config["etcd-s3-config-secret"] == "raya-etcd-s3"
     assert config["etcd-snapshot-schedule-cron"] == "0 */6 * * *"
-    assert config["etcd-snapshot-retention"] == 28
-    # No S3 setting but the Secret's name in k3s' own config: k3s reads a Secret only while
-    # its config holds no other S3 setting (pkg/etcd/s3/s3.go, GetClient).
-    assert not [k for k in config if k.startswith("etcd-s3-") and k != "etcd-s3-config-secret"]
+    assert config["etcd-snapshot-retention"] == config["etcd-s3-retention"] == 28
+    # No S3 setting but the Secret's name and the retention in k3s' own config: k3s reads a
+    # Secret only while its config holds no other S3 setting, the retention excepted
+    # (pkg/etcd/s3/s3.go, GetClient: "also ignore retention").
+    assert [k for k in config if k.startswith("etcd-s3-")] == [
+        "etcd-s3-config-secret", "etcd-s3-retention"
+    ]
     for node, node_files in files.items():
         if node != "control-plane":
             assert not any(key.outputs["secret"].encode() in data for data in node_files.values())
@@ -151,6 +156,7 @@ def test_an_existing_bucket_takes_the_keys_from_secret_settings() -> None:
         "etcd-s3-region": "fsn1",
         "etcd-s3-access-key": "AK-TEST-1234",
         "etcd-s3-secret-key": "sk-test-5678",
+        "etcd-s3-retention": "28",
     }
 
 
@@ -170,30 +176,42 @@ def test_user_data_stays_secret_with_the_keys_in_it() -> None:
     assert is_secret(control_plane.inputs["userData"])
 
 
-class _State:
-    """What `deploy._unprotect` needs of an Automation API stack: export and import."""
-
-    def __init__(self) -> None:
-        self.resources = [
-            {"urn": "urn:pulumi:prod::raya::gcp:storage/bucket:Bucket::backups",
-             "protect": True, "retainOnDelete": True},
-            {"urn": "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane",
-             "protect": True},
-        ]  # fmt: skip
-        self.imported: list[Any] = []
-
-    def export_stack(self) -> Any:
-        return auto.Deployment(version=3, deployment={"resources": self.resources})
-
-    def import_stack(self, state: Any) -> None:
-        self.imported.append(state.deployment["resources"])
-
-
-@pytest.mark.parametrize("delete_backups", [False, True])
-def test_a_destroy_keeps_the_bucket_unless_asked(delete_backups: bool) -> None:
-    stack = _State()
-    deploy._unprotect(stack, None, release_retained=delete_backups)  # type: ignore[arg-type]
-    ((bucket, server),) = stack.imported
-    assert not bucket["protect"] and not server["protect"]
-    # Kept in the state, a destroy leaves the bucket where it is (Pulumi's retainOnDelete).
-    assert bucket["retainOnDelete"] is not delete_backups
+def test_a_stack_from_a_kit_imports_its_bucket_and_takes_its_identity() -> None:
+    """Under Pulumi's mocks, what the program asks of the engine: the kit's bucket by import
+    ID (its project and name), protected and retained as one raya made, the writer new and
+    bound on it; no random token nor CA generated; the kit's CA trusted by every node."""
+    kit = example_kit()
+    mocks = provider_mocks()
+    result = run(mocks, kit=kit)
+    options = mocks.options["backups"]
+    assert options.import_id == "raya-etcd-example"
+    assert options.protect and options.retain_on_delete
+    inputs = reveal(result.resources["backups"].inputs)
+    assert (inputs["name"], inputs["location"]) == ("raya-etcd-example", "EUROPE-WEST3")
+    assert not result.of_type("random:index/randomPassword:RandomPassword")
+    assert not result.of_type("tls:index/selfSignedCert:SelfSignedCert")
+    bindings = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
+    assert [reveal(b.inputs)["bucket"] for b in bindings] == ["raya-etcd-example"] * 2
+    assert result.outputs["backups"]["tokenHash"] == kit.backups.token_hash
+    # Every node's join token is the kit's: its CA's hash, its secret (booleans: no secret in
+    # a failure's message).
+    tokens = {
+        node: yaml.safe_load(ignition_files(data)[CP_CONFIG])["token"]
+        for node, data in user_data(result).items()
+    }
+    agents = agent_token(kit.server_ca.cert_pem, kit.agent_secret)
+    expected = {node: agents for node in tokens} | {"control-plane": kit.join_secret}
+    assert {node: tokens[node] == expected[node] for node in tokens} == dict.fromkeys(
+        tokens, True
+    )
+    # The kit the stack exports (and `raya up` writes) is the same identity and bucket, with
+    # the new writer's key.
+    exported = recovery.parse(result.outputs["recoveryKit"], "output", "raya")
+    same = [
+        getattr(exported, part) == getattr(kit, part)
+        for part in ("join_secret", "agent_secret", "server_ca", "client_ca")
+    ]
+    assert same == [True] * 4
+    assert (exported.backups.bucket, exported.backups.token_hash) == (
+        kit.backups.bucket, kit.backups.token_hash,
+    )  # fmt: skip

@@ -21,13 +21,22 @@ import yaml
 from pulumi import automation as auto
 
 from raya.cloud import deploy
+from raya.cloud import kit as recovery
 from raya.errors import ConfigError, DeployError
+from raya.model.config import load_stack_config
+from tests.cloud.program.kits import example_kit
 from tests.runner import invoke
 from tests.support import REPO
 
 SECRET = "s3cr3t-never-printed"
 RECORDED_LINES = (Path(__file__).parent / "recorded" / "up-3.stdout.txt").read_text().splitlines()
-OUTPUTS = {"nameServers": [["ns-cloud-a1.googledomains.com."], False], "token": [SECRET, True]}
+KIT = example_kit()
+OUTPUTS = {
+    "nameServers": [["ns-cloud-a1.googledomains.com."], False],
+    "token": [SECRET, True],
+    # The program's own output, which `raya up` writes to the recovery kit's file.
+    "recoveryKit": [recovery.document(KIT), True],
+}
 
 
 @dataclass
@@ -89,8 +98,11 @@ def test_up_streams_the_clis_display_and_masks_secret_outputs(
     # The SDK learns which outputs are secret from `stack output --json` ("[secret]").
     assert result.outputs == {
         "nameServers": '["ns-cloud-a1.googledomains.com."]',
+        "recoveryKit": "[secret]",
         "token": "[secret]",
     }
+    # ...and the SDK hands raya the secret kit decrypted, for its file alone.
+    assert result.recovery_kit == recovery.document(KIT)
 
 
 def test_preview_counts_changes_from_the_engine_events(project: Path, standin: Standin) -> None:
@@ -213,6 +225,15 @@ def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: S
     assert "up of stack prod: create 6" in result.output
     assert "token: [secret]" in result.output
     assert SECRET not in result.output
+    # The kit, from the stack's secret output through the real SDK: in its file, 0600, whole,
+    # with a warning; none of its secrets printed.
+    path = project / ".raya" / "prod.recovery-kit.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert recovery.load(path, load_stack_config(project / "Pulumi.prod.yaml")) == KIT
+    assert f"wrote the recovery kit {path} (mode 0600)" in result.output
+    assert "the same as cluster-admin" in result.output
+    for secret in (KIT.join_secret, KIT.agent_secret, KIT.server_ca.key_pem.splitlines()[1]):
+        assert secret not in result.output
 
 
 def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:

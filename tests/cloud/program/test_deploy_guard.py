@@ -12,9 +12,11 @@ import pytest
 from pulumi import automation as auto
 
 from raya.cloud import deploy
+from raya.cloud import kit as recovery
 from raya.cloud.program import REPLACE_ENV
 from raya.errors import DeployError
 from tests.cloud.program.engine import update_summary
+from tests.cloud.program.kits import example_kit
 from tests.runner import invoke
 
 EVENTS = Path(__file__).parent / "events"
@@ -64,7 +66,10 @@ class RecordedStack:
 
     def up(self, **kwargs: Any) -> auto.UpResult:
         self._play("up", kwargs)
-        return auto.UpResult("", "", update_summary("update", {auto.OpType.SAME: 26}), {})
+        # An update of raya's program exports the recovery kit (written by `raya up`).
+        kit = auto.OutputValue(recovery.document(example_kit()), secret=True)
+        summary = update_summary("update", {auto.OpType.SAME: 26})
+        return auto.UpResult("", "", summary, {"recoveryKit": kit})
 
     def destroy(self, **kwargs: Any) -> auto.DestroyResult:
         self.calls.append(("destroy", kwargs))

@@ -14,20 +14,22 @@ from typing import Any
 
 import pulumi
 
-from raya.cloud.program.backups import define_backups
+from raya.cloud import kit as recovery
+from raya.cloud.program.backups import BackupTarget, define_backups
 from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
 from raya.cloud.program.network import define_network
 from raya.cloud.program.outputs import gather
 from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
-from raya.cloud.program.secrets import define_identity
+from raya.cloud.program.secrets import Identity, define_identity
 from raya.defaults import GITHUB_URL
 from raya.errors import DeployError
 from raya.model.config import CLUSTER_HCLOUD_TOKEN, KEYS, NAMESPACE, parse_stack_config
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.model.pins import Pins, load_chart_pins, load_pins
 from raya.nodes.github_keys import fetch_keys
+from raya.nodes.identity import CertificateAuthority
 from raya.nodes.render import render_node
 
 # Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
@@ -62,12 +64,14 @@ def define(
     *,
     hcloud_token: pulumi.Input[str],
     replace: Set[str] = frozenset(),
+    kit: recovery.RecoveryKit | None = None,
 ) -> dict[str, Any]:
     """Declare every resource; returns the stack outputs. `render` builds a node's config
     (`render_node` with the chart pins); `hcloud_token` is the cluster's own Hetzner token,
     which only the control plane's config carries (as a secret). The nodes named in
     `replace` take the current inputs whole, to be re-created with them; every other server
-    keeps what it was created with and reports the difference as drift."""
+    keeps what it was created with and reports the difference as drift. With `kit`, the
+    cluster's server token, agent secret, CA pairs and bucket are the kit's."""
     config = cluster.config
     unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
     if unknown:
@@ -85,11 +89,13 @@ def define(
     network = define_network(config, {"managed_by": config.cluster_name})
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
-    identity = define_identity(config, [node.name for node in cluster.nodes], hcloud_token)
+    identity = define_identity(
+        config, [node.name for node in cluster.nodes], hcloud_token, kit
+    )
     volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
     groups = define_placement_groups(cluster)
     define_registration_balancer(cluster, network)
-    backups = define_backups(config)
+    backups = define_backups(config, kit)
     defined = {
         node.name: define_server(
             cluster,
@@ -115,6 +121,8 @@ def define(
         "kubeconfig": identity.kubeconfig,
         # Where the snapshots are, and the keys `raya backups` reads them with: a secret.
         "backups": backups.outputs(identity.join_secret),
+        # What `raya up` writes to the recovery kit's file (raya.cloud.kit): a secret.
+        "recoveryKit": _recovery_kit(config.cluster_name, identity, backups),
         "servers": {
             node.name: {
                 "serverId": servers[node.name].id,
@@ -136,14 +144,46 @@ def define(
     }
 
 
+def _recovery_kit(
+    cluster_name: str, identity: Identity, backups: BackupTarget
+) -> pulumi.Output[dict[str, Any]]:
+    values = gather(
+        identity.join_secret,
+        identity.agent_secret,
+        identity.server_ca.cert_pem,
+        identity.server_ca.key_pem,
+        identity.client_ca.cert_pem,
+        identity.client_ca.key_pem,
+        backups.kit(identity.join_secret),
+    )
+    return pulumi.Output.secret(
+        values.apply(
+            lambda v: recovery.document(
+                recovery.RecoveryKit(
+                    cluster_name=cluster_name,
+                    join_secret=v[0],
+                    agent_secret=v[1],
+                    server_ca=CertificateAuthority(cert_pem=v[2], key_pem=v[3]),
+                    client_ca=CertificateAuthority(cert_pem=v[4], key_pem=v[5]),
+                    backups=v[6],
+                )
+            )
+        )
+    )
+
+
 def main(root: Path) -> None:
     """The program as Pulumi runs it: read the stack, check every user has a key, declare,
     export. The nodes fetch the keys themselves at boot: none is in their config."""
     cluster, pins = load(root, pulumi.get_stack())
+    source = cluster.config.from_recovery_kit
+    # A kit that is not this cluster's fails here, before anything is declared.
+    kit = recovery.load(recovery.resolve(root, source), cluster.config) if source else None
     # A handle without a valid key (a typo) fails here, before anything is declared.
     fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
     replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
     render = functools.partial(render_node, charts=load_chart_pins(root))
     token = pulumi.Config(NAMESPACE).require_secret(CLUSTER_HCLOUD_TOKEN)
-    for name, value in define(cluster, pins, render, hcloud_token=token, replace=replace).items():
+    outputs = define(cluster, pins, render, hcloud_token=token, replace=replace, kit=kit)
+    for name, value in outputs.items():
         pulumi.export(name, value)

@@ -28,6 +28,14 @@ cloud.google.com/storage/docs/access-control/iam-roles); both can only be bound 
 be a project resource, needs `roles/iam.roleAdmin` for the deploy identity, and its ID stays
 reserved up to 37 days after a delete (IAM "Create and manage custom roles"), which a
 destroy then up of the same stack would run into.
+
+A stack built from a recovery kit adopts the bucket the kit names (the kept bucket of a
+destroyed stack) with Pulumi's `import` option: the engine reads the existing bucket into the
+state instead of creating one (GCS would answer 409 to a create of a taken name), then updates
+it in place to the declared settings (pulumi/pulumi `pkg/resource/deploy/step_generator.go`,
+`generateSteps`: an import step, then the steps of a normal diff against what was read). The
+adopted bucket is protected and retained like one raya made. Its writer (the service account,
+its roles, its HMAC key) is new: `raya destroy` deleted the old one with the stack.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
 from raya.errors import DeployError
 from raya.model.config import NAMESPACE, StackConfig
@@ -74,6 +83,33 @@ class BackupTarget:
     region: str
     access_key: pulumi.Output[str]
     secret_key: pulumi.Output[str]
+    kind: str = "s3"  # raya.cloud.kit.KINDS: "gcs" for a bucket raya made (or adopted)
+    location: pulumi.Input[str] = ""  # a GCS bucket's
+    project: pulumi.Input[str] = ""  # a GCS bucket's
+
+    def kit(self, join_secret: pulumi.Output[str]) -> pulumi.Output[KitBackups]:
+        """The recovery kit's share: where the snapshots are, with which keys, and the token
+        hash they carry."""
+        values = pulumi.Output.all(
+            self.bucket, self.access_key, self.secret_key, join_secret, self.location,
+            self.project,
+        )  # fmt: skip
+        return pulumi.Output.secret(
+            values.apply(
+                lambda v: KitBackups(
+                    kind=self.kind,
+                    endpoint=self.endpoint,
+                    bucket=v[0],
+                    folder=self.folder,
+                    region=self.region,
+                    location=v[4],
+                    project=v[5],
+                    token_hash=token_hash(v[3]),
+                    access_key=v[1],
+                    secret_key=v[2],
+                )
+            )
+        )
 
     def store(self) -> pulumi.Output[SnapshotStore]:
         """The control plane's share: the same values, as k3s' config Secret holds them."""
@@ -118,15 +154,15 @@ def bucket_name(config: StackConfig) -> str:
     return f"{prefix}-etcd-{digest}"
 
 
-def define_backups(config: StackConfig) -> BackupTarget:
-    """The snapshots' bucket and the keys k3s writes with."""
-    if config.backup_s3:
-        return _existing(config)
+def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
+    """The bucket raya made, or with `kit` the one it names, adopted as it is (its name and
+    location are the kit's; its project is whichever holds it, as the import reads it)."""
     labels = {"managed_by": config.cluster_name}
-    bucket = gcp.storage.Bucket(
+    adopted = kit.backups if kit is not None else None
+    return gcp.storage.Bucket(
         "backups",
-        name=bucket_name(config),
-        location=GCS_LOCATIONS[config.network_zone],
+        name=adopted.bucket if adopted else bucket_name(config),
+        location=adopted.location if adopted else GCS_LOCATIONS[config.network_zone],
         uniform_bucket_level_access=True,
         public_access_prevention="enforced",
         versioning=gcp.storage.BucketVersioningArgs(enabled=True),
@@ -148,8 +184,19 @@ def define_backups(config: StackConfig) -> BackupTarget:
             # Decided at creation: a later change of the zone or of the network zone (either
             # would re-create a bucket) leaves the bucket and its snapshots where they are.
             ignore_changes=["name", "location"],
+            # By its name, its id in the state: a stack that made the bucket itself and is
+            # then pointed at its own kit has it in the state under that id, which is no
+            # import (step_generator.go: an import is a goal ID other than the old one).
+            import_=adopted.bucket if adopted else None,
         ),
     )
+
+
+def define_backups(config: StackConfig, kit: RecoveryKit | None = None) -> BackupTarget:
+    """The snapshots' bucket and the keys k3s writes with; with `kit`, the kit's bucket."""
+    if config.backup_s3:
+        return _existing(config)
+    bucket = _bucket(config, kit)
     account = gcp.serviceaccount.Account(
         "backups-writer",
         account_id=account_id(config.cluster_name, "backups"),
@@ -170,6 +217,9 @@ def define_backups(config: StackConfig) -> BackupTarget:
         region=GCS_REGION,
         access_key=pulumi.Output.secret(key.access_id),
         secret_key=pulumi.Output.secret(key.secret),
+        kind="gcs",
+        location=bucket.location,
+        project=bucket.project,
     )
 
 

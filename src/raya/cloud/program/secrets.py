@@ -3,7 +3,9 @@ admin's client certificate and kubeconfig, each node's SSH host key, and the clu
 Hetzner token (a stack setting, carried as a secret).
 
 Random and TLS resources live in the Pulumi state, so they are generated once and never
-change between runs; every value here is a Pulumi secret.
+change between runs; every value here is a Pulumi secret. A stack built from a recovery kit
+(`raya:fromRecoveryKit`) takes the server token, the agent secret and both CA pairs from the
+kit instead: the cluster keeps the identity its snapshots and its nodes' trust were made with.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pulumi_random as random
 import pulumi_tls as tls
 
 from raya.cloud import kubeconfig
+from raya.cloud.kit import RecoveryKit
 from raya.cloud.program.outputs import gather
 from raya.model.config import StackConfig
 from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey, SnapshotStore
@@ -225,15 +228,34 @@ def _join_secret(name: str) -> pulumi.Output[str]:
     return pulumi.Output.secret(secret.result)
 
 
+def _kept_authority(ca: CertificateAuthority) -> Authority:
+    return Authority(
+        cert_pem=pulumi.Output.from_input(ca.cert_pem),
+        key_pem=pulumi.Output.secret(ca.key_pem),
+    )
+
+
 def define_identity(
-    config: StackConfig, nodes: Sequence[str], hcloud_token: pulumi.Input[str]
+    config: StackConfig,
+    nodes: Sequence[str],
+    hcloud_token: pulumi.Input[str],
+    kit: RecoveryKit | None = None,
 ) -> Identity:
+    """The cluster's identities; with `kit`, its server token, agent secret and CA pairs are
+    the kit's (no random or CA resource is declared for them)."""
     external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
-    server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
-    client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
+    if kit is None:
+        server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
+        client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
+        join_secret = _join_secret("join-secret")
+        agent_secret = _join_secret("agent-secret")
+    else:
+        server_ca, client_ca = _kept_authority(kit.server_ca), _kept_authority(kit.client_ca)
+        join_secret = pulumi.Output.secret(kit.join_secret)
+        agent_secret = pulumi.Output.secret(kit.agent_secret)
     return Identity(
-        join_secret=_join_secret("join-secret"),
-        agent_secret=_join_secret("agent-secret"),
+        join_secret=join_secret,
+        agent_secret=agent_secret,
         server_ca=server_ca,
         client_ca=client_ca,
         external_dns_key=external_dns,
