@@ -250,11 +250,12 @@ def test_required_settings(key: str) -> None:
         ),
         (
             {"authorizedUsers": []},
-            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+            "raya:authorizedUsers is []; accepted: a non-empty list of GitHub handles",
         ),
         (
             {"authorizedUsers": "octo-alice"},
-            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+            "raya:authorizedUsers is 'octo-alice'; accepted: a non-empty list of GitHub handles "
+            "(a YAML list, or its JSON text as `pulumi config set` stores it)",
         ),
         (
             {"authorizedUsers": ["-alice"]},
