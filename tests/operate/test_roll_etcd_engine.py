@@ -92,7 +92,7 @@ def test_the_command_rolls_three_control_planes_one_at_a_time(
     assert back["control-plane"] <= created["control-plane-1"]
     assert back["control-plane-1"] <= created["control-plane-2"]
     for name in CONTROL_PLANES:
-        assert f"{name}: back as the voting etcd member {name}-" in result.output
+        assert f"{name}: rejoined etcd as a new member ({name}-" in result.output
     assert "rolled 3 node(s)" in result.stdout
 
 
