@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -443,3 +444,22 @@ def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> N
     assert "raya.butane" in at_end
     # and the probe sees them when they are loaded: local files need pathlib.
     assert "pathlib" in loaded(butane, ["butane", "--files-dir", str(tmp_path), str(config)])[1]
+
+
+# A command line in a doc's code block: `raya <command>` first on the line, or after `$ `.
+# Benchmark tables (butane.md) name commands too, beside their figures in ms.
+_TYPED = re.compile(r"^\s*(?:\$ )?(\./)?raya (?:[a-z]|--)")
+
+
+def test_every_doc_runs_raya_one_way() -> None:
+    """Each command to type is `./raya ...`, as the quick start runs it (issue 36)."""
+    typed = 0
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        block = False
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                block = not block
+            elif block and (match := _TYPED.match(line)) and " ms" not in line:
+                assert match[1], f"{doc.name}:{number}: {line.strip()}"
+                typed += 1
+    assert typed >= 15  # the quick start, deploy.md, using.md, image.md, ...
