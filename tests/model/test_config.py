@@ -479,7 +479,11 @@ def test_load_names_the_file_in_setting_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (None, "{path}: stack file not found"),
+        (
+            None,
+            "{path}: stack file not found; a new stack is made with `pulumi stack init` and "
+            "its settings set with `pulumi config set` (docs/stacks.md)",
+        ),
         ("config: [", "{path}: not a YAML stack file: "),
         ("", "{path}: expected a top-level 'config:' mapping with raya: values"),
         ("- config", "{path}: expected a top-level 'config:' mapping with raya: values"),

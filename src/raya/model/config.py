@@ -220,7 +220,10 @@ def load_stack_config(path: Path) -> StackConfig:
     try:
         document, texts = _read_stack(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: stack file not found") from None
+        raise ConfigError(
+            f"{path}: stack file not found; a new stack is made with `pulumi stack init` and "
+            "its settings set with `pulumi config set` (docs/stacks.md)"
+        ) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: not a YAML stack file: {error}") from None
     config = document.get("config") if isinstance(document, dict) else None
