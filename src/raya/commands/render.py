@@ -30,7 +30,9 @@ commands = Commands()  # what this module adds to `raya`
 @commands.command(
     Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
     ROOT,
-    Option("--out", "-o", kind="path", help="Folder to write <node>.bu and <node>.ign to.",
+    Option("--out", "-o", kind="path",
+           help="Folder made anew with each node's <node>.bu and <node>.ign; one holding "
+           "files the last render did not write is refused.",
            default="out", dest="out_dir"),
     EXAMPLE,
 )  # fmt: skip
