@@ -296,3 +296,24 @@ def test_the_readme_shows_what_render_example_prints(tmp_path: Path) -> None:
     printed = first + result.stdout + "".join(rest)
     size = re.compile(r"[0-9][0-9,]* B \([0-9]+%\)")
     assert size.sub("<size>", shown) == size.sub("<size>", printed)
+
+
+def test_a_stack_built_from_a_kit_renders_the_kits_bucket(tmp_path: Path) -> None:
+    """As the program adopts it (cloud/program/backups.py, `_bucket`): the kit's bucket, not
+    the name the deployment would give a bucket of its own."""
+    from raya.cloud import kit as recovery
+    from tests.cloud.program.kits import example_kit
+
+    project = project_of(tmp_path, {"agents": ["cx23"]}, fromRecoveryKit="kits/old.json")
+    (project / "kits").mkdir()
+    kit = example_kit()
+    (project / "kits" / "old.json").write_bytes(recovery.encode(kit))
+    result = raya("render", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert snapshot_settings(project / "out")["etcd-s3-bucket"] == "raya-etcd-example"
+    assert result.stderr.splitlines()[-2].endswith(
+        "bucket raya-etcd-example, folder raya, at storage.googleapis.com (region auto): "
+        "the bucket of the recovery kit kits/old.json"
+    )
+    for secret in (kit.join_secret, kit.agent_secret, kit.backups.secret_key):
+        assert secret not in result.stdout + result.stderr
