@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raya.commands.options import ROOT, STACK, project_root
+from raya.commands.options import NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
 from raya.defaults import WITHOUT_DRAIN
@@ -136,7 +136,7 @@ def preview(*, stack: str, root: Path | None) -> None:
            help="Preview first; fail, changing nothing, if the preview replaces or deletes "
            "the control plane, its volume, the network or the DNS zone (what CI runs)."),
     Option("--replace", multiple=True,
-           help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
+           help=f"Re-create this node's server (by name: {NODE_NAMES}) with what the inputs "
            "render, applying its drift: the old server is shut down and deleted first. "
            "Repeat for more agents; one control plane at a time, and with several only "
            "while every other one is Ready and a voting etcd member. `raya roll` also "
