@@ -902,7 +902,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
                     del state.nodes[match[1]]  # the last finalizer gone: the deletion ends
                     state.events.append((state.clock(), f"node {match[1]} deleted"))
                     return 200, node
-            member_controller(state)
+            if state.etcd is not None:  # the member controller sees it later (`MEMBER_SYNC`)
+                state.etcd.changed[match[1]] = state.clock()
             return 200, node
         return 404, _status(404, reason="NotFound")
 
@@ -1068,6 +1069,15 @@ class Etcd:
     last_tick: float = 0.0
     stopped: dict[str, float] = field(default_factory=dict)  # node -> when its API went away
     split: set[str] = field(default_factory=set)  # started a cluster of its own
+    # The section "removing etcd members": when each node last changed through the API (the
+    # member controller acts `MEMBER_SYNC` later); the k3s of each removed member due to start
+    # again (`Restart=always`) and when; the nodes whose k3s will not start again (raya
+    # disabled it, `Restart=no`); (time, voters running, voters) at every change.
+    changed: dict[str, float] = field(default_factory=dict)
+    restarting: dict[str, tuple[Machine, float]] = field(default_factory=dict)
+    disarmed: set[str] = field(default_factory=set)
+    k3s_down: dict[str, Machine] = field(default_factory=dict)  # the server runs, k3s not
+    voters: list[tuple[float, int, int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, cluster: Cluster, addresses: Mapping[str, str], **options: Any) -> Etcd:
@@ -1114,6 +1124,7 @@ class Etcd:
                 machine.comes_up = False  # ... whose API this one is not
 
     def settle(self, cluster: Cluster, now: float) -> None:
+        restart(cluster, now)
         for node in self.addresses:
             gone = not self._running(cluster, node)
             ready = node in cluster.nodes and _node_ready(cluster.nodes[node])
@@ -1145,6 +1156,14 @@ class Etcd:
                 self.stopped.setdefault(node, machine.since if machine is not None else now)
         if self.quorum(cluster):
             self._slice(cluster, now)
+        self.count(cluster, now)
+
+    def count(self, cluster: Cluster, now: float) -> None:
+        """`voters` gets (now, running voters, voters) when either changed."""
+        voters = [n for n, m in self.members.items() if not m.learner]
+        count = (sum(1 for n in voters if self._running(cluster, n)), len(voters))
+        if not self.voters or self.voters[-1][1:] != count:
+            self.voters.append((now, *count))
 
     def _manage(self, cluster: Cluster, tick: float) -> None:
         """One run of the leader's `manageLearners`."""
@@ -1219,28 +1238,50 @@ class Etcd:
 # --- removing etcd members through the API (`raya up` shrinking the control planes) ----------
 #
 # On the etcd model above, written from k3s-io/k3s `pkg/etcd/member_controller.go`
-# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`) and etcd
-# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
+# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`, `Register`),
+# `pkg/daemons/executor/embed.go` (`ETCD`) and etcd `server/etcdserver/server.go`
+# (`RemoveMember`, `mayRemoveMember`):
+# - The controller is a wrangler handler on the node informer (`nodes.OnChange`,
+#   `nodes.OnRemove`): it runs after the API request that changed a node has been answered,
+#   from the watch, never inside it. Here it acts `MEMBER_SYNC` seconds after the change, at
+#   the first look at the API from then on (`settle`).
 # - `sync`, on every change of an etcd node: with `etcd.k3s.cattle.io/remove` "true" and no
 #   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)` from the node's
 #   annotations; once it succeeds the node gets `removed-node-name` = the member's name and
 #   loses the name and address annotations. An error leaves the node as it is; the
-#   controller retries (here: at every request, as `settle` runs it).
+#   controller retries (here: at every look from then on). When the node names a member
+#   again that is not the removed one (its k3s joined again), `sync` resets the request:
+#   `removed-node-name` dropped, `remove` set to "false" ("Resetting removed node flag").
 # - `RemovePeer` removes the member whose name and address both match (none: nothing to do).
 #   etcd commits it only with a majority of the voters running (else the request times
 #   out), and its strict reconfiguration check refuses to remove a running voter when the
 #   running voters left would be fewer than the quorum of the smaller cluster
 #   (`ErrUnhealthy`); a stopped member or a learner may always go.
-# - The removed server's etcd stops ("the member has been permanently removed"), and k3s
-#   with it: its machine is marked stopped here. k3s, restarted, would find a tombstone and
-#   join again as a new learner (the section above); that restart is not modelled.
+# - The removed server's etcd reports `ErrMemberRemoved`: k3s writes a `tombstone` into its
+#   datastore and exits (k3s-io/k3s#13498, brandond: "K3s on the removed node will exit, and
+#   then systemd will restart the process"). raya's `k3s.service` has `Restart=always`,
+#   `RestartSec=5s` (src/raya/nodes/templates/snippets/k3s.service.j2): unless it was
+#   disabled with `Restart=no` first (`disarmed`), k3s starts again `K3S_RESTART` seconds
+#   later, `Register` finds the tombstone, sets the datastore aside, takes a new member name
+#   and joins through its `server:` as a learner (the section above), which the leader
+#   promotes once it has caught up ("nodes will automatically join the cluster on startup -
+#   the first time, or after being deleted. If you don't want it to come back into the
+#   cluster, stop and disable the service before deleting the node resource": k3s-io/k3s#5404).
 # - Deleting a node (`onRemove`, behind wrangler's finalizer
-#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
-#   through the annotation goes at once; another etcd node's member is removed first, and
-#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
+#   `wrangler.cattle.io/managed-etcd-controller` on every node): the DELETE is answered with
+#   the node still there, its `deletionTimestamp` set; `MEMBER_SYNC` later, an etcd node
+#   already removed through the annotation goes; another etcd node's member is removed first,
+#   and while that fails the node stays. The handler has nothing to do for other nodes: they
+#   go at once here.
+# - Over SSH (`remote`): `systemctl` on a control plane as raya runs it: a drop-in with
+#   `Restart=no` and `systemctl disable` keep its k3s from starting again; `systemctl stop`
+#   stops it (its member, if it still is one, is then down). A server that is not running
+#   does not answer.
 
 REMOVE = "etcd.k3s.cattle.io/remove"
 REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+MEMBER_SYNC = 2.0  # seconds from a node's change to the member controller's handling of it
+K3S_RESTART = 10.0  # from k3s' exit to its member joining again: RestartSec=5s, then a start
 
 
 def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -1269,55 +1310,125 @@ def remove_peer(state: Cluster, node: str, member: str, address: str) -> str | N
     if node in running and len(running) - 1 < (len(voters) - 1) // 2 + 1:
         return "etcdserver: unhealthy cluster"
     del etcd.members[node]
+    now = state.clock()
     machine = state.machines.get(node)
     if machine is None or machine.running:  # its etcd, and k3s with it, stop
-        state.machines[node] = Machine(running=False, since=state.clock())
+        old = machine or Machine()
+        stopped = Machine(False, now, old.boot_id, old.kubelet_version, comes_up=False)
+        state.machines[node] = etcd.k3s_down[node] = stopped
+        if node not in etcd.disarmed:
+            etcd.restarting[node] = (stopped, now + K3S_RESTART)
     elif node == etcd.cluster_init and not etcd.guard:  # its server gone: as `Etcd._delete`
         etcd.split.add(node)
         machine.comes_up = False
-    state.events.append((state.clock(), f"etcd: {node}'s member {member} removed"))
+    state.events.append((now, f"etcd: {node}'s member {member} removed"))
+    etcd.count(state, now)
     return None
 
 
+def restart(state: Cluster, now: float) -> None:
+    """The k3s of removed members starting again (`Restart=always`): on the same machine,
+    unless its server was deleted meanwhile or raya stopped it; the etcd model then finds no
+    member for the node and makes it join as a learner under a new name."""
+    etcd = state.etcd
+    assert etcd is not None
+    for node, (machine, when) in list(etcd.restarting.items()):
+        if node in etcd.disarmed or state.machines.get(node) is not machine:
+            del etcd.restarting[node]
+        elif now >= when:
+            del etcd.restarting[node]
+            etcd.k3s_down.pop(node, None)
+            machine.running, machine.since = True, when
+            state.events.append((when, f"{node}: k3s started again (Restart=always)"))
+
+
 def member_controller(state: Cluster) -> None:
-    """`sync` over every etcd node: the removals asked for through the annotation."""
-    if state.etcd is None:
+    """`sync` and `onRemove` over every etcd node changed at least `MEMBER_SYNC` ago."""
+    etcd = state.etcd
+    if etcd is None:
         return
-    for name, node in state.nodes.items():
+    now = state.clock()
+    for name, node in list(state.nodes.items()):
+        if now < etcd.changed.get(name, -math.inf) + MEMBER_SYNC:
+            continue
         labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
-        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
+        if ETCD_ROLE not in labels or not notes:
+            continue
+        if node["metadata"].get("deletionTimestamp"):
+            _on_remove(state, name, notes)
+            continue
+        if REMOVED in notes:
+            if notes.get(MEMBER_NAME, notes[REMOVED]) != notes[REMOVED]:
+                notes.pop(REMOVED)
+                notes[REMOVE] = "false"
+                state.events.append((now, f"etcd: {name}'s removal reset: a member again"))
             continue
         if str(notes.get(REMOVE, "")).lower() != "true":
             continue
         member = notes.get(MEMBER_NAME, "")
         error = remove_peer(state, name, member, notes.get(MEMBER_ADDRESS, ""))
         if error:
-            state.events.append((state.clock(), f"etcd: {name}'s member not removed: {error}"))
+            state.events.append((now, f"etcd: {name}'s member not removed: {error}"))
             continue
         notes[REMOVED] = member
         notes.pop(MEMBER_NAME, None)
         notes.pop(MEMBER_ADDRESS, None)
+    etcd.count(state, now)
 
 
-def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
-    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
-    node = state.nodes.get(name)
-    if node is None:
-        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
-    notes = node["metadata"].get("annotations") or {}
-    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None
+def _on_remove(state: Cluster, name: str, notes: Mapping[str, str]) -> None:
     removed = str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)
-    if etcd and not removed:
-        error = remove_peer(
-            state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, "")
-        )
+    if not removed:
+        error = remove_peer(state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, ""))
         if error:
-            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
-            node["metadata"].setdefault("finalizers", [ETCD_FINALIZER])
             state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
-            return 200, node
+            return
     del state.nodes[name]
     if state.etcd is not None:
         state.etcd.conditions.pop(name, None)
     state.events.append((state.clock(), f"node {name} deleted"))
+
+
+def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    """DELETE of a node: an etcd node stays, marked for deletion, until the member
+    controller's `onRemove` lets it go (`MEMBER_SYNC` later, at the earliest)."""
+    node = state.nodes.get(name)
+    if node is None:
+        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+    if ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None:
+        node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+        node["metadata"].setdefault("finalizers", [ETCD_FINALIZER])
+        state.etcd.changed[name] = state.clock()
+        return 200, node
+    del state.nodes[name]
+    state.events.append((state.clock(), f"node {name} deleted"))
     return 200, node
+
+
+def remote(state: Cluster) -> Callable[[str, list[str]], tuple[int, str]]:
+    """Runs a command on a node as raya does over SSH (`raya.operate.remove`): `systemctl`
+    on its k3s, as the section above says; anything else fails as an unknown command."""
+
+    def run(node: str, command: list[str]) -> tuple[int, str]:
+        with state.lock:
+            state.settle()
+            etcd, machine = state.etcd, state.machines.get(node)
+            assert etcd is not None
+            up = machine is None or machine.running or etcd.k3s_down.get(node) is machine
+            if not up:
+                return 255, f"ssh: connect to host {node} port 22: Connection timed out"
+            text = " ".join(command)
+            state.events.append((state.clock(), f"{node}: ran {text}"))
+            if "Restart=no" in text and "systemctl disable k3s.service" in text:
+                etcd.disarmed.add(node)
+                return 0, ""
+            if text == "systemctl stop k3s.service":
+                etcd.disarmed.add(node)  # stopped by hand: Restart= does not apply
+                old = machine or Machine()
+                state.machines[node] = etcd.k3s_down[node] = Machine(
+                    False, state.clock(), old.boot_id, old.kubelet_version, comes_up=False
+                )
+                return 0, ""
+            return 127, f"{text}: command not found"
+
+    return run

@@ -311,7 +311,7 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "  1. check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
         "  2. check that no pod on it uses a Hetzner Volume claim (or --accept-volume-downtime)",
         "  3. delete its Node object, releasing k3s' etcd finalizer (the sole etcd member stays)",
-        "  4. replace its server (raya up --replace: shut down, delete, create)",
+        "  4. replace its server (raya up --replace: shut down, wait until off, delete, create)",
         "  5. wait until the new server registers a new Node (a new boot, the new server's "
         "provider ID), Ready on the pinned k3s",
         "  6. delete the VolumeAttachments left for the old server",
@@ -322,7 +322,7 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "  3. drain: evict its pods, wait until they are gone",
         "  4. wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
         "  5. delete its Node object (its running kubelet does not register again)",
-        "  6. replace its server (raya up --replace: shut down, delete, create)",
+        "  6. replace its server (raya up --replace: shut down, wait until off, delete, create)",
         "  7. delete the VolumeAttachments left for the old server",
         "  8. wait until the new server registers a new Node (a new boot, the new server's "
         "provider ID), Ready on the pinned k3s",

@@ -78,9 +78,12 @@ def test_three_control_planes_go_one_at_a_time_each_back_as_a_new_node_and_votin
         # (k3s removed its member then, a stopped one), before the new server registered,
         # 100 s later, a new Node with the new server's provider ID.
         assert f"{previous}: cordoned" in lines
-        assert times(cluster, f"node {previous} deleted") == [replaced[previous]]
+        # k3s' member controller acts after the DELETE, not inside it: by raya's next look at
+        # the API, 5 s on, the member is removed and the Node gone.
+        (deleted,) = times(cluster, f"node {previous} deleted")
+        assert replaced[previous] < deleted <= replaced[previous] + 5
         removed = f"etcd: {previous}'s member {old[previous]} removed"
-        assert times(cluster, removed) == [replaced[previous]]
+        assert times(cluster, removed) == [deleted]
         registered = replaced[previous] + 100
         server = cluster.servers[previous]
         assert times(cluster, f"{previous}: new Node, hcloud://{server}") == [registered]
@@ -217,7 +220,7 @@ def test_a_first_control_plane_without_the_guard_never_comes_back_here(
     # kept the API up.
     member = "etcd: control-plane's member"
     (removed,) = [t for t, text in cluster.events if text.startswith(member)]
-    assert removed == replace.asked[0][1]
+    assert replace.asked[0][1] < removed <= replace.asked[0][1] + 5  # the controller's, later
     assert "control-plane" not in cluster.nodes
     assert cluster.etcd.split == {"control-plane"}
     assert cluster.api_up()

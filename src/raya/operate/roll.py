@@ -87,7 +87,7 @@ ACTIONS = {
     DELETE_NODE: "delete its Node object (its running kubelet does not register again)",
     DELETE_SOLE_NODE: "delete its Node object, releasing k3s' etcd finalizer (the sole etcd "
     "member stays)",
-    REPLACE: "replace its server (raya up --replace: shut down, delete, create)",
+    REPLACE: "replace its server (raya up --replace: shut down, wait until off, delete, create)",
     DELETE_GONE_NODE: "delete its Node object, its old server gone, before the new one registers "
     "(k3s removes its etcd member)",
     LEFTOVERS: "delete the VolumeAttachments left for the old server",
@@ -447,12 +447,15 @@ class Roll(Drain):
 
     def replace_server(self, name: str) -> None:
         control_plane = is_control_plane(name)
+        # The replacement may stop before anything is deleted (a server that does not shut
+        # down): the error says how far it went.
+        self.left = f"its replacement did not finish: see `raya status`, then `raya roll {name}`"
+        self.replace(name)
         self.left = (
             f"its server was replaced and the {'control plane' if control_plane else 'node'} is "
             f"not back{' (no agent was touched)' if control_plane else ''}: see `raya status` "
             f"and the server's console, then `raya roll {name}` again"
         )
-        self.replace(name)
 
     def wait_voter(self, name: str) -> None:
         self.left = (
@@ -542,13 +545,11 @@ class Roll(Drain):
         """Refuse to replace `name` unless every other etcd member is a voter on a Ready node:
         then etcd keeps its quorum while `name` is gone. `name` itself may be in any state:
         replacing a member that is down or not voting loses nothing more."""
-        for other in etcd.members(self.kube.nodes(), self.control_planes):
-            if other.node != name and not other.healthy:
-                raise RollError(
-                    f"refused before any change: {other.node} is {other.describe()}; replacing "
-                    f"{name} needs every other control plane Ready and a voting etcd member, "
-                    "or etcd could lose its quorum"
-                )
+        problem = etcd.replacement_problem(
+            etcd.members(self.kube.nodes(), self.control_planes), name
+        )
+        if problem:
+            raise RollError(f"refused before any change: {problem}")
 
     def wait_member(self, before: etcd.Member) -> None:
         """Until the node's `EtcdIsVoter` condition is True again. This runs once the node is

@@ -40,7 +40,6 @@ its roles, its HMAC key) is new: `raya destroy` deleted the old one with the sta
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import pulumi
@@ -48,13 +47,11 @@ import pulumi_gcp as gcp
 
 from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
+from raya.cloud.snapshots import GCS_ENDPOINT, GCS_REGION, bucket_name
 from raya.errors import DeployError
 from raya.model.config import NAMESPACE, StackConfig
 from raya.nodes.identity import SnapshotStore, token_hash
 
-GCS_ENDPOINT = "storage.googleapis.com"
-# GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
-GCS_REGION = "auto"
 # The writer's roles on the bucket alone (the module's docstring: exactly k3s' and raya's
 # calls), by the name of their binding.
 BUCKET_ROLES = {
@@ -70,7 +67,6 @@ GCS_LOCATIONS = {
 }
 # Earlier versions of a snapshot are kept this long after k3s prunes or replaces it.
 NONCURRENT_DAYS = 30
-_BUCKET_NAME_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -144,14 +140,6 @@ class BackupTarget:
                 }
             )
         )
-
-
-def bucket_name(config: StackConfig) -> str:
-    """A GCS bucket name (globally unique, 3-63 characters) for this cluster: its name and a
-    digest of its zone, which no other deployment of raya shares."""
-    digest = hashlib.sha256(config.zone_dns_name.encode()).hexdigest()[:8]
-    prefix = config.cluster_name[: _BUCKET_NAME_MAX - len("-etcd-") - len(digest)]
-    return f"{prefix}-etcd-{digest}"
 
 
 def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
