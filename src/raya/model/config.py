@@ -19,7 +19,7 @@ import yaml
 
 from raya.errors import ConfigError
 from raya.model.cron import CronError, Schedule
-from raya.model.jsonfile import check_keys
+from raya.model.jsonfile import DuplicateKey, check_keys, loads_yaml
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
@@ -215,9 +215,11 @@ def stack_file(root: Path, stack: str) -> Path:
 def load_stack_config(path: Path) -> StackConfig:
     """Read and validate the `raya:` values of a Pulumi stack file."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = loads_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: stack file not found") from None
+    except DuplicateKey as error:
+        raise ConfigError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: not a YAML stack file: {error}") from None
     config = document.get("config") if isinstance(document, dict) else None
@@ -236,7 +238,7 @@ def check_secret_settings(path: Path) -> None:
     """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
     `pulumi config set --secret` writes it: a deployment without it would give the cluster
     add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
-    document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
+    document = loads_yaml(path.read_text(encoding="utf-8"))  # read once already
     config = document.get("config") if isinstance(document, dict) else None
     key = CLUSTER_HCLOUD_TOKEN
     value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
