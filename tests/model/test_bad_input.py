@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from raya.cloud import kit
-from raya.errors import RayaError
-from raya.model.config import load_stack_config
-from raya.model.fleet import load_fleet
+from raya.errors import ConfigError, RayaError
+from raya.model.config import load_stack_config, parse_stack_config
+from raya.model.fleet import build_cluster, load_fleet, server_name
 from raya.model.pins import parse_chart_pins, parse_fcos_pin
 from raya.model.project import EXAMPLE_ROOT
 from raya.nodes.github_keys import load_keys_file
@@ -105,3 +106,165 @@ def test_keys_only_alike_in_other_objects_are_accepted(tmp_path: Path) -> None:
         json.dumps({"pools": [pool, {**pool, "name": "api", "addresses": "10.0.1.80/28"}]})
     )
     assert [p.name for p in load_fleet(path).pools] == ["web", "api"]
+
+
+# --- the fleet: what it means ------------------------------------------------------------------
+BASE_STACK: dict[str, Any] = {
+    "authorizedUsers": ["octo-alice"],
+    "managedSubdomain": "raya",
+    "parentZone": "example.com",
+    "acmeEmail": "ops@example.org",
+}
+
+
+def web(**changes: Any) -> dict[str, Any]:
+    return {"name": "web", "type": "cx23", "count": 2, "addresses": "10.0.1.64/28", **changes}
+
+
+def fleet_refusal(tmp_path: Path, fleet: dict[str, Any], **stack: Any) -> str:
+    """The one line `fleet` (and `stack` settings) is refused with, by reading or building."""
+    path = tmp_path / "agents.json"
+    path.write_text(json.dumps(fleet))
+    config = parse_stack_config({**BASE_STACK, **stack}, "Pulumi.test.yaml")
+    with pytest.raises(ConfigError) as refused:
+        build_cluster(config, load_fleet(path), str(path))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message.removeprefix(f"{path}: ")
+
+
+# Every agent tainted NoSchedule or NoExecute and a tainted control plane: nowhere for the
+# add-ons' install jobs, which tolerate nothing (helm-controller, chart.go, `job`).
+NOWHERE_TO_INSTALL = [
+    {"pools": [web(taints=["dedicated=db:NoSchedule"])]},
+    {"pools": [web(taints=["a:PreferNoSchedule", "b:NoExecute"])]},
+    {"pools": [web(taints=["gpu:NoSchedule"]),
+               web(name="db", addresses="10.0.1.80/28", taints=["db:NoExecute"])]},
+    # A pool of 0 nodes runs nothing, untainted or not.
+    {"pools": [web(taints=["gpu:NoSchedule"]),
+               web(name="spare", addresses="10.0.1.80/28", count=0)]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fleet", NOWHERE_TO_INSTALL)
+def test_a_fleet_with_no_untainted_agent_is_refused(
+    tmp_path: Path, fleet: dict[str, Any]
+) -> None:
+    message = fleet_refusal(tmp_path, fleet)
+    assert message.startswith("every agent is tainted NoSchedule or NoExecute (pools ")
+    assert "raya:controlPlaneSchedulable is false" in message
+    assert "accepted: at least one agent without such a taint" in message
+
+
+@pytest.mark.parametrize(
+    ("fleet", "stack"),
+    [
+        ({"pools": [web(taints=["gpu:NoSchedule"])]}, {"controlPlaneSchedulable": True}),
+        ({"agents": ["cx23"], "pools": [web(taints=["gpu:NoSchedule"])]}, {}),
+        ({"pools": [web(taints=["a:PreferNoSchedule"])]}, {}),
+        ({"pools": [web(taints=["gpu:NoExecute"]), web(name="db", addresses="10.0.1.80/28")]},
+         {}),
+    ],
+)  # fmt: skip
+def test_one_node_that_takes_the_jobs_is_enough(
+    tmp_path: Path, fleet: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(json.dumps(fleet))
+    config = parse_stack_config({**BASE_STACK, **stack}, "Pulumi.test.yaml")
+    assert build_cluster(config, load_fleet(path), str(path)).agents
+
+
+# (a pool, what the line says about it): names, labels and taints.
+BAD_POOLS: list[tuple[dict[str, Any], str]] = [
+    (web(name="eu-web"), "pools[0]: field 'name' is 'eu-web'; accepted: 1-20 lowercase letters"),
+    (web(name="control-plane"), "pools[0]: field 'name' is 'control-plane'; accepted: 1-20 "),
+    (web(name="a-1"), "pools[0]: field 'name' is 'a-1'; accepted: 1-20 lowercase letters or "),
+    (web(name="agent"), "pools[0] (agent): field 'name' is 'agent', reserved"),
+    (web(name="agents"), "pools[0] (agents): field 'name' is 'agents', reserved"),
+    (web(name="control"), "pools[0] (control): field 'name' is 'control', reserved"),
+    (web(name="plane"), "pools[0] (plane): field 'name' is 'plane', reserved"),
+    (web(name="planes"), "pools[0] (planes): field 'name' is 'planes', reserved"),
+    (web(labels={"kubernetes.io/hostname": "web-0"}),
+     "pools[0] (web): field 'labels' key 'kubernetes.io/hostname': set by the kubelet"),
+    (web(labels={"kubernetes.io/arch": "arm64"}),
+     "pools[0] (web): field 'labels' key 'kubernetes.io/arch': set by the kubelet"),
+    (web(labels={"beta.kubernetes.io/os": "linux"}),
+     "pools[0] (web): field 'labels' key 'beta.kubernetes.io/os': set by the kubelet"),
+    (web(labels={"node.kubernetes.io/instance-type": "cx23"}),
+     "pools[0] (web): field 'labels' key 'node.kubernetes.io/instance-type': set by the cloud "
+     "controller"),
+    (web(labels={"topology.kubernetes.io/zone": "fsn1-dc14"}),
+     "pools[0] (web): field 'labels' key 'topology.kubernetes.io/zone': set by the cloud"),
+    (web(labels={"failure-domain.beta.kubernetes.io/region": "fsn1"}),
+     "pools[0] (web): field 'labels' key 'failure-domain.beta.kubernetes.io/region': set by"),
+    (web(labels={"node-role.kubernetes.io/worker": ""}),
+     "pools[0] (web): field 'labels' key 'node-role.kubernetes.io/worker': a kubelet may set "
+     "no such label on itself"),
+    (web(labels={"k8s.io/team": "a"}),
+     "pools[0] (web): field 'labels' key 'k8s.io/team': a kubelet may set no such label"),
+    (web(taints=["node.kubernetes.io/unschedulable:NoSchedule"]),
+     "pools[0] (web): field 'taints' 'node.kubernetes.io/unschedulable:NoSchedule': key "
+     "'node.kubernetes.io/unschedulable' is one Kubernetes sets and removes"),
+    (web(taints=["node.kubernetes.io/not-ready:NoExecute"]),
+     "pools[0] (web): field 'taints' 'node.kubernetes.io/not-ready:NoExecute': key"),
+    (web(taints=["node.cloudprovider.kubernetes.io/uninitialized=true:NoSchedule"]),
+     "pools[0] (web): field 'taints' 'node.cloudprovider.kubernetes.io/uninitialized=true:"
+     "NoSchedule': key 'node.cloudprovider.kubernetes.io/uninitialized' is one Kubernetes"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pool", "message"), BAD_POOLS)
+def test_pools_kubernetes_or_hetzner_would_refuse_or_rewrite(
+    tmp_path: Path, pool: dict[str, Any], message: str
+) -> None:
+    # Each next to an untainted pool, so that only the rule under test can refuse it.
+    fleet = {"pools": [pool, web(name="other", addresses="10.0.1.96/28")]}
+    assert fleet_refusal(tmp_path, fleet).startswith(message)
+
+
+def test_labels_and_taints_of_ones_own_and_the_kubelets_namespaces_pass(tmp_path: Path) -> None:
+    pool = web(
+        labels={"node.kubernetes.io/exclude-from-external-load-balancers": "",
+                "kubelet.kubernetes.io/pool": "web", "example.com/zone": "fsn1"},
+        taints=["example.com/dedicated=db:NoSchedule", "CriticalAddonsOnly=true:NoExecute"],
+    )  # fmt: skip
+    path = tmp_path / "agents.json"
+    path.write_text(json.dumps({"agents": ["cx23"], "pools": [pool]}))
+    assert load_fleet(path).pools[0].taints == tuple(pool["taints"])
+
+
+CLUSTER_NAMES = ("ab", "abc", "ab-b", "ab-b-c", "ab-bc", "ab-control", "ab-agent", "ab-web", "ab-1",
+                 "ab1")  # fmt: skip
+POOL_NAMES = ("b", "c", "b-c", "bc", "web", "control", "plane", "planes", "agent", "agents",
+              "control-plane", "1", "web1", "b-1")  # fmt: skip
+
+
+def test_no_two_stacks_of_accepted_names_share_a_server_name(tmp_path: Path) -> None:
+    """Every stack any of these cluster names and the pool names accepted among these would
+    make (3 control planes, 2 listed agents, 11 nodes per pool): no server name in two."""
+    accepted = []
+    for k, name in enumerate(POOL_NAMES):
+        path = tmp_path / f"{k}.json"
+        path.write_text(json.dumps({"pools": [web(name=name)]}))
+        try:
+            load_fleet(path)
+        except ConfigError:
+            continue
+        accepted.append(name)
+    assert accepted == ["b", "c", "bc", "web", "web1"]
+    pools = [web(name=name, count=11, addresses=f"10.0.1.{64 + 16 * k}/28")
+             for k, name in enumerate(accepted)]  # fmt: skip
+    path = tmp_path / "agents.json"
+    path.write_text(json.dumps({"agents": ["cx23", "cx23"], "pools": pools}))
+    fleet = load_fleet(path)
+    owner: dict[str, str] = {}
+    for cluster_name in CLUSTER_NAMES:
+        config = parse_stack_config(
+            {**BASE_STACK, "clusterName": cluster_name, "controlPlanes": 3}, "Pulumi.test.yaml"
+        )
+        for node in build_cluster(config, fleet, str(path)).nodes:
+            name = server_name(cluster_name, node)
+            assert owner.setdefault(name, cluster_name) == cluster_name, name
+    assert len(owner) == len(CLUSTER_NAMES) * (3 + 2 + 11 * len(accepted))
