@@ -268,3 +268,83 @@ def test_no_two_stacks_of_accepted_names_share_a_server_name(tmp_path: Path) -> 
             name = server_name(cluster_name, node)
             assert owner.setdefault(name, cluster_name) == cluster_name, name
     assert len(owner) == len(CLUSTER_NAMES) * (3 + 2 + 11 * len(accepted))
+
+
+# --- backup settings ---------------------------------------------------------------------------
+def stack_refusal(**settings: Any) -> str:
+    with pytest.raises(ConfigError) as refused:
+        parse_stack_config({**BASE_STACK, **settings}, "Pulumi.test.yaml")
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+S3 = {"endpoint": "fsn1.your-objectstorage.com"}
+# (the backupS3 mapping, what the line says after "raya:backupS3 ")
+BAD_BUCKETS: list[tuple[dict[str, str], str]] = [
+    ({**S3, "bucket": "192.168.10.20"}, "bucket is '192.168.10.20', shaped like an IPv4 address"),
+    ({**S3, "bucket": "team..backups"}, "bucket is 'team..backups', with two dots in a row"),
+    ({**S3, "bucket": "team.-backups"}, "bucket is 'team.-backups', with two dots in a row or a "
+                                        "dot next to a '-'"),
+    ({**S3, "bucket": "team-.backups"}, "bucket is 'team-.backups', with two dots"),
+    ({**S3, "bucket": "xn--backups"}, "bucket is 'xn--backups', with a prefix S3 reserves"),
+    ({**S3, "bucket": "sthree-backups"}, "bucket is 'sthree-backups', with a prefix S3 reserves"),
+    ({**S3, "bucket": "backups-s3alias"}, "bucket is 'backups-s3alias', with a suffix S3"),
+    ({**S3, "bucket": "backups.mrap"}, "bucket is 'backups.mrap', with a suffix S3 reserves"),
+    ({"endpoint": "storage.googleapis.com", "bucket": "google-backups"},
+     "bucket is 'google-backups', which begins with 'goog' or holds 'google'"),
+    ({"endpoint": "storage.googleapis.com:443", "bucket": "my-g00gle-backups"},
+     "bucket is 'my-g00gle-backups', which begins with 'goog'"),
+    ({"endpoint": "STORAGE.googleapis.com", "bucket": "googbackups"},
+     "bucket is 'googbackups', which begins with 'goog'"),
+    ({"endpoint": "a..example", "bucket": "team"}, "endpoint is 'a..example'; accepted: a host "
+                                                   "name or IPv4 address with an optional port"),
+    ({"endpoint": ".example", "bucket": "team"}, "endpoint is '.example'; accepted: a host"),
+    ({"endpoint": "-minio.lan", "bucket": "team"}, "endpoint is '-minio.lan'; accepted: a host"),
+    ({"endpoint": "minio.lan:0", "bucket": "team"}, "endpoint is 'minio.lan:0'; accepted: a host"),
+    ({"endpoint": "minio.lan:09000", "bucket": "team"}, "endpoint is 'minio.lan:09000'; accepted"),
+    ({"endpoint": "minio.lan:65536", "bucket": "team"}, "endpoint is 'minio.lan:65536'; accepted"),
+    ({"endpoint": "minio.lan:", "bucket": "team"}, "endpoint is 'minio.lan:'; accepted: a host"),
+    ({"endpoint": "s3://minio.lan", "bucket": "team"}, "endpoint is 's3://minio.lan'; accepted"),
+    ({"endpoint": "a" * 64 + ".example", "bucket": "team"}, f"endpoint is '{'a' * 64}.example'"),
+    ({"endpoint": ".".join(["a" * 60] * 5), "bucket": "team"}, "endpoint is 'aaaa"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("backup_s3", "message"), BAD_BUCKETS)
+def test_buckets_and_endpoints_s3_or_gcs_would_refuse(
+    backup_s3: dict[str, str], message: str
+) -> None:
+    line = stack_refusal(backupS3=backup_s3)
+    assert line.startswith(f"Pulumi.test.yaml: raya:backupS3 {message}")
+    assert "; accepted: " in line
+
+
+@pytest.mark.parametrize(
+    "backup_s3",
+    [
+        {**S3, "bucket": "team.backups-1"},
+        {**S3, "bucket": "a1b"},
+        {"endpoint": "minio.lan:65535", "bucket": "my-google-backups"},  # not GCS: S3's rules
+        {"endpoint": "10.0.0.5:9000", "bucket": "backups"},
+        {"endpoint": "storage.googleapis.com", "bucket": "team-backups"},
+    ],
+)
+def test_buckets_and_endpoints_that_pass(backup_s3: dict[str, str]) -> None:
+    parsed = parse_stack_config({**BASE_STACK, "backupS3": backup_s3}, "Pulumi.test.yaml")
+    assert parsed.backup_s3 is not None
+    assert parsed.backup_s3.bucket == backup_s3["bucket"]
+
+
+@pytest.mark.parametrize("name", ["google", "goog", "googly-prod", "prod-google", "my-g00gle",
+                                  "go0gle1", "g0og1e"])  # fmt: skip
+def test_a_cluster_name_gcs_would_refuse_as_its_buckets(name: str) -> None:
+    assert stack_refusal(clusterName=name).startswith(
+        f"Pulumi.test.yaml: raya:clusterName is {name!r}, which names the snapshots' GCS bucket "
+        f"({name}-etcd-...), which begins with 'goog' or holds 'google'"
+    )
+    # With a bucket of its own elsewhere, the name makes no GCS bucket.
+    other = {"endpoint": "minio.lan", "bucket": "team"}
+    assert parse_stack_config(
+        {**BASE_STACK, "clusterName": name, "backupS3": other}, "Pulumi.test.yaml"
+    ).cluster_name == name

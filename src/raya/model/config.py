@@ -71,9 +71,34 @@ CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # they are accepted here so that a stack file holding them is valid, never part of the model.
 SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
 BACKUP_RETENTION = range(1, 1001)
-_S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+# host[:port], as k3s' etcd-s3-endpoint: a DNS name (RFC 1123 labels, 253 characters at most)
+# or an IPv4 address, and a TCP port from 1 to 65535 written without a leading 0.
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_S3_ENDPOINT = re.compile(
+    rf"(?P<host>{_HOST_LABEL}(?:\.{_HOST_LABEL})*)(?::(?P<port>[1-9][0-9]{{0,4}}))?"
+)
+_PORTS = range(1, 65536)
 # S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+# What S3 refuses besides the characters (AWS' "General purpose bucket naming rules"): names
+# shaped like an IPv4 address, reserved prefixes and suffixes; and what is not a DNS name,
+# which virtual-host requests (k3s' S3 client on AWS and GCS) need: two dots in a row, a dot
+# next to a '-'.
+_BUCKET_RULES = (
+    (re.compile(r"[0-9]+(\.[0-9]+){3}"), "shaped like an IPv4 address"),
+    (re.compile(r".*(\.\.|\.-|-\.).*"), "with two dots in a row or a dot next to a '-'"),
+    (re.compile(r"(xn--|sthree-|amzn-s3-demo-).*"), "with a prefix S3 reserves"),
+    (re.compile(r".*(-s3alias|--ol-s3|\.mrap|--x-s3|--table-s3)"), "with a suffix S3 reserves"),
+)
+_BUCKET_RULES_TEXT = (
+    "not shaped like an IPv4 address, no '..', '.-' or '-.', no prefix xn--, sthree- or "
+    "amzn-s3-demo- and no suffix -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3"
+)
+# What GCS refuses besides S3's rules (cloud.google.com/storage/docs/buckets, "Bucket names"):
+# a name that begins with "goog", or holds "google" or a close misspelling such as "g00gle".
+_GCS_RESERVED = re.compile(r"goog.*|.*g[o0][o0]g[l1]e.*")
+# Google Cloud Storage's S3 endpoint (raya.cloud.program.backups makes the bucket there).
+GCS_ENDPOINT = "storage.googleapis.com"
 _FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
@@ -432,6 +457,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "one while a run uploads (docs/backups.md)",
         )
 
+    backup_s3 = _backup_s3(merged.get("backupS3"), cluster_name, fail)
+    if backup_s3 is None:
+        # The deployment makes the bucket in GCS, named after the cluster
+        # (raya.cloud.program.backups.bucket_name: `<clusterName>-etcd-<digest>`).
+        problem = bucket_problem(f"{cluster_name}-etcd", gcs=True)
+        if problem:
+            raise fail(
+                "clusterName",
+                f"is {cluster_name!r}, which names the snapshots' GCS bucket "
+                f"({cluster_name}-etcd-...), {problem}; accepted: another name, or "
+                f"{NAMESPACE}:backupS3",
+            )
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -451,10 +489,21 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_planes=count,
         backup_schedule=schedule,
         backup_retention=retention,
-        backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+        backup_s3=backup_s3,
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def bucket_problem(name: str, *, gcs: bool) -> str | None:
+    """What S3 (and with `gcs`, Google Cloud Storage) refuses in the bucket name `name`, of
+    valid characters and length, or None."""
+    for pattern, problem in _BUCKET_RULES:
+        if pattern.fullmatch(name):
+            return problem
+    if gcs and _GCS_RESERVED.fullmatch(name):
+        return "which begins with 'goog' or holds 'google' or a misspelling of it (GCS refuses it)"
+    return None
 
 
 def _kit_path(value: object, key: str, fail: Callable[[str, str], ConfigError]) -> str | None:
@@ -484,14 +533,33 @@ def _backup_s3(
         "a known field",
     )
     checks = {
-        "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
-        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),
+        "endpoint": (_S3_ENDPOINT, "a host name or IPv4 address with an optional port "
+                     "(1-65535), no scheme, such as fsn1.your-objectstorage.com"),
+        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -, a letter or digit at "
+                   "both ends"),
         "region": (re.compile(r"[a-z0-9-]{1,32}"), "a region such as fsn1 or us-east-1"),
         "folder": (_FOLDER, "one path segment of letters, digits, . _ -"),
-    }
+    }  # fmt: skip
     for key, (pattern, accepted) in checks.items():
         if key in value and not (isinstance(value[key], str) and pattern.fullmatch(value[key])):
             raise fail("backupS3", f"{key} is {value[key]!r}; accepted: {accepted}")
+    endpoint = _S3_ENDPOINT.fullmatch(value["endpoint"])
+    assert endpoint is not None  # checked above
+    if len(endpoint["host"]) > 253 or int(endpoint["port"] or 443) not in _PORTS:
+        raise fail(
+            "backupS3",
+            f"endpoint is {value['endpoint']!r}; accepted: {checks['endpoint'][1]}, the host "
+            "at most 253 characters",
+        )
+    bucket = value["bucket"]
+    gcs = endpoint["host"].lower() == GCS_ENDPOINT
+    problem = bucket_problem(bucket, gcs=gcs)
+    if problem:
+        raise fail(
+            "backupS3",
+            f"bucket is {bucket!r}, {problem}; accepted: {checks['bucket'][1]}, "
+            f"{_BUCKET_RULES_TEXT}" + (", not 'goog' first, no 'google' in it" if gcs else ""),
+        )
     return BackupS3(
         endpoint=value["endpoint"],
         bucket=value["bucket"],

@@ -29,10 +29,9 @@ import pulumi_gcp as gcp
 from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
 from raya.errors import DeployError
-from raya.model.config import NAMESPACE, StackConfig
+from raya.model.config import GCS_ENDPOINT, NAMESPACE, StackConfig
 from raya.nodes.identity import SnapshotStore, token_hash
 
-GCS_ENDPOINT = "storage.googleapis.com"
 # GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
 GCS_REGION = "auto"
 # Objects: read, write, list, delete (k3s prunes past the retention) on the bucket alone.
