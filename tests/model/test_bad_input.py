@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 
 from raya.cloud import kit
+from raya.commands.registry import every_command
 from raya.errors import ConfigError, RayaError
 from raya.model.config import load_stack_config, parse_stack_config
 from raya.model.fleet import build_cluster, load_fleet, server_name
 from raya.model.pins import parse_chart_pins, parse_fcos_pin
 from raya.model.project import EXAMPLE_ROOT
 from raya.nodes.github_keys import load_keys_file
+from tests.runner import invoke
 
 EXAMPLE_STACK = EXAMPLE_ROOT / "Pulumi.example.yaml"
 STACK = EXAMPLE_STACK.read_text()
@@ -348,3 +350,85 @@ def test_a_cluster_name_gcs_would_refuse_as_its_buckets(name: str) -> None:
     assert parse_stack_config(
         {**BASE_STACK, "clusterName": name, "backupS3": other}, "Pulumi.test.yaml"
     ).cluster_name == name
+
+
+# --- the command line ---------------------------------------------------------------------------
+# Per kind of value, inputs each command refuses, and what its line says is accepted.
+BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
+    "seconds": (("nan", "NaN", "inf", "-inf", "1e999", "-1", "-0.5", "0"),
+                "is not a time to wait; accepted: a number of seconds greater than 0"),
+    "stack": (("", "a/b", "prod eu", "../prod", "x" * 101, "prod\n"),
+              "is not a stack name; accepted: 1-100 letters, digits, '_', '.' or '-'"),
+    "url": (("", "api.hetzner.cloud/v1", "ftp://example.org", "https://", " https://a.example"),
+            "is not a URL; accepted: an http:// or https:// URL with a host"),
+    "path": (("",), "is not a path; accepted: a file or folder path"),
+}  # fmt: skip
+OPTION_CASES = [
+    pytest.param(path, option.names[0], value, accepted, id=f"{' '.join(path)} {option.names[0]}")
+    for path, command in every_command()
+    for option in command.options
+    if option.kind in BAD_VALUES
+    for value, accepted in [(v, BAD_VALUES[option.kind][1]) for v in BAD_VALUES[option.kind][0]]
+]
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*"))
+
+
+@pytest.mark.parametrize(("path", "name", "value", "accepted"), OPTION_CASES)
+def test_every_option_refuses_what_it_cannot_mean_and_writes_nothing(
+    path: tuple[str, ...], name: str, value: str, accepted: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "Pulumi.yaml").write_text("name: raya\n")
+    before = files_under(tmp_path)
+    result = invoke([*path, f"{name}={value}"])
+    assert result.exit_code == 2, result.output
+    last = result.stderr.rstrip("\n").rsplit("\n", 1)[-1] if "\n" not in value else ""
+    hint = next(o.hint for p, c in every_command() if p == path for o in c.options
+                if o.names[0] == name)  # fmt: skip
+    expected = f"Error: Invalid value for {hint}: {value!r} {accepted}"
+    if last:
+        assert last.startswith(expected)
+    else:  # a value holding a line break: its repr keeps the line whole
+        assert expected in result.stderr
+    assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "dest", "value"),
+    [
+        (["roll", "--drain-timeout", "0.5"], "drain_timeout", 0.5),
+        (["roll", "--ready-timeout=1e3"], "ready_timeout", 1000.0),
+        (["up", "--stack", "prod.eu_1-A"], "stack", "prod.eu_1-A"),
+        (["keys", "-s", "x" * 100], "stack", "x" * 100),
+        (["status", "--hcloud-endpoint", "http://127.0.0.1:8080/v1"], "hcloud_endpoint",
+         "http://127.0.0.1:8080/v1"),
+    ],
+)  # fmt: skip
+def test_values_the_options_accept(args: list[str], dest: str, value: object) -> None:
+    command = dict(every_command())[(args[0],)]
+    parsed = command.parse(args[1:])
+    assert parsed is not None
+    assert parsed[dest] == value
+
+
+@pytest.mark.parametrize("target", ["folder", "folder/missing/keys.json", "file/keys.json"])
+def test_keys_save_the_file_system_refuses_leaves_nothing_behind(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`raya keys --save` to a folder, under a missing folder or under a file: one line
+    naming the path, and no file left, whole or partial (not even the temporary one)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept\n")
+    before = files_under(tmp_path)
+    saved = tmp_path / target
+    result = invoke(["keys", "--example", "--save", str(saved)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith(f"error: {saved}: cannot write the keys file")
+    assert files_under(tmp_path) == before
+    assert (tmp_path / "file").read_text() == "kept\n"

@@ -27,7 +27,7 @@ commands = Commands()  # what this module adds to `raya`
 
 
 @commands.command(
-    Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
+    Option("--stack", "-s", kind="stack", help="Stack to render.", show_default=DEFAULT_STACK),
     ROOT,
     Option("--out", "-o", kind="path", help="Folder to write <node>.bu and <node>.ign to.",
            default="out", dest="out_dir"),
