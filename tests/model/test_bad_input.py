@@ -100,6 +100,27 @@ def test_a_key_twice_in_one_object_is_refused_naming_file_key_and_line(
     assert '"x"' not in message and "'y'" not in message
 
 
+@pytest.mark.parametrize(
+    ("name", "read", "text", "constant"),
+    [
+        ("agents.json", load_fleet, '{"pools": [{"name": "web", "count": NaN}]}', "NaN"),
+        ("agents.json", load_fleet, '{"agents": [Infinity]}', "Infinity"),
+        ("fcos.json", parse_fcos_pin, '{"stream": "stable", "size": -Infinity}', "-Infinity"),
+        ("keys.json", load_keys_file, '{"octo-alice": NaN}', "NaN"),
+    ],
+)
+def test_numbers_json_does_not_have_are_refused(
+    tmp_path: Path, name: str, read: Reader, text: str, constant: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(RayaError) as refused:
+        read(path)
+    assert str(refused.value) == (
+        f"{path}: not JSON: {constant} is not a JSON value; accepted: a number such as 1.5"
+    )
+
+
 def test_keys_only_alike_in_other_objects_are_accepted(tmp_path: Path) -> None:
     path = tmp_path / "agents.json"
     pool = {"name": "web", "type": "cx23", "count": 1, "addresses": "10.0.1.64/28",
@@ -188,6 +209,10 @@ BAD_POOLS: list[tuple[dict[str, Any], str]] = [
     (web(name="control"), "pools[0] (control): field 'name' is 'control', reserved"),
     (web(name="plane"), "pools[0] (plane): field 'name' is 'plane', reserved"),
     (web(name="planes"), "pools[0] (planes): field 'name' is 'planes', reserved"),
+    (web(location=["fsn1"]), "pools[0] (web): field 'location' is ['fsn1']; accepted: fsn1, "),
+    (web(location={"name": "fsn1"}), "pools[0] (web): field 'location' is {'name': 'fsn1'}; "),
+    (web(location=None), "pools[0] (web): field 'location' is None; accepted: fsn1, nbg1"),
+    (web(location="FSN1"), "pools[0] (web): field 'location' is 'FSN1'; accepted: fsn1, nbg1"),
     (web(labels={"kubernetes.io/hostname": "web-0"}),
      "pools[0] (web): field 'labels' key 'kubernetes.io/hostname': set by the kubelet"),
     (web(labels={"kubernetes.io/arch": "arm64"}),

@@ -213,7 +213,7 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
             raise fail("taints", f"has key and effect of {taint!r} twice")
         seen.add(taint_identity(taint))
     location = entry.get("location")
-    if location is not None and location not in LOCATIONS:
+    if "location" in entry and (not isinstance(location, str) or location not in LOCATIONS):
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
     return Pool(
         name=name,

@@ -69,12 +69,18 @@ def _parse_object(
         position = _skip(text, after) + 1  # past the ','
 
 
+def _not_json(constant: str) -> None:
+    """Python's json reads NaN, Infinity and -Infinity, which JSON does not have (RFC 8259,
+    section 6) and no other reader of these files takes."""
+    raise ValueError(f"{constant} is not a JSON value; accepted: a number such as 1.5")
+
+
 class _StrictDecoder(json.JSONDecoder):
     """The pure-Python scanner, whose objects go through `_parse_object`: the C scanner
     parses objects itself and calls no hook with their positions."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(parse_constant=_not_json)
         self.parse_object = _parse_object
         self.scan_once = _SCANNER.py_make_scanner(self)
 
@@ -93,7 +99,7 @@ def read_json(path: Path, what: str, error: type[RayaError], hint: str = "") -> 
         raise error(f"{path}: {what} file not found{hint}") from None
     except DuplicateKey as problem:
         raise error(f"{path}: {problem}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
+    except (OSError, UnicodeDecodeError, ValueError) as problem:  # JSONDecodeError, _not_json
         raise error(f"{path}: not JSON: {problem}") from None
 
 
