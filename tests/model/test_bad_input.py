@@ -457,3 +457,15 @@ def test_keys_save_the_file_system_refuses_leaves_nothing_behind(
     assert result.stderr.splitlines()[-1].startswith(f"error: {saved}: cannot write the keys file")
     assert files_under(tmp_path) == before
     assert (tmp_path / "file").read_text() == "kept\n"
+
+
+def test_a_key_a_yaml_merge_brings_in_may_be_written_again(tmp_path: Path) -> None:
+    """`<<: *anchor` then the same key: YAML's override, not a key written twice."""
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(
+        STACK + "  raya:backupS3:\n    <<: &store {endpoint: a.example, bucket: abc}\n"
+        "    bucket: abd\n"
+    )
+    parsed = load_stack_config(path)
+    assert parsed.backup_s3 is not None
+    assert (parsed.backup_s3.endpoint, parsed.backup_s3.bucket) == ("a.example", "abd")

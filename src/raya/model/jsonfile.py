@@ -104,11 +104,14 @@ def read_json(path: Path, what: str, error: type[RayaError], hint: str = "") -> 
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key seen before in the same mapping."""
+    """PyYAML's safe loader, refusing a key written twice in the same mapping; a key a merge
+    (`<<: *anchor`) brings in may be written again, the YAML merge's own override."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, str | int | float | bool) or key is None:
                 if key in seen:
