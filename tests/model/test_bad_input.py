@@ -8,6 +8,7 @@ mixes places (top level, nested, the last key, a key written with an escape) and
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -469,3 +470,59 @@ def test_a_key_a_yaml_merge_brings_in_may_be_written_again(tmp_path: Path) -> No
     parsed = load_stack_config(path)
     assert parsed.backup_s3 is not None
     assert (parsed.backup_s3.endpoint, parsed.backup_s3.bucket) == ("a.example", "abd")
+
+
+# --- nothing written: `raya render` refusing each class --------------------------------------
+def render_project(tmp_path: Path, stack_extra: str, fleet: str) -> Path:
+    """The example project, with `stack_extra` appended to its stack file and `fleet` as its
+    fleet file."""
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE_ROOT, root)
+    (root / "Pulumi.yaml").write_text("name: raya\n")
+    (root / "Pulumi.example.yaml").write_text(STACK + stack_extra)
+    (root / "deploy" / "fleet" / "agents.json").write_text(fleet)
+    return root
+
+
+GOOD_FLEET = json.dumps({"agents": ["cx23"], "pools": [web()]})
+RENDER_REFUSALS = [
+    ("", '{"agents": ["cx23"], "agents": ["cx33"]}', "deploy/fleet/agents.json",
+     "line 1 column 22: key 'agents' appears twice"),
+    ("  raya:location: fsn1\n", GOOD_FLEET, "Pulumi.example.yaml",
+     f"line {STACK.count(chr(10)) + 1} column 3: key 'raya:location' appears twice"),
+    ("", json.dumps({"pools": [web(taints=["a:NoSchedule"])]}), "deploy/fleet/agents.json",
+     "every agent is tainted NoSchedule or NoExecute"),
+    ("", json.dumps({"pools": [web(name="eu-web")]}), "deploy/fleet/agents.json",
+     "pools[0]: field 'name' is 'eu-web'; accepted: "),
+    ("", json.dumps({"agents": ["cx23"], "pools": [web(labels={"kubernetes.io/arch": "arm64"})]}),
+     "deploy/fleet/agents.json", "pools[0] (web): field 'labels' key 'kubernetes.io/arch'"),
+    ("  raya:backupS3: {endpoint: a.example, bucket: a..b}\n", GOOD_FLEET,
+     "Pulumi.example.yaml", "raya:backupS3 bucket is 'a..b', with two dots"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stack_extra", "fleet", "file", "message"), RENDER_REFUSALS)
+def test_render_refusing_bad_input_writes_nothing(
+    tmp_path: Path, stack_extra: str, fleet: str, file: str, message: str
+) -> None:
+    root = render_project(tmp_path, stack_extra, fleet)
+    before = files_under(root)
+    result = invoke(["render", "--root", str(root), "--stack", "example", "--out",
+                     str(root / "out")])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {root / file}: {message}")
+    assert files_under(root) == before
+
+
+def test_render_of_the_same_project_without_the_bad_input_writes(tmp_path: Path) -> None:
+    """The check above can see a write: the good project renders into `out`."""
+    root = render_project(tmp_path, "", GOOD_FLEET)
+    result = invoke(["render", "--root", str(root), "--stack", "example", "--out",
+                     str(root / "out")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (root / "out").iterdir()) == [
+        "agent-0.bu", "agent-0.ign", "control-plane.bu", "control-plane.ign",
+        "web-0.bu", "web-0.ign", "web-1.bu", "web-1.ign",
+    ]  # fmt: skip
