@@ -20,7 +20,7 @@ from raya.commands.registry import every_command
 from raya.errors import ConfigError, RayaError
 from raya.model.config import load_stack_config, parse_stack_config
 from raya.model.fleet import build_cluster, load_fleet, server_name
-from raya.model.pins import parse_chart_pins, parse_fcos_pin
+from raya.model.pins import parse_chart_pins, parse_fcos_pin, parse_k3s_pin
 from raya.model.project import EXAMPLE_ROOT
 from raya.nodes.github_keys import load_keys_file
 from tests.runner import invoke
@@ -526,3 +526,35 @@ def test_render_of_the_same_project_without_the_bad_input_writes(tmp_path: Path)
         "agent-0.bu", "agent-0.ign", "control-plane.bu", "control-plane.ign",
         "web-0.bu", "web-0.ign", "web-1.bu", "web-1.ign",
     ]  # fmt: skip
+
+
+# --- digits of other scripts: Python's \d reads them, Go's strconv and URLs do not -------------
+@pytest.mark.parametrize(
+    ("schedule", "field"),
+    [("٣ * * * *", "minute field '٣'"), ("0 */۶ * * *", "hour field '*/۶'"),
+     ("0 0 1-\uff12 * *", "day of month field '1-\uff12'")],
+)  # fmt: skip
+def test_a_schedule_with_other_digits_is_refused(schedule: str, field: str) -> None:
+    assert stack_refusal(backupSchedule=schedule).startswith(
+        f"Pulumi.test.yaml: raya:backupSchedule {field}: "
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "read", "document", "field"),
+    [
+        ("fcos.pin", parse_fcos_pin,
+         {"stream": "stable", "version": "٤٤.20260720.3.1", "sha256": "0" * 64}, "version"),
+        ("k3s.pin", parse_k3s_pin, {"version": "v1.٣٦.5+k3s1", "sha256": "0" * 64}, "version"),
+    ],
+)  # fmt: skip
+def test_a_pin_with_other_digits_is_refused(
+    tmp_path: Path, name: str, read: Reader, document: dict[str, str], field: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(json.dumps(document, ensure_ascii=False))
+    with pytest.raises(ConfigError) as refused:
+        read(path)
+    assert str(refused.value).startswith(
+        f"{path}: field '{field}' is {document[field]!r}; accepted: "
+    )
