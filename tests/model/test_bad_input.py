@@ -558,3 +558,27 @@ def test_a_pin_with_other_digits_is_refused(
     assert str(refused.value).startswith(
         f"{path}: field '{field}' is {document[field]!r}; accepted: "
     )
+
+
+@pytest.mark.parametrize(
+    ("parent", "fleet", "node"),
+    [
+        # `cp.raya.` and 246 characters: 254.
+        (".".join(["a" * 63] * 3) + "." + "b" * 50 + ".com", {"agents": ["cx23"]},
+         "control-plane"),
+        # 240 characters of parent: `cp.raya.` fits (248), `webwebwebwebwebwebwe-0.raya.`
+        # does not (268).
+        (".".join(["b" * 62] * 3) + "." + "c" * 47 + ".com",
+         {"agents": ["cx23"], "pools": [web(name="webwebwebwebwebwebwe")]},
+         "webwebwebwebwebwebwe-0"),
+    ],
+)  # fmt: skip
+def test_a_node_dns_name_longer_than_dns_allows_is_refused(
+    tmp_path: Path, parent: str, fleet: dict[str, Any], node: str
+) -> None:
+    message = fleet_refusal(tmp_path, fleet, parentZone=parent)
+    name = f"{'cp' if node == 'control-plane' else node}.raya.{parent}"
+    assert len(name) > 253
+    assert message.startswith(
+        f"node {node}'s DNS name {name} is {len(name)} characters; accepted: at most 253"
+    )

@@ -34,6 +34,9 @@ from raya.model.jsonfile import check_keys, read_json
 from raya.model.kube import label_problem, repels, taint_identity, taint_problem
 
 AGENT_HOST_OFFSET = 20
+# The longest DNS name in text, without the final dot: 255 octets on the wire (RFC 1035,
+# section 2.3.4) less the length octets of the first label and of the root.
+DNS_NAME_MAX = 253
 CONTROL_PLANE_NAME = "control-plane"
 CONTROL_PLANE_LABEL = "cp"
 
@@ -276,6 +279,14 @@ def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: s
     pooled = _pool_nodes(config, fleet.pools, {node.private_ip for node in nodes}, source)
     cluster = Cluster(config=config, control_planes=control_planes, agents=(*nodes, *pooled))
     _check_unique(cluster, source)
+    for node in cluster.nodes:
+        name = cluster.dns_name(node).removesuffix(".")
+        if len(name) > DNS_NAME_MAX:
+            raise ConfigError(
+                f"{source}: node {node.name}'s DNS name {name} is {len(name)} characters; "
+                f"accepted: at most {DNS_NAME_MAX} (a DNS name's limit, RFC 1035): a shorter "
+                "raya:parentZone or raya:managedSubdomain, or shorter pool names"
+            )
     # The add-ons' install jobs carry no toleration at all, of the control plane's taint or any
     # other: helm-controller gives tolerations to `spec.bootstrap` charts only
     # (k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`), and of raya's add-ons
