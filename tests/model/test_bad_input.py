@@ -582,3 +582,11 @@ def test_a_node_dns_name_longer_than_dns_allows_is_refused(
     assert message.startswith(
         f"node {node}'s DNS name {name} is {len(name)} characters; accepted: at most 253"
     )
+
+
+@pytest.mark.parametrize("network", ["10.0.1.0/25", "10.0.1.128/26", "10.0.1.0/30"])
+def test_a_network_smaller_than_hetzner_creates_is_refused(network: str) -> None:
+    assert stack_refusal(networkRange=network, nodesSubnet=network).startswith(
+        f"Pulumi.test.yaml: raya:networkRange is {network}, smaller than Hetzner creates; "
+        "accepted: a /24 or larger"
+    )

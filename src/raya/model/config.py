@@ -24,6 +24,8 @@ from raya.model.jsonfile import DuplicateKey, check_keys, loads_yaml
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
 PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# The smallest network Hetzner creates (its API, POST /networks `ip_range`).
+NETWORK_PREFIX_MAX = 24
 # k3s' pod and service ranges. raya's k3s configs set neither `cluster-cidr` nor
 # `service-cidr`, so k3s' defaults hold (k3s-io/k3s, pkg/cli/server/server.go, `run`): a
 # node address inside either is routed into flannel or kube-proxy, not to the node.
@@ -349,6 +351,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     network_range = network("networkRange")
     if not network_range.subnet_of(PRIVATE_ROUTE):
         raise fail("networkRange", f"is {network_range}; it must lie inside {PRIVATE_ROUTE}")
+    if network_range.prefixlen > NETWORK_PREFIX_MAX:
+        raise fail(
+            "networkRange",
+            f"is {network_range}, smaller than Hetzner creates; accepted: a /{NETWORK_PREFIX_MAX} "
+            "or larger (Hetzner's networks API: \"Minimum network size is /24\")",
+        )
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
