@@ -522,7 +522,7 @@ def test_render_of_the_same_project_without_the_bad_input_writes(tmp_path: Path)
     result = invoke(["render", "--root", str(root), "--stack", "example", "--out",
                      str(root / "out")])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (root / "out").iterdir()) == [
+    assert sorted(p.name for p in (root / "out").glob("[!.]*")) == [
         "agent-0.bu", "agent-0.ign", "control-plane.bu", "control-plane.ign",
         "web-0.bu", "web-0.ign", "web-1.bu", "web-1.ign",
     ]  # fmt: skip
@@ -590,3 +590,18 @@ def test_a_network_smaller_than_hetzner_creates_is_refused(network: str) -> None
         f"Pulumi.test.yaml: raya:networkRange is {network}, smaller than Hetzner creates; "
         "accepted: a /24 or larger"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "json_key"),
+    [
+        ("backupS3", '{"endpoint": "a.example", "bucket": "abc", "bucket": "abd"}', "bucket"),
+        ("sshSources", '["10.0.0.0/8", {"a": 1, "a": 2}]', "a"),
+    ],
+)
+def test_a_key_twice_in_a_settings_json_text_is_refused(key: str, text: str, json_key: str) -> None:
+    """A list or mapping as `pulumi config set` stores it: JSON text, read by the program with
+    json.loads, which would keep the last of two equal keys."""
+    line = stack_refusal(**{key: text})
+    assert line.startswith(f"Pulumi.test.yaml: raya:{key} is JSON text: line 1 column ")
+    assert line.endswith(f"key {json_key!r} appears twice in one object; accepted: each key once")

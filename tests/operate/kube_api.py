@@ -44,10 +44,57 @@ its controllers and the kubelet do, not from what raya expects:
   node keeps its last status (Ready, old boot ID) until the grace passes, then its Ready
   condition is Unknown; the node object and its `spec.unschedulable` stay. A created server
   boots for `boot` seconds, then its kubelet registers under the same name with a new
-  `nodeInfo.bootID` and posts Ready. While the control plane's server is down or booting,
-  nothing answers on the API's address: a connection is closed without a reply.
+  `nodeInfo.bootID` and posts Ready, and starts the pods still bound to the node again
+  (Ready `pod_start` seconds later, once their volumes are there). While the control plane's
+  server is down or booting, nothing answers on the API's address: a connection is closed
+  without a reply.
 - etcd members removed through the API (`raya up` shrinking): the section "removing etcd
   members" at the end, on the etcd model of the section "etcd".
+- A Node's provider ID (kubernetes `pkg/apis/core/validation/validation.go`,
+  `ValidateNodeUpdate`: "node updates may not change providerID except from \"\" to valid"):
+  a PATCH that changes a set `spec.providerID` is 422 Invalid. raya's kubelets register with
+  `provider-id=hcloud://<server id>` (raya-node-metadata); the stand-in knows each node's
+  current Hetzner server (`servers`, node name -> id; 0 once deleted).
+- Registration (`pkg/kubelet/kubelet_node_status.go`, `registerWithAPIServer`,
+  `tryRegisterWithAPIServer`, `initialNode`): a kubelet registers once per start; its Create
+  makes a new Node (schedulable, its provider ID the new server's), but when a Node of that
+  name exists, even one being deleted (kept by a finalizer), the kubelet keeps it and
+  reconciles only the attach-detach annotation, default labels and extended resources: the
+  old `spec.providerID` stays. A Node deleted while its kubelet runs is not created again
+  until that kubelet restarts (`registrationCompleted`).
+- Hetzner's cloud controller (`cloud_controller=True`; it runs only while the API answers):
+  the node lifecycle controller (k8s.io/cloud-provider `controllers/nodelifecycle`,
+  `MonitorNodes`, every `--node-monitor-period`, 5 s) deletes a Node whose Ready condition is
+  not True and whose server no longer exists (hcloud-cloud-controller-manager
+  `hcloud/instances.go`, `InstanceExists` -> `lookupServer` by the provider ID's server id).
+  Each LoadBalancer Service in `load_balancers` is synced with every node as a target
+  (cloud-provider `controllers/service`, `nodeSyncLoop`; hcloud-cloud-controller-manager
+  `hcops/load_balancer.go`, `ReconcileHCLBTargets`: the target's server id from the Node's
+  provider ID); a provider ID naming a server that is gone fails the whole sync
+  (hcloud-cloud-controller-manager#146, #505). Each sync's outcome is in `lb_syncs`.
+- Volumes on Hetzner's CSI driver (PersistentVolumes with a `csi` source, `objects`):
+  the attach/detach controller (`pkg/controller/volume/attachdetach/reconciler/
+  reconciler.go`) wants a volume attached to the node of each scheduled pod using it and
+  creates its VolumeAttachment (`pkg/volume/csi/csi_attacher.go`, `Attach`: named
+  `csi-<sha256(handle, attacher, node)>`), but not while the volume (ReadWriteOnce) is
+  attached elsewhere ("Multi-Attach error"); it detaches a volume no pod on the node needs by
+  deleting the VolumeAttachment once the node's `status.volumesInUse` no longer lists it, or
+  after `maxWaitForUnmountDuration`, 6 min, whatever it lists, and keeps
+  `status.volumesAttached` (`statusupdater`). A deleted Node's last `volumesInUse` still
+  counts (`ad_controller.go`, `nodeDelete` -> `processVolumesInUse`), and the node stays in
+  the desired state while pods bound to it use volumes (`DeleteNode` refuses). An attachment
+  deleted behind its back is attached again at its next sync (`syncStates`, within the 1 min
+  `--attach-detach-reconcile-sync-period`; at once here). The kubelet's volume manager lists a
+  volume in `volumesInUse` while a pod on the node uses it and until the status update after
+  the unmount (10 s, `nodeStatusUpdateFrequency`), only while its server runs. The external
+  attacher (kubernetes-csi/external-attacher `pkg/controller/csi_handler.go`, `syncAttach`,
+  `syncDetach`) publishes (Hetzner attaches the volume to the node's server) and sets
+  `status.attached: true`, unpublishes a deleted one and drops its finalizer; Hetzner's driver
+  does not advertise LIST_VOLUMES_PUBLISHED_NODES (hetznercloud/csi-driver
+  `driver/controller.go`, `ControllerGetCapabilities`), so an attachment already `attached:
+  true` is never checked again: deleting a server detaches its volumes at Hetzner, and the
+  record stays `attached: true` (csi-driver#89). A pod using such a volume starts only once
+  Hetzner has it on the pod's server (the kubelet's `WaitForAttach`).
 
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
@@ -57,12 +104,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import math
 import re
 import ssl
 import threading
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,10 +127,23 @@ DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a pod sets none
 DELETION_TIMEOUT = 120  # the disruption controller's DeletionTimeout
 NODE_MONITOR_GRACE = 40  # kube-controller-manager --node-monitor-grace-period
 TOO_MANY = "Cannot evict pod as it would violate the pod's disruption budget."
+NODE_MONITOR_PERIOD = 5.0  # the cloud node lifecycle controller's loop
+NODE_SYNC_PERIOD = 100.0  # the service controller's nodeSyncPeriod
+UNMOUNT = 10.0  # a volume leaves volumesInUse at the kubelet's next status update
+MAX_WAIT_FOR_UNMOUNT = 360.0  # the attach/detach controller's maxWaitForUnmountDuration
+CSI_DRIVER = "csi.hetzner.cloud"
+ATTACHER_FINALIZER = "external-attacher/csi-hetzner-cloud"
+ETCD_FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
+VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 
 
 def stamp(seconds: float) -> str:
     return (EPOCH + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def initial_server(name: str) -> int:
+    """The Hetzner id of node `name`'s server before any test changes it."""
+    return 100000 + zlib.crc32(name.encode()) % 100000
 
 
 def seconds_of(text: str) -> float:
@@ -124,18 +186,40 @@ class Cluster:
     # k3s' embedded etcd as the API shows it (the section "etcd" below); None: not modelled,
     # and the API answers while `control_plane`'s machine runs
     etcd: Etcd | None = None
+    # node -> its current Hetzner server id (0: deleted); a node's first from its provider ID
+    servers: dict[str, int] = field(default_factory=dict)
+    cloud_controller: bool = False  # Hetzner's cloud controller runs (see the docstring)
+    load_balancers: list[str] = field(default_factory=list)  # LoadBalancer Services
+    lb_syncs: list[tuple[float, str, str]] = field(default_factory=list)  # (time, service, outcome)
+    attachments: dict[str, dict[str, Any]] = field(default_factory=dict)  # VolumeAttachments
+    volume_servers: dict[str, int] = field(default_factory=dict)  # PV -> server (Hetzner's view)
+    templates: dict[str, list[Any]] = field(default_factory=dict)  # controller -> pod volumes
+    _next_server: int = 200000
+    _unmounted: dict[tuple[str, str], float] = field(default_factory=dict)  # (node, PV) -> when
+    _unwanted: dict[str, float] = field(default_factory=dict)  # attachment -> not needed since
+    _in_use_seen: dict[str, list[str]] = field(default_factory=dict)  # node -> volumesInUse
+    _lifecycle_at: float = -NODE_MONITOR_PERIOD
+    _lb_at: float = -NODE_SYNC_PERIOD
 
     # --- the Hetzner side ------------------------------------------------------------------
 
     def server_deleted(self, name: str) -> None:
+        """Hetzner deletes the server, and with it detaches its volumes."""
         with self.lock:
             self.settle()
             self.machines[name] = Machine(running=False, since=self.clock())
+            gone = self.servers.get(name, 0)
+            self.servers[name] = 0
+            for volume in [v for v, server in self.volume_servers.items() if server == gone]:
+                del self.volume_servers[volume]
             self.events.append((self.clock(), f"{name}: server deleted"))
 
-    def server_created(self, name: str, kubelet_version: str, comes_up: bool = True) -> None:
+    def server_created(
+        self, name: str, kubelet_version: str, comes_up: bool = True, server: int | None = None
+    ) -> None:
         """A new server for node `name` starts booting, on `kubelet_version`; it must have been
-        deleted first (Hetzner's names are unique per project)."""
+        deleted first (Hetzner's names are unique per project). `server`: its Hetzner id, if
+        a Hetzner model made it (else one of the stand-in's own)."""
         with self.lock:
             self.settle()
             old = self.machines.get(name)
@@ -148,7 +232,17 @@ class Cluster:
                 kubelet_version=kubelet_version,
                 comes_up=comes_up,
             )
+            self._next_server += 1
+            self.servers[name] = self._next_server if server is None else server
             self.events.append((self.clock(), f"{name}: server created"))
+
+    def kubelet_restarted(self, name: str, kubelet_version: str) -> None:
+        """k3s restarts on node `name`'s running server: its kubelet registers again (a new
+        Node if there is none, with the provider ID of the server it runs on)."""
+        with self.lock:
+            self.settle()
+            machine = self.machines.setdefault(name, Machine(kubelet_version=kubelet_version))
+            self._register(name, machine)
 
     def api_up(self) -> bool:
         if self.etcd is not None:
@@ -161,11 +255,14 @@ class Cluster:
     def settle(self) -> None:
         """Everything the kubelets and controllers have done by `clock()`."""
         now = self.clock()
+        for name, node in self.nodes.items():
+            self.servers.setdefault(name, _server_id(node))
         for found in self.pods:
             key = _controller_key(found)
             if key and key not in self.controllers:
                 owned = sum(1 for p in self.pods if _controller_key(p) == key)
                 self.controllers[key] = (_controller(found)[0], owned)
+                self.templates[key] = list(found["spec"].get("volumes") or [])
         for name, machine in self.machines.items():
             booted = machine.kubelet_version and now >= machine.since + self.boot
             if not machine.running and machine.comes_up and booted:
@@ -176,21 +273,168 @@ class Cluster:
             gone = under is not None and not under.running
             if gone and under and self.api_up() and now >= under.since + NODE_MONITOR_GRACE:
                 node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+        if (
+            self.cloud_controller
+            and self.api_up()
+            and now >= self._lifecycle_at + NODE_MONITOR_PERIOD
+        ):
+            self._lifecycle_at = now
+            self._node_lifecycle()
         for found in list(self.pods):
             self._kubelet(found, now)
         self._schedule(now)
+        self._volumes_in_use(now)
+        self._attach_detach(now)
         for budget in self.budgets:
             self._budget_status(budget, now)
         if self.etcd is not None:
             self.etcd.settle(self, now)
             member_controller(self)
+        if self.cloud_controller and self.api_up() and now >= self._lb_at + NODE_SYNC_PERIOD:
+            self._lb_at = now
+            for service in self.load_balancers:
+                self.lb_syncs.append((now, service, self._lb_targets()))
+
+    # --- Hetzner's cloud controller ------------------------------------------------------------
+
+    def _node_lifecycle(self) -> None:
+        """Delete each Node that is not Ready and whose server is gone (`InstanceExists`)."""
+        existing = {server for server in self.servers.values() if server}
+        for name, node in list(self.nodes.items()):
+            if not _node_ready(node) and _server_id(node) not in existing:
+                self.events.append((self.clock(), f"cloud controller: {name}'s server is gone"))
+                delete_node(self, name)
+
+    def _lb_targets(self) -> str:
+        """`ReconcileHCLBTargets`: every node's server as a target, or the first error."""
+        existing = {server for server in self.servers.values() if server}
+        targets = []
+        for name, node in sorted(self.nodes.items()):
+            server = _server_id(node)
+            if server not in existing:
+                return f"failed: node {name}: server {server} not found"
+            targets.append(server)
+        return f"targets {', '.join(str(t) for t in targets)}"
+
+    # --- volumes: the kubelet's volume manager, the attach/detach controller, the attacher ---
+
+    def _claimed(self, found: dict[str, Any]) -> list[dict[str, Any]]:
+        """The CSI PersistentVolumes the pod's claims are bound to."""
+        namespace, volumes = found["metadata"]["namespace"], []
+        for source in found["spec"].get("volumes") or []:
+            claim_name = (source.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = self.objects.get(
+                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim_name}"
+            )
+            bound = (claim or {}).get("spec", {}).get("volumeName")
+            volume = self.objects.get(f"/api/v1/persistentvolumes/{bound}") if bound else None
+            if volume is not None and (volume["spec"].get("csi") or {}).get("driver") == CSI_DRIVER:
+                volumes.append(volume)
+        return volumes
+
+    def _volumes_in_use(self, now: float) -> None:
+        """Each running kubelet's `volumesInUse`: its pods' volumes, and those unmounted less
+        than a status update ago."""
+        for name, node in self.nodes.items():
+            if not self._running(name):
+                continue  # nobody updates its status
+            used = {
+                _unique(v)
+                for p in self.pods
+                if p["spec"].get("nodeName") == name
+                for v in self._claimed(p)
+            }
+            before = set(node["status"].get("volumesInUse") or [])
+            for gone in before - used:
+                self._unmounted.setdefault((name, gone), now)
+            lingering = {v for v in before - used if now < self._unmounted[(name, v)] + UNMOUNT}
+            for v in used:
+                self._unmounted.pop((name, v), None)
+            node["status"]["volumesInUse"] = sorted(used | lingering)
+
+    def _attach_detach(self, now: float) -> None:
+        for name, node in self.nodes.items():  # what `processVolumesInUse` last saw
+            self._in_use_seen[name] = list(node["status"].get("volumesInUse") or [])
+        wanted: dict[str, dict[str, Any]] = {}  # attachment name -> its PV, for scheduled pods
+        for found in self.pods:
+            node = found["spec"].get("nodeName")
+            if node:  # a node stays in the desired state while pods there use volumes
+                for volume in self._claimed(found):
+                    wanted[_attachment_name(volume, node)] = volume | {"node": node}
+        for name, volume in wanted.items():
+            pv = volume["metadata"]["name"]
+            elsewhere = [
+                a
+                for a in self.attachments.values()
+                if a["spec"]["source"]["persistentVolumeName"] == pv
+                and a["metadata"]["name"] != name
+            ]
+            if name not in self.attachments and not elsewhere:
+                self.attachments[name] = _attachment(name, pv, volume["node"], now)
+                self.events.append((now, f"attachment {pv} -> {volume['node']} created"))
+        for name, found in list(self.attachments.items()):
+            node, pv = found["spec"]["nodeName"], found["spec"]["source"]["persistentVolumeName"]
+            meta = found["metadata"]
+            if name in wanted or meta.get("deletionTimestamp"):
+                self._unwanted.pop(name, None)
+            else:
+                since = self._unwanted.setdefault(name, now)
+                in_use = self._in_use_seen.get(node, [])
+                volume = self.objects[f"/api/v1/persistentvolumes/{pv}"]
+                if _unique(volume) not in in_use or now >= since + MAX_WAIT_FOR_UNMOUNT:
+                    meta["deletionTimestamp"] = stamp(now)
+            self._attacher(found, node, pv, now)
+
+    def _attacher(self, found: dict[str, Any], node: str, pv: str, now: float) -> None:
+        """`syncAttach` / `syncDetach`: publish once, never look again; unpublish a deleted
+        one (a server that is gone has nothing attached: done)."""
+        server = self.servers.get(node, 0)
+        if found["metadata"].get("deletionTimestamp"):
+            if server and self.volume_servers.get(pv) == server:
+                del self.volume_servers[pv]
+            del self.attachments[found["metadata"]["name"]]
+            self._volumes_attached(node, pv, False)
+            self.events.append((now, f"attachment {pv} -> {node} detached"))
+        elif not found["status"]["attached"] and server and pv not in self.volume_servers:
+            self.volume_servers[pv] = server
+            found["status"]["attached"] = True
+            self._volumes_attached(node, pv, True)
+            self.events.append((now, f"attachment {pv} -> {node} attached"))
+
+    def _volumes_attached(self, node: str, pv: str, attached: bool) -> None:
+        target = self.nodes.get(node)
+        volume = self.objects.get(f"/api/v1/persistentvolumes/{pv}")
+        if target is None or volume is None:
+            return
+        unique = _unique(volume)
+        kept = [v for v in target["status"].get("volumesAttached") or [] if v["name"] != unique]
+        if attached:
+            kept.append({"name": unique, "devicePath": ""})
+        target["status"]["volumesAttached"] = kept
+
+    def _mountable(self, found: dict[str, Any]) -> bool:
+        """Every CSI volume of the pod is on its node's server, as Hetzner says."""
+        server = self.servers.get(found["spec"].get("nodeName", ""), 0)
+        return all(
+            server and self.volume_servers.get(v["metadata"]["name"]) == server
+            for v in self._claimed(found)
+        )
 
     def _register(self, name: str, machine: Machine) -> None:
-        node = self.nodes.setdefault(name, node_object(name, machine.kubelet_version))
+        node = self.nodes.get(name)
+        if node is None:  # the kubelet's Create: a new Node, the new server's provider ID
+            server = self.servers.get(name, 0)
+            node = self.nodes[name] = node_object(name, machine.kubelet_version, server=server)
+            self.events.append((machine.since, f"{name}: new Node, hcloud://{server}"))
         info = node["status"]["nodeInfo"]
         info["bootID"], info["kubeletVersion"] = machine.boot_id, machine.kubelet_version
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         self.events.append((machine.since, f"{name}: registered, boot {machine.boot_id}"))
+        for found in self.pods:  # the pods still bound here start again, on the new boot
+            if found["spec"].get("nodeName") == name and not found["metadata"].get(
+                "deletionTimestamp"
+            ):
+                found["status"] = {"phase": "Pending", "startTime": stamp(machine.since)}
 
     def _running(self, node_name: str) -> bool:
         machine = self.machines.get(node_name)
@@ -207,6 +451,7 @@ class Cluster:
             not deleting
             and not _ready(found)
             and now >= seconds_of(status["startTime"]) + (self.pod_start)
+            and self._mountable(found)
         ):
             status.update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
 
@@ -236,6 +481,7 @@ class Cluster:
         self._serial += 1
         name = f"{owner}-{self._serial:05x}" if kind == "ReplicaSet" else self._gone_name(key)
         made = pod(name, namespace, "", owner=kind, controller=owner)
+        made["spec"]["volumes"] = [dict(v) for v in self.templates.get(key, [])]
         made["status"] = {"phase": "Pending"}
         self.events.append((now, f"pod {namespace}/{name} created by {kind} {owner}"))
         return made
@@ -357,13 +603,20 @@ class Cluster:
 
 
 def node_object(
-    name: str, version: str, ready: bool = True, unschedulable: bool = False, boot: str = "b0"
+    name: str,
+    version: str,
+    ready: bool = True,
+    unschedulable: bool = False,
+    boot: str = "b0",
+    server: int | None = None,
 ) -> dict[str, Any]:
+    """A Node; `server` is its Hetzner server id (None: `initial_server(name)`)."""
+    server = initial_server(name) if server is None else server
     return {
         "kind": "Node",
         "apiVersion": "v1",
         "metadata": {"name": name},
-        "spec": {"unschedulable": unschedulable},
+        "spec": {"unschedulable": unschedulable, "providerID": f"hcloud://{server}"},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             "nodeInfo": {
@@ -459,6 +712,41 @@ def _controller_key(pod_: dict[str, Any]) -> str:
     return (
         f"{pod_['metadata']['namespace']}/{name}" if kind in ("ReplicaSet", "StatefulSet") else ""
     )
+
+
+def _server_id(node_: dict[str, Any]) -> int:
+    """The server id of a Node's `hcloud://<id>` provider ID (0: none)."""
+    text = str(node_["spec"].get("providerID") or "").removeprefix("hcloud://")
+    return int(text) if text.isdigit() else 0
+
+
+def _unique(volume: dict[str, Any]) -> str:
+    """A CSI volume's unique name in volumesInUse and volumesAttached."""
+    return f"kubernetes.io/csi/{CSI_DRIVER}^{volume['spec']['csi']['volumeHandle']}"
+
+
+def _attachment_name(volume: dict[str, Any], node: str) -> str:
+    """`csi_attacher.go`, `getAttachmentName`: sha256 of handle, driver and node."""
+    handle = volume["spec"]["csi"]["volumeHandle"]
+    return "csi-" + hashlib.sha256(f"{handle}{CSI_DRIVER}{node}".encode()).hexdigest()
+
+
+def _attachment(name: str, pv: str, node: str, now: float) -> dict[str, Any]:
+    return {
+        "kind": "VolumeAttachment",
+        "apiVersion": "storage.k8s.io/v1",
+        "metadata": {
+            "name": name,
+            "finalizers": [ATTACHER_FINALIZER],
+            "creationTimestamp": stamp(now),
+        },
+        "spec": {
+            "attacher": CSI_DRIVER,
+            "nodeName": node,
+            "source": {"persistentVolumeName": pv},
+        },
+        "status": {"attached": False},
+    }
 
 
 def _ready(pod_: dict[str, Any]) -> bool:
@@ -561,6 +849,9 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
     def _get(path: str, query: str, _: Any) -> tuple[int, Any]:
         if path in state.objects:
             return 200, state.objects[path]
+        if path == VOLUME_ATTACHMENTS:
+            listed = _list("VolumeAttachmentList", list(state.attachments.values()))
+            return 200, listed | {"apiVersion": "storage.k8s.io/v1"}
         if path == "/api/v1/nodes":
             return 200, _list("NodeList", list(state.nodes.values()))
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
@@ -592,10 +883,28 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
     def _patch(path: str, _: str, body: Any) -> tuple[int, Any]:
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if match and match[1] in state.nodes:
-            state.nodes[match[1]]["spec"].update(body.get("spec", {}))
-            merge_metadata(state.nodes[match[1]], body.get("metadata") or {})
-            member_controller(state)
-            return 200, state.nodes[match[1]]
+            node = state.nodes[match[1]]
+            spec = body.get("spec") or {}
+            was = node["spec"].get("providerID") or ""
+            if "providerID" in spec and was and spec["providerID"] != was:
+                return 422, _status(  # ValidateNodeUpdate
+                    422,
+                    f'Node "{match[1]}" is invalid: spec.providerID: Forbidden: node updates '
+                    'may not change providerID except from "" to valid',
+                    "Invalid",
+                )
+            node["spec"].update(spec)
+            meta = body.get("metadata") or {}
+            merge_metadata(node, meta)
+            if "finalizers" in meta:
+                node["metadata"]["finalizers"] = list(meta["finalizers"] or [])
+                if node["metadata"].get("deletionTimestamp") and not meta["finalizers"]:
+                    del state.nodes[match[1]]  # the last finalizer gone: the deletion ends
+                    state.events.append((state.clock(), f"node {match[1]} deleted"))
+                    return 200, node
+            if state.etcd is not None:  # the member controller sees it later (`MEMBER_SYNC`)
+                state.etcd.changed[match[1]] = state.clock()
+            return 200, node
         return 404, _status(404, reason="NotFound")
 
     def _post(path: str, _: str, body: Any) -> tuple[int, Any]:
@@ -612,6 +921,14 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         node = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if node:
             return delete_node(state, node[1])
+        attachment = re.fullmatch(VOLUME_ATTACHMENTS + "/([^/]+)", path)
+        if attachment:
+            found_attachment = state.attachments.get(attachment[1])
+            if found_attachment is None:
+                return 404, _status(404, reason="NotFound")
+            # Kept by the attacher's finalizer until it has unpublished it (`settle`).
+            found_attachment["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+            return 200, found_attachment
         match = _POD.fullmatch(path)
         found = state.find(match[1], match[2]) if match else None
         if found is None:
@@ -752,6 +1069,15 @@ class Etcd:
     last_tick: float = 0.0
     stopped: dict[str, float] = field(default_factory=dict)  # node -> when its API went away
     split: set[str] = field(default_factory=set)  # started a cluster of its own
+    # The section "removing etcd members": when each node last changed through the API (the
+    # member controller acts `MEMBER_SYNC` later); the k3s of each removed member due to start
+    # again (`Restart=always`) and when; the nodes whose k3s will not start again (raya
+    # disabled it, `Restart=no`); (time, voters running, voters) at every change.
+    changed: dict[str, float] = field(default_factory=dict)
+    restarting: dict[str, tuple[Machine, float]] = field(default_factory=dict)
+    disarmed: set[str] = field(default_factory=set)
+    k3s_down: dict[str, Machine] = field(default_factory=dict)  # the server runs, k3s not
+    voters: list[tuple[float, int, int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, cluster: Cluster, addresses: Mapping[str, str], **options: Any) -> Etcd:
@@ -798,6 +1124,7 @@ class Etcd:
                 machine.comes_up = False  # ... whose API this one is not
 
     def settle(self, cluster: Cluster, now: float) -> None:
+        restart(cluster, now)
         for node in self.addresses:
             gone = not self._running(cluster, node)
             ready = node in cluster.nodes and _node_ready(cluster.nodes[node])
@@ -829,6 +1156,14 @@ class Etcd:
                 self.stopped.setdefault(node, machine.since if machine is not None else now)
         if self.quorum(cluster):
             self._slice(cluster, now)
+        self.count(cluster, now)
+
+    def count(self, cluster: Cluster, now: float) -> None:
+        """`voters` gets (now, running voters, voters) when either changed."""
+        voters = [n for n, m in self.members.items() if not m.learner]
+        count = (sum(1 for n in voters if self._running(cluster, n)), len(voters))
+        if not self.voters or self.voters[-1][1:] != count:
+            self.voters.append((now, *count))
 
     def _manage(self, cluster: Cluster, tick: float) -> None:
         """One run of the leader's `manageLearners`."""
@@ -903,28 +1238,50 @@ class Etcd:
 # --- removing etcd members through the API (`raya up` shrinking the control planes) ----------
 #
 # On the etcd model above, written from k3s-io/k3s `pkg/etcd/member_controller.go`
-# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`) and etcd
-# `server/etcdserver/server.go` (`RemoveMember`, `mayRemoveMember`):
+# (`etcdMemberHandler.sync`, `onRemove`), `pkg/etcd/etcd.go` (`RemovePeer`, `Register`),
+# `pkg/daemons/executor/embed.go` (`ETCD`) and etcd `server/etcdserver/server.go`
+# (`RemoveMember`, `mayRemoveMember`):
+# - The controller is a wrangler handler on the node informer (`nodes.OnChange`,
+#   `nodes.OnRemove`): it runs after the API request that changed a node has been answered,
+#   from the watch, never inside it. Here it acts `MEMBER_SYNC` seconds after the change, at
+#   the first look at the API from then on (`settle`).
 # - `sync`, on every change of an etcd node: with `etcd.k3s.cattle.io/remove` "true" and no
 #   `etcd.k3s.cattle.io/removed-node-name` yet, `RemovePeer(name, address)` from the node's
 #   annotations; once it succeeds the node gets `removed-node-name` = the member's name and
 #   loses the name and address annotations. An error leaves the node as it is; the
-#   controller retries (here: at every request, as `settle` runs it).
+#   controller retries (here: at every look from then on). When the node names a member
+#   again that is not the removed one (its k3s joined again), `sync` resets the request:
+#   `removed-node-name` dropped, `remove` set to "false" ("Resetting removed node flag").
 # - `RemovePeer` removes the member whose name and address both match (none: nothing to do).
 #   etcd commits it only with a majority of the voters running (else the request times
 #   out), and its strict reconfiguration check refuses to remove a running voter when the
 #   running voters left would be fewer than the quorum of the smaller cluster
 #   (`ErrUnhealthy`); a stopped member or a learner may always go.
-# - The removed server's etcd stops ("the member has been permanently removed"), and k3s
-#   with it: its machine is marked stopped here. k3s, restarted, would find a tombstone and
-#   join again as a new learner (the section above); that restart is not modelled.
+# - The removed server's etcd reports `ErrMemberRemoved`: k3s writes a `tombstone` into its
+#   datastore and exits (k3s-io/k3s#13498, brandond: "K3s on the removed node will exit, and
+#   then systemd will restart the process"). raya's `k3s.service` has `Restart=always`,
+#   `RestartSec=5s` (src/raya/nodes/templates/snippets/k3s.service.j2): unless it was
+#   disabled with `Restart=no` first (`disarmed`), k3s starts again `K3S_RESTART` seconds
+#   later, `Register` finds the tombstone, sets the datastore aside, takes a new member name
+#   and joins through its `server:` as a learner (the section above), which the leader
+#   promotes once it has caught up ("nodes will automatically join the cluster on startup -
+#   the first time, or after being deleted. If you don't want it to come back into the
+#   cluster, stop and disable the service before deleting the node resource": k3s-io/k3s#5404).
 # - Deleting a node (`onRemove`, behind wrangler's finalizer
-#   `wrangler.cattle.io/managed-etcd-controller` on every node): an etcd node already removed
-#   through the annotation goes at once; another etcd node's member is removed first, and
-#   while that fails the node stays, with a `deletionTimestamp`. Other nodes go at once.
+#   `wrangler.cattle.io/managed-etcd-controller` on every node): the DELETE is answered with
+#   the node still there, its `deletionTimestamp` set; `MEMBER_SYNC` later, an etcd node
+#   already removed through the annotation goes; another etcd node's member is removed first,
+#   and while that fails the node stays. The handler has nothing to do for other nodes: they
+#   go at once here.
+# - Over SSH (`remote`): `systemctl` on a control plane as raya runs it: a drop-in with
+#   `Restart=no` and `systemctl disable` keep its k3s from starting again; `systemctl stop`
+#   stops it (its member, if it still is one, is then down). A server that is not running
+#   does not answer.
 
 REMOVE = "etcd.k3s.cattle.io/remove"
 REMOVED = "etcd.k3s.cattle.io/removed-node-name"
+MEMBER_SYNC = 2.0  # seconds from a node's change to the member controller's handling of it
+K3S_RESTART = 10.0  # from k3s' exit to its member joining again: RestartSec=5s, then a start
 
 
 def merge_metadata(node: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -953,51 +1310,125 @@ def remove_peer(state: Cluster, node: str, member: str, address: str) -> str | N
     if node in running and len(running) - 1 < (len(voters) - 1) // 2 + 1:
         return "etcdserver: unhealthy cluster"
     del etcd.members[node]
+    now = state.clock()
     machine = state.machines.get(node)
     if machine is None or machine.running:  # its etcd, and k3s with it, stop
-        state.machines[node] = Machine(running=False, since=state.clock())
-    state.events.append((state.clock(), f"etcd: {node}'s member {member} removed"))
+        old = machine or Machine()
+        stopped = Machine(False, now, old.boot_id, old.kubelet_version, comes_up=False)
+        state.machines[node] = etcd.k3s_down[node] = stopped
+        if node not in etcd.disarmed:
+            etcd.restarting[node] = (stopped, now + K3S_RESTART)
+    elif node == etcd.cluster_init and not etcd.guard:  # its server gone: as `Etcd._delete`
+        etcd.split.add(node)
+        machine.comes_up = False
+    state.events.append((now, f"etcd: {node}'s member {member} removed"))
+    etcd.count(state, now)
     return None
 
 
+def restart(state: Cluster, now: float) -> None:
+    """The k3s of removed members starting again (`Restart=always`): on the same machine,
+    unless its server was deleted meanwhile or raya stopped it; the etcd model then finds no
+    member for the node and makes it join as a learner under a new name."""
+    etcd = state.etcd
+    assert etcd is not None
+    for node, (machine, when) in list(etcd.restarting.items()):
+        if node in etcd.disarmed or state.machines.get(node) is not machine:
+            del etcd.restarting[node]
+        elif now >= when:
+            del etcd.restarting[node]
+            etcd.k3s_down.pop(node, None)
+            machine.running, machine.since = True, when
+            state.events.append((when, f"{node}: k3s started again (Restart=always)"))
+
+
 def member_controller(state: Cluster) -> None:
-    """`sync` over every etcd node: the removals asked for through the annotation."""
-    if state.etcd is None:
+    """`sync` and `onRemove` over every etcd node changed at least `MEMBER_SYNC` ago."""
+    etcd = state.etcd
+    if etcd is None:
         return
-    for name, node in state.nodes.items():
+    now = state.clock()
+    for name, node in list(state.nodes.items()):
+        if now < etcd.changed.get(name, -math.inf) + MEMBER_SYNC:
+            continue
         labels, notes = node["metadata"].get("labels") or {}, node["metadata"].get("annotations")
-        if ETCD_ROLE not in labels or not notes or REMOVED in notes:
+        if ETCD_ROLE not in labels or not notes:
+            continue
+        if node["metadata"].get("deletionTimestamp"):
+            _on_remove(state, name, notes)
+            continue
+        if REMOVED in notes:
+            if notes.get(MEMBER_NAME, notes[REMOVED]) != notes[REMOVED]:
+                notes.pop(REMOVED)
+                notes[REMOVE] = "false"
+                state.events.append((now, f"etcd: {name}'s removal reset: a member again"))
             continue
         if str(notes.get(REMOVE, "")).lower() != "true":
             continue
         member = notes.get(MEMBER_NAME, "")
         error = remove_peer(state, name, member, notes.get(MEMBER_ADDRESS, ""))
         if error:
-            state.events.append((state.clock(), f"etcd: {name}'s member not removed: {error}"))
+            state.events.append((now, f"etcd: {name}'s member not removed: {error}"))
             continue
         notes[REMOVED] = member
         notes.pop(MEMBER_NAME, None)
         notes.pop(MEMBER_ADDRESS, None)
+    etcd.count(state, now)
 
 
-def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
-    """DELETE of a node, through the etcd controller's finalizer (`onRemove`)."""
-    node = state.nodes.get(name)
-    if node is None:
-        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
-    notes = node["metadata"].get("annotations") or {}
-    etcd = ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None
+def _on_remove(state: Cluster, name: str, notes: Mapping[str, str]) -> None:
     removed = str(notes.get(REMOVE, "")).lower() == "true" and notes.get(REMOVED)
-    if etcd and not removed:
-        error = remove_peer(
-            state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, "")
-        )
+    if not removed:
+        error = remove_peer(state, name, notes.get(MEMBER_NAME, ""), notes.get(MEMBER_ADDRESS, ""))
         if error:
-            node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
             state.events.append((state.clock(), f"node {name} kept by its finalizer: {error}"))
-            return 200, node
+            return
     del state.nodes[name]
     if state.etcd is not None:
         state.etcd.conditions.pop(name, None)
     state.events.append((state.clock(), f"node {name} deleted"))
+
+
+def delete_node(state: Cluster, name: str) -> tuple[int, dict[str, Any]]:
+    """DELETE of a node: an etcd node stays, marked for deletion, until the member
+    controller's `onRemove` lets it go (`MEMBER_SYNC` later, at the earliest)."""
+    node = state.nodes.get(name)
+    if node is None:
+        return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+    if ETCD_ROLE in (node["metadata"].get("labels") or {}) and state.etcd is not None:
+        node["metadata"].setdefault("deletionTimestamp", stamp(state.clock()))
+        node["metadata"].setdefault("finalizers", [ETCD_FINALIZER])
+        state.etcd.changed[name] = state.clock()
+        return 200, node
+    del state.nodes[name]
+    state.events.append((state.clock(), f"node {name} deleted"))
     return 200, node
+
+
+def remote(state: Cluster) -> Callable[[str, list[str]], tuple[int, str]]:
+    """Runs a command on a node as raya does over SSH (`raya.operate.remove`): `systemctl`
+    on its k3s, as the section above says; anything else fails as an unknown command."""
+
+    def run(node: str, command: list[str]) -> tuple[int, str]:
+        with state.lock:
+            state.settle()
+            etcd, machine = state.etcd, state.machines.get(node)
+            assert etcd is not None
+            up = machine is None or machine.running or etcd.k3s_down.get(node) is machine
+            if not up:
+                return 255, f"ssh: connect to host {node} port 22: Connection timed out"
+            text = " ".join(command)
+            state.events.append((state.clock(), f"{node}: ran {text}"))
+            if "Restart=no" in text and "systemctl disable k3s.service" in text:
+                etcd.disarmed.add(node)
+                return 0, ""
+            if text == "systemctl stop k3s.service":
+                etcd.disarmed.add(node)  # stopped by hand: Restart= does not apply
+                old = machine or Machine()
+                state.machines[node] = etcd.k3s_down[node] = Machine(
+                    False, state.clock(), old.boot_id, old.kubelet_version, comes_up=False
+                )
+                return 0, ""
+            return 127, f"{text}: command not found"
+
+    return run

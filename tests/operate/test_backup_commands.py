@@ -162,8 +162,11 @@ def api(
         for name, entry in servers.items()
     }
     # k3s back from a start registers its node at once (the clock is the real one).
-    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers},
-                       clock=time.monotonic, boot=0.5)  # fmt: skip
+    nodes = {
+        name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
+        for name, entry in servers.items()
+    }
+    state = ka.Cluster(nodes=nodes, clock=time.monotonic, boot=0.5)
     addons_installed(state)
     ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     stand.servers["control-plane"].api = state

@@ -88,6 +88,10 @@ def api(
             "raya.commands.deploy.kube_api_client", lambda text: api_client(text, server=url)
         )
         monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+        # Commands on the nodes reach the stand-in's machines, as SSH reaches the servers.
+        monkeypatch.setattr(
+            "raya.commands.deploy.node_runner", lambda root, stack: ka.remote(cluster)
+        )
         yield url
 
 
@@ -124,8 +128,21 @@ def down(cluster: ka.Cluster, clock: Clock, *names: str) -> None:
         cluster.settle()
 
 
+def voters(cluster: ka.Cluster) -> list[tuple[int, int]]:
+    """(voters running, voters) at each change since the start."""
+    assert cluster.etcd is not None
+    return [(running, total) for _, running, total in cluster.etcd.voters]
+
+
+def settled(cluster: ka.Cluster, clock: Clock, seconds: float) -> None:
+    """`seconds` pass and the controllers act (k3s' member controller on node deletions)."""
+    clock.t += seconds
+    with cluster.lock:
+        cluster.settle()
+
+
 def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi_deletes(
-    cloud: Cloud, cluster: ka.Cluster, api: str
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     settings(cloud.root, controlPlanes=3)
     pool_count(cloud.root, 1)
@@ -159,8 +176,18 @@ def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi
     )
     every = [text for _, text in cluster.events]
     assert every.index("pod default/shop-1 gone") < every.index(events[0])
-    # ...and its node object deleted once every server was gone: agents, then control planes.
-    assert events[10:] == [f"node {name} deleted" for name in leaving]
+    # Each leaving control plane's k3s disabled before its member was removed, stopped after;
+    # neither started again. etcd had five voters, all running, then four, then three.
+    for name in ("control-plane-4", "control-plane-3"):
+        disabled = every.index(f"{name}: ran {' '.join(rm.DISARM)}")
+        removed = every.index(f"etcd: {name}'s member {before[name]} removed")
+        assert disabled < removed < every.index(f"{name}: ran systemctl stop k3s.service")
+    assert not [text for text in every if "started again" in text]
+    assert voters(cluster) == [(5, 5), (4, 4), (3, 3)]
+    # ...and its node object deleted once every server was gone: agents at once, control
+    # planes once k3s' member controller let them go (its finalizer).
+    settled(cluster, clock, ka.MEMBER_SYNC)
+    assert timeline(cluster)[10:] == [f"node {name} deleted" for name in leaving]
     # Hetzner's side: each server stopped then deleted, the leaving control planes' volumes
     # (their removed members' data) deleted once detached; nothing else.
     hetzner = cloud.since(mark)
@@ -177,6 +204,60 @@ def test_shrinking_drains_agents_and_removes_members_one_at_a_time_before_pulumi
         ]
     )
     assert "etcd members of control-plane-4" not in result.output  # `up` acts, `preview` tells
+
+
+def test_shrinking_5_to_3_to_1_keeps_a_quorum_at_every_step(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    before = members(cluster)
+    settings(cloud.root, controlPlanes=3)
+    assert up(cloud).exit_code == 0
+    settings(cloud.root, controlPlanes=1)
+    mark = len(cloud.hetzner.log)
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    # Every control plane but the first removed, the highest first; each removed while its
+    # k3s still ran (two running of two can let one go, one running of two could not), and
+    # none came back: five voters, then four, three, two, one; every one of them running.
+    removed = [text for text in timeline(cluster) if "'s member" in text]
+    assert removed == [
+        f"etcd: {name}'s member {before[name]} removed" for name in reversed(PLANES[1:])
+    ]
+    assert voters(cluster) == [(5, 5), (4, 4), (3, 3), (2, 2), (1, 1)]
+    assert members(cluster) == {"control-plane": before["control-plane"]}
+    assert "etcd: control-plane-2, control-plane-1 still removed 30 s after" in result.output
+    assert "delete server raya-control-plane-1 (off)" in cloud.since(mark)
+    assert cluster.api_up()
+
+
+def test_a_removed_member_that_comes_back_stops_the_shrink_before_any_server_goes(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 5 -> 3 where systemctl does nothing to control-plane-3's k3s (say, a node where it
+    # runs under another unit's name): removed, its k3s starts again (Restart=always) and
+    # joins etcd as a learner under a new name, within raya's watch after the last removal.
+    node = ka.remote(cluster)
+
+    def remote(name: str, command: list[str]) -> tuple[int, str]:
+        return (0, "") if name == "control-plane-3" else node(name, command)
+
+    monkeypatch.setattr("raya.commands.deploy.node_runner", lambda root, stack: remote)
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert cluster.etcd is not None
+    back = cluster.etcd.members["control-plane-3"]
+    assert back.learner
+    # (The node's EtcdIsVoter condition may still be the old member's until the leader's
+    # next tick: the new member's name is what tells.)
+    assert "control-plane-3: its etcd member is back (" in text
+    assert f"Ready, member {back.name}" in text
+    assert "k3s on it started again and joined through its `server:`" in text
+    assert "no server was deleted" in text
+    assert cloud.since(mark) == []
+    assert cloud.stack.calls[-1][0] != "up"  # Pulumi's update never ran
+    # The quorum held throughout: four voters after the removals, the learner not one yet.
+    assert voters(cluster) == [(5, 5), (4, 4), (3, 3)]
 
 
 def test_a_shrink_that_would_lose_quorum_is_refused_before_anything_changes(
@@ -287,7 +368,8 @@ def test_quorum_arithmetic() -> None:
 
 
 def test_the_standin_removes_members_as_k3s_and_etcd_do() -> None:
-    state = ka.Cluster()
+    clock = Clock()
+    state = ka.Cluster(clock=clock.now)
     for name in PLANES[:3]:
         state.nodes[name] = ka.node_object(name, PIN)
     ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES[:3])})
@@ -297,13 +379,172 @@ def test_the_standin_removes_members_as_k3s_and_etcd_do() -> None:
     # below the quorum of two. etcd refuses; the node stays, held by the finalizer.
     status, node = ka.delete_node(state, "control-plane-2")
     assert status == 200 and node["metadata"]["deletionTimestamp"]
+    settled(state, clock, ka.MEMBER_SYNC)
     assert "control-plane-2" in state.nodes and len(members(state)) == 3
-    # The member that is down may go at any time, through the annotation too.
+    # The member that is down may go at any time, through the annotation too, once k3s'
+    # controller gets to it: not inside the request, MEMBER_SYNC later.
     ka.merge_metadata(state.nodes["control-plane-1"], {"annotations": {rm.REMOVE: "true"}})
-    ka.member_controller(state)
+    state.etcd.changed["control-plane-1"] = clock.t  # type: ignore[union-attr]
+    settled(state, clock, ka.MEMBER_SYNC / 2)
+    assert len(members(state)) == 3
+    settled(state, clock, ka.MEMBER_SYNC / 2)
     notes = state.nodes["control-plane-1"]["metadata"]["annotations"]
     assert notes == {rm.REMOVE: "true", rm.REMOVED: before["control-plane-1"]}
-    assert members(state) == {n: before[n] for n in ("control-plane", "control-plane-2")}
-    # Its node object then goes at once: k3s' onRemove finds the member already removed.
+    # The finalizer's retry of control-plane-2 then succeeds: one running of one is a quorum.
+    assert members(state) == {"control-plane": before["control-plane"]}
+    assert "control-plane-2" not in state.nodes
+    # Its node object then goes: k3s' onRemove finds the member already removed.
     ka.delete_node(state, "control-plane-1")
-    assert "control-plane-1" not in state.nodes and len(members(state)) == 2
+    assert "control-plane-1" in state.nodes  # answered; the finalizer still holds it
+    settled(state, clock, ka.MEMBER_SYNC)
+    assert "control-plane-1" not in state.nodes and len(members(state)) == 1
+
+
+def test_a_removed_member_whose_k3s_restarts_joins_again_as_a_learner_then_a_voter() -> None:
+    clock = Clock()
+    state = ka.Cluster(clock=clock.now)
+    for name in PLANES[:3]:
+        state.nodes[name] = ka.node_object(name, PIN)
+    etcd = ka.Etcd.of(state, {name: f"10.0.1.{10 + k}" for k, name in enumerate(PLANES[:3])})
+    old = members(state)["control-plane-2"]
+    ka.merge_metadata(state.nodes["control-plane-2"], {"annotations": {rm.REMOVE: "true"}})
+    etcd.changed["control-plane-2"] = clock.t
+    settled(state, clock, ka.MEMBER_SYNC)
+    assert "control-plane-2" not in etcd.members
+    # Its k3s exits (tombstone) and, with Restart=always, starts again K3S_RESTART later: a
+    # learner under a new name, which the member controller sees as a member again.
+    settled(state, clock, ka.K3S_RESTART)
+    new = etcd.members["control-plane-2"]
+    assert new.learner and new.name != old
+    settled(state, clock, ka.MEMBER_SYNC)
+    notes = state.nodes["control-plane-2"]["metadata"]["annotations"]
+    assert notes[ka.MEMBER_NAME] == new.name and rm.REMOVED not in notes
+    assert notes[rm.REMOVE] == "false"
+    # Promoted once caught up (20 s), as the leader's 15 s ticks find it.
+    settled(state, clock, 45)
+    assert not etcd.members["control-plane-2"].learner
+    assert voters(state) == [(3, 3), (2, 2), (3, 3)]
+    # Disabled (Restart=no) before its removal, k3s stays down.
+    ka.remote(state)(
+        "control-plane-1", ["sh", "-c", "... Restart=no ... && systemctl disable k3s.service"]
+    )
+    ka.merge_metadata(state.nodes["control-plane-1"], {"annotations": {rm.REMOVE: "true"}})
+    etcd.changed["control-plane-1"] = clock.t
+    settled(state, clock, ka.MEMBER_SYNC)
+    settled(state, clock, 600)
+    assert "control-plane-1" not in etcd.members
+
+
+def test_preview_says_what_up_does_to_leaving_control_planes() -> None:
+    from raya.commands.deploy import leaving_plan
+
+    assert leaving_plan(("web-2", "control-plane-3", "control-plane-4")) == (
+        "nodes leaving (1 agent(s), 2 control plane(s)): cordon and drain web-2, "
+        "control-plane-3, control-plane-4; remove the etcd members of control-plane-3, "
+        "control-plane-4 one at a time (k3s disabled over SSH first, stopped once its member "
+        "is gone); watch 30 s that no removed member comes back; delete their servers and "
+        "volumes, then their node objects"
+    )
+
+
+def test_k3s_removes_a_member_after_the_request_not_inside_it(
+    cloud: Cloud, cluster: ka.Cluster, api: str, clock: Clock
+) -> None:
+    """Through the API over TLS, as raya asks: the PATCH is answered with the member still
+    there; k3s' member controller acts MEMBER_SYNC later, at the next look."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(api_client(cloud.stack.outputs()["kubeconfig"].value, server=api))
+
+    def notes(node: Any) -> dict[str, str]:
+        return dict(node.metadata.annotations or {})
+
+    before = members(cluster)["control-plane-4"]
+    patch = {"metadata": {"annotations": {rm.REMOVE: "true"}}}
+    assert rm.REMOVED not in notes(core.patch_node("control-plane-4", patch))
+    assert rm.REMOVED not in notes(core.read_node("control-plane-4"))
+    clock.t += ka.MEMBER_SYNC
+    assert notes(core.read_node("control-plane-4"))[rm.REMOVED] == before
+    assert "control-plane-4" not in members(cluster)
+
+
+def test_commands_reach_the_node_quoted_for_its_shell_over_the_pinned_ssh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ssh hands the remote shell one line: what raya runs there splits back into sudo and the
+    command, and goes to the node's own entry of the stack outputs (its pinned host key)."""
+    import shlex
+
+    from raya.commands import access, backups
+    from raya.commands import deploy as deploy_command
+    from raya.operate import ssh
+
+    entry = {"dnsName": "cp3.raya.example.com.", "ipv4": "203.0.113.7",
+             "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample"}  # fmt: skip
+    reads: list[str] = []
+
+    def outputs(command: str, stack: str, root: Path | None) -> dict[str, Any]:
+        reads.append(stack)
+        return {"servers": {"control-plane-3": entry}}
+
+    sent: list[list[str]] = []
+
+    def remote(found: Any, command: list[str], stdin: Any) -> tuple[int, str]:
+        assert found is entry
+        argv = ssh.ssh_command(found, Path("/k"), ["sudo", *command])
+        sent.append(argv[argv.index("--") + 1 :])
+        return 0, ""
+
+    monkeypatch.setattr(access, "stack_outputs", outputs)
+    monkeypatch.setattr(backups, "remote", remote)
+    run = deploy_command.node_runner(Path("/p"), "prod")
+    assert run("control-plane-3", rm.DISARM) == (0, "")
+    assert run("control-plane-3", rm.STOP) == (0, "")
+    assert [shlex.split(" ".join(argv)) for argv in sent] == [
+        ["sudo", *rm.DISARM],
+        ["sudo", *rm.STOP],
+    ]
+    assert reads == ["prod"]  # the outputs read once
+    code, text = run("control-plane-9", rm.STOP)
+    assert code == 255 and text == "no server control-plane-9 in the outputs of stack prod"
+
+
+def test_a_member_k3s_does_not_remove_stops_the_shrink_and_says_k3s_is_disabled(
+    cloud: Cloud, cluster: ka.Cluster, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # k3s' member controller never gets to it (say, its leader stuck): raya waits 120 s.
+    monkeypatch.setattr(ka, "MEMBER_SYNC", 10_000.0)
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = " ".join(failure(up(cloud)).split())
+    assert (
+        "control-plane-4: k3s did not remove its etcd member within 120 s (annotation "
+        f"{rm.REMOVE}=true set, no {rm.REMOVED} yet)"
+    ) in text
+    assert (
+        "k3s there still runs but is disabled: to keep it, `systemctl enable k3s.service` and "
+        f"delete {rm.LEAVING_DROPIN}; no server was deleted"
+    ) in text
+    assert cloud.since(mark) == []
+    assert len(members(cluster)) == 5 and cluster.api_up()
+
+
+def test_a_healthy_leaving_control_plane_out_of_ssh_reach_keeps_its_member(
+    cloud: Cloud, cluster: ka.Cluster, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # control-plane-4 runs and votes, but SSH does not reach it: removed now, its k3s would
+    # start again and join etcd. raya refuses, its member in place, nothing deleted.
+    def remote(name: str, command: list[str]) -> tuple[int, str]:
+        return 255, "ssh: connect to host 203.0.113.9 port 22: Connection timed out"
+
+    monkeypatch.setattr("raya.commands.deploy.node_runner", lambda root, stack: remote)
+    settings(cloud.root, controlPlanes=3)
+    mark = len(cloud.hetzner.log)
+    text = " ".join(failure(up(cloud)).split())
+    assert (
+        "control-plane-4: could not disable k3s over SSH (ssh: connect to host 203.0.113.9 "
+        "port 22: Connection timed out); its member is left as it is"
+    ) in text
+    assert cloud.since(mark) == []
+    assert len(members(cluster)) == 5
+    assert rm.REMOVE not in cluster.nodes["control-plane-4"]["metadata"]["annotations"]

@@ -105,7 +105,7 @@ def when(cluster: ka.Cluster, event: str) -> float:
 
 def test_plan_puts_the_control_plane_first_then_the_agents_in_fleet_order() -> None:
     steps = rl.plan(NODES, [], ["agent-2", "control-plane", "agent-0"])
-    assert [(s.node, s.drain) for s in steps] == [
+    assert [(s.node, rl.DRAIN in s.actions) for s in steps] == [
         ("control-plane", False),
         ("agent-0", True),
         ("agent-2", True),
@@ -116,7 +116,7 @@ def test_plan_puts_the_control_plane_first_then_the_agents_in_fleet_order() -> N
         rl.plan(NODES, ["agent-7"], [])
 
 
-def test_an_agent_is_replaced_only_once_its_pods_are_gone_and_uncordoned_after_a_new_boot(
+def test_an_agent_is_replaced_only_once_its_pods_are_gone_and_back_as_a_new_node(
     deployed: Run, cluster: ka.Cluster, api: str, clock: Clock
 ) -> None:
     # A config drift: the node already runs the pin, so only its boot ID tells the new boot.
@@ -133,14 +133,20 @@ def test_an_agent_is_replaced_only_once_its_pods_are_gone_and_uncordoned_after_a
     assert (node, pods_then) == ("agent-0", ["flannel-x", "static"])
     assert when(cluster, "pod data/db-0 gone") >= 120
     assert replaced_at >= when(cluster, "pod data/db-0 gone")
-    # Back only from the new server's boot (90 s), though the old node stayed Ready for a
-    # while after its server was deleted; then uncordoned.
+    # Its Node object deleted once drained, before the server; the new server's kubelet
+    # registered a new Node 90 s after it was created: schedulable, the new server's ID.
+    deleted = when(cluster, "node agent-0 deleted")
+    assert deleted <= replaced_at
     new_boot = cluster.nodes["agent-0"]["status"]["nodeInfo"]["bootID"]
     registered = when(cluster, f"agent-0: registered, boot {new_boot}")
     assert registered == replaced_at + 90
-    patches = [(t, path) for t, method, path in cluster.log if method == "PATCH"]
-    assert [path for _, path in patches] == ["/api/v1/nodes/agent-0"] * 2  # cordon, uncordon
-    assert patches[1][0] >= registered
+    assert when(cluster, f"agent-0: new Node, hcloud://{cluster.servers['agent-0']}") == registered
+    assert cluster.nodes["agent-0"]["spec"]["providerID"] == (
+        f"hcloud://{cluster.servers['agent-0']}"
+    )
+    assert cluster.servers["agent-0"] != ka.initial_server("agent-0")
+    patches = [path for _, method, path in cluster.log if method == "PATCH"]
+    assert patches == ["/api/v1/nodes/agent-0"]  # the cordon; the new Node is schedulable
     assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is False
     # The ReplicaSet and StatefulSet put their pods elsewhere; another node's pod is untouched.
     on_agent_1 = sorted(
@@ -211,15 +217,15 @@ def test_a_node_that_never_comes_back_stops_the_roll_and_says_what_it_left(
     steps = rl.plan(NODES, [], ["agent-1", "agent-2"])
     with pytest.raises(rl.RollError) as caught:
         roller(deployed, api, replace, clock, ready_timeout=60).run(steps)
-    # Its old node stayed Ready 40 s after the server went, then Unknown: never the new boot.
+    # Its Node object was deleted before the server; none registered again.
     assert str(caught.value) == (
         f"agent-1: not back from a new boot Ready on {PIN} after 60 s "
-        f"(last seen: not Ready {OLD}, the old boot); its server was replaced and the node is "
-        "not back (cordoned): see `raya status` and the server's console, then "
+        "(last seen: not registered); its server was replaced and the node is "
+        "not back: see `raya status` and the server's console, then "
         "`raya roll agent-1` again; not touched: agent-2"
     )
     assert [name for name, _, _ in replace.asked] == ["agent-1"]
-    assert cluster.nodes["agent-1"]["spec"]["unschedulable"] is True
+    assert "agent-1" not in cluster.nodes
     assert cluster.nodes["agent-2"]["spec"]["unschedulable"] is False
 
 
@@ -301,8 +307,25 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
     assert dry.exit_code == 0, dry.output
     assert runs == [("preview", ())]
     assert dry.stdout.splitlines() == [
-        "control-plane: replace onto its volume, wait until back from a new boot",
-        "agent-2: cordon, drain, replace, wait until back from a new boot, uncordon",
+        "control-plane:",
+        "  1. check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
+        "  2. check that no pod on it uses a Hetzner Volume claim (or --accept-volume-downtime)",
+        "  3. delete its Node object, releasing k3s' etcd finalizer (the sole etcd member stays)",
+        "  4. replace its server (raya up --replace: shut down, wait until off, delete, create)",
+        "  5. wait until the new server registers a new Node (a new boot, the new server's "
+        "provider ID), Ready on the pinned k3s",
+        "  6. delete the VolumeAttachments left for the old server",
+        "  7. wait until every node is Ready",
+        "agent-2:",
+        "  1. check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
+        "  2. cordon",
+        "  3. drain: evict its pods, wait until they are gone",
+        "  4. wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
+        "  5. delete its Node object (its running kubelet does not register again)",
+        "  6. replace its server (raya up --replace: shut down, wait until off, delete, create)",
+        "  7. delete the VolumeAttachments left for the old server",
+        "  8. wait until the new server registers a new Node (a new boot, the new server's "
+        "provider ID), Ready on the pinned k3s",
     ]
     result = invoke(["roll", "--root", str(project)])
     assert result.exit_code == 0, result.output

@@ -32,7 +32,8 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture
 def created() -> list[tuple[str, bool, list[str]]]:
-    """Each node whose server Hetzner created: whether it was cordoned, its pods then."""
+    """Each node whose server Hetzner created: whether its Node object was still there, its
+    pods then."""
     return []
 
 
@@ -42,8 +43,15 @@ def cluster(
 ) -> ka.Cluster:
     """The nodes on an old k3s, agent-0 running a ReplicaSet's pod and a DaemonSet's; Hetzner's
     deletions and creations reach the stand-in's machines."""
+    def server_id(name: str) -> int:
+        server = cloud.hetzner.server_named(f"raya-{name}")
+        assert server is not None
+        return server.id
+
     state = ka.Cluster(
-        nodes={name: ka.node_object(name, OLD) for name in NODES}, clock=clock.now, boot=BOOT
+        nodes={name: ka.node_object(name, OLD, server=server_id(name)) for name in NODES},
+        clock=clock.now,
+        boot=BOOT,
     )
     state.pods = [
         ka.pod("web-1", "default", "agent-0"),
@@ -60,8 +68,8 @@ def cluster(
             pods = sorted(
                 p["metadata"]["name"] for p in state.pods if p["spec"]["nodeName"] == name
             )
-            created.append((name, bool(state.nodes[name]["spec"]["unschedulable"]), pods))
-            state.server_created(name, PINS.k3s.version)
+            created.append((name, name in state.nodes, pods))
+            state.server_created(name, PINS.k3s.version, server=server_id(name))
 
     cloud.hetzner.on_delete = deleted
     cloud.hetzner.on_create = boots
@@ -105,11 +113,11 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
     ]
     new = cloud.hetzner.server_named("raya-control-plane")
     assert new is not None and volume.server == new.id
-    # The control plane is not drained; agent-0's server was re-created once it was cordoned
-    # and its pods gone (its DaemonSet pod stays, as with kubectl drain).
+    # Each server was created with its old Node object gone, so its kubelet registers a new
+    # one; agent-0's once its pods were gone (its DaemonSet pod stays, as with kubectl drain).
     assert created == [
         ("control-plane", False, []),
-        ("agent-0", True, ["flannel-x"]),
+        ("agent-0", False, ["flannel-x"]),
     ]
     # Each came back from a new boot of its new server, 90 s after it was created.
     for name in ("control-plane", "agent-0"):
@@ -118,4 +126,9 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
         (server_created,) = [t for t, text in cluster.events if text == f"{name}: server created"]
         assert registered == [server_created + 90]
     assert cluster.nodes["agent-0"]["spec"]["unschedulable"] is False
+    # Each new Node names its new server, as Hetzner numbered it.
+    for name in ("control-plane", "agent-0"):
+        server = cloud.hetzner.server_named(f"raya-{name}")
+        assert server is not None
+        assert cluster.nodes[name]["spec"]["providerID"] == f"hcloud://{server.id}"
     assert "rolled 2 node(s)" in result.stdout

@@ -43,7 +43,13 @@ def _healthy_facts(outputs: dict[str, Any]) -> dict[str, Any]:
         "records": {n: [servers[n]["ipv4"]] for n in servers},
         "delegation": list(outputs["nameServers"]),
         "nodes": {
-            n: st.NodeFacts(True, VERSION, "Fedora CoreOS", {"InternalIP": "10.0.1.10"})
+            n: st.NodeFacts(
+                True,
+                VERSION,
+                "Fedora CoreOS",
+                {"InternalIP": "10.0.1.10"},
+                provider_id=f"hcloud://{servers[n]['serverId']}",
+            )
             for n in servers
         },
         "drift": {},
@@ -152,6 +158,20 @@ def test_a_healthy_cluster(deployed: Run) -> None:
             st.UNHEALTHY,
             "(cordoned)",
         ),
+        (  # registered into the Node of a server since replaced: the old server's ID
+            {"nodes": {"agent-0": st.NodeFacts(True, VERSION, "FCOS", {}, provider_id="hcloud://1")}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "provider ID hcloud://1, not its server's hcloud://",
+        ),
+        (
+            {"nodes": {"agent-0": st.NodeFacts(True, VERSION, "FCOS", {})}},
+            "agent-0",
+            "kubernetes",
+            st.UNHEALTHY,
+            "provider ID none, not its server's hcloud://",
+        ),
     ],
 )
 def test_each_problem_is_shown_where_it_is_and_makes_the_cluster_unhealthy(
@@ -246,12 +266,18 @@ def test_dns_that_cannot_be_reached_is_a_reason_not_an_error() -> None:
 
 
 def test_kubernetes_nodes_through_the_kubeconfig(deployed: Run, tmp_path: Path) -> None:
-    state = ka.Cluster(nodes={"agent-0": ka.node_object("agent-0", VERSION, unschedulable=True)})
+    node = ka.node_object("agent-0", VERSION, unschedulable=True, server=4711)
+    state = ka.Cluster(nodes={"agent-0": node})
     with ka.deployment_api(state, deployed.resources, tmp_path) as url:
         found = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server=url)
     assert found == {
         "agent-0": st.NodeFacts(
-            True, VERSION, "Fedora CoreOS 43.20261101.3.0", {"InternalIP": "10.0.1.20"}, True
+            True,
+            VERSION,
+            "Fedora CoreOS 43.20261101.3.0",
+            {"InternalIP": "10.0.1.20"},
+            True,
+            "hcloud://4711",
         )
     }
     refused = st.kubernetes_nodes(deployed.outputs["kubeconfig"], server="https://127.0.0.1:9")
@@ -359,7 +385,12 @@ def test_the_command_end_to_end(
         ).encode()
         for name, entry in servers.items()
     }
-    state = ka.Cluster(nodes={name: ka.node_object(name, VERSION) for name in servers})
+    state = ka.Cluster(
+        nodes={
+            name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
+            for name, entry in servers.items()
+        }
+    )
     ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}

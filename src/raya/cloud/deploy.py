@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ from raya.model.project import load_cluster
 Action = Literal["preview", "up", "destroy"]
 OnOutput = Callable[[str], None]
 INSTALL_TIMEOUT = 60.0  # seconds without an answer from get.pulumi.com
+SHUTDOWN_TIMEOUT = 180.0  # seconds for a server to be off after an ACPI shutdown
+SHUTDOWN_POLL = 2.0
 INSTALL_HINT = (
     "install it with `curl -fsSL https://get.pulumi.com | sh` "
     "(see https://www.pulumi.com/docs/install/) and retry"
@@ -82,10 +85,13 @@ class Result:
 
 class Removal(Protocol):
     """What an update that deletes nodes does around Pulumi (raya.operate.remove): `before`
-    drains them and removes their etcd members, and raises to stop the update with nothing
-    deleted; `after` deletes their node objects once their servers are gone."""
+    drains them and removes their etcd members, and `confirm`, right before Pulumi runs,
+    reads the members again; either raises to stop the update with nothing deleted; `after`
+    deletes their node objects once their servers are gone."""
 
     def before(self, leaving: Sequence[str], kubeconfig: str | None) -> None: ...
+
+    def confirm(self, leaving: Sequence[str]) -> None: ...
 
     def after(self, leaving: Sequence[str]) -> None: ...
 
@@ -170,6 +176,13 @@ def run(
         load_pins(root)
         load_chart_pins(root)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
+        planes = [n.name for n in cluster.control_planes if n.name in replace]
+        if len(planes) > 1:
+            raise DeployError(
+                f"replace: {', '.join(planes)} are control planes; replacing them together "
+                "could leave etcd without a quorum: replace one at a time (`raya roll`, "
+                "which waits until each is back as a voting member), nothing changed"
+            )
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
     leaving: tuple[str, ...] = ()
@@ -221,6 +234,12 @@ def run(
                 removal.before(
                     leaving, kubeconfig.value if kubeconfig is not None else None
                 )
+                removal.confirm(leaving)
+            # Off before the engine deletes them (which, for a server still running after
+            # about 31 s, the provider does anyway): once off, no removed member comes back.
+            going = [*dict.fromkeys(replace), *leaving]
+            if going:
+                shut_down(stack, cluster.config.cluster_name, going)
             if urns or protected:
                 _unprotect(stack, set(urns) | set(protected))
             up = stack.up(**options)
@@ -241,6 +260,39 @@ def run(
         raise DeployError(
             f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
         ) from None
+
+
+def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> None:
+    """Shut the servers of `nodes` down through Hetzner's API (an ACPI shutdown) and wait
+    until each is `off`, before the engine deletes them: the hcloud provider's
+    `shutdown_before_deletion` waits about 31 s and then deletes a server that is still
+    running (terraform-provider-hcloud `internal/server/resource.go`,
+    `resourceServerDelete`: a warning, "deleting it anyways"). Raises, nothing deleted,
+    when one is not off within `SHUTDOWN_TIMEOUT`. A server that does not exist is skipped."""
+    token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token") or ""
+    client = hcloud_client(token, os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL)
+    try:
+        for node in nodes:
+            name = f"{cluster_name}-{node}"  # raya.model.fleet.server_name
+            server = client.servers.get_by_name(name)
+            if server is None or server.id is None or server.status == "off":
+                continue
+            server_id = server.id
+            client.servers.shutdown(server)
+            deadline = time.monotonic() + SHUTDOWN_TIMEOUT
+            while server.status != "off":
+                if time.monotonic() >= deadline:
+                    raise DeployError(
+                        f"{node}: server {name} is still {server.status} {SHUTDOWN_TIMEOUT:g} s "
+                        "after an ACPI shutdown, so it was not deleted (the hcloud provider "
+                        "would delete it running); nothing was deleted. See its console; to "
+                        f"accept an ungraceful stop, power it off (`hcloud server poweroff "
+                        f"{name}`) and run again"
+                    )
+                time.sleep(SHUTDOWN_POLL)
+                server = client.servers.get_by_id(server_id)
+    except (HCloudException, requests.RequestException) as error:
+        raise DeployError(f"Hetzner API: shutting down before deletion: {error}") from None
 
 
 def stack_outputs(root: Path, stack_name: str) -> dict[str, Any]:

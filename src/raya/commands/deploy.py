@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raya.commands.options import ROOT, STACK, project_root
+from raya.commands.options import NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
 from raya.defaults import WITHOUT_DRAIN
@@ -10,6 +10,7 @@ from raya.errors import DeployError, RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from pathlib import Path
     from types import ModuleType
     from typing import Any
@@ -25,6 +26,27 @@ def kube_api_client(kubeconfig: str) -> Any:
     from raya.cloud.kubeconfig import api_client
 
     return api_client(kubeconfig)
+
+
+def node_runner(root: Path, stack: str) -> Callable[[str, Sequence[str]], tuple[int, str]]:
+    """Runs a command as root on a node, by name, over SSH pinned to its deployed host key
+    (`raya.commands.backups.remote`); the stack's outputs are read at the first call."""
+    servers: dict[str, Any] = {}
+
+    def run(node: str, command: Sequence[str]) -> tuple[int, str]:
+        import shlex
+
+        from raya.commands import backups
+        from raya.commands.access import stack_outputs
+
+        if not servers:
+            servers.update(stack_outputs("up", stack, root).get("servers") or {})
+        if node not in servers:
+            return 255, f"no server {node} in the outputs of stack {stack}"
+        # ssh hands the remote shell one line: quoted here, so that it splits it back.
+        return backups.remote(servers[node], [shlex.join(command)], None)
+
+    return run
 
 
 def _progress(line: str) -> None:
@@ -82,13 +104,18 @@ def _run(
 
 def leaving_plan(leaving: tuple[str, ...]) -> str:
     """What `raya up` does to the nodes the inputs no longer declare, in its order."""
+    from raya.operate import remove as remove_model
     from raya.operate import roll as roll_model
 
     agents = [name for name in leaving if not roll_model.is_control_plane(name)]
     planes = [name for name in leaving if roll_model.is_control_plane(name)]
     parts = [f"cordon and drain {', '.join(leaving)}"]
     if planes:
-        parts.append(f"remove the etcd members of {', '.join(planes)} one at a time")
+        parts.append(
+            f"remove the etcd members of {', '.join(planes)} one at a time (k3s disabled "
+            "over SSH first, stopped once its member is gone)"
+        )
+        parts.append(f"watch {remove_model.COMEBACK_WATCH:.0f} s that no removed member comes back")
     parts.append(f"delete their servers{' and volumes' if planes else ''}, then their node objects")
     return f"nodes leaving ({len(agents)} agent(s), {len(planes)} control plane(s)): " + (
         "; ".join(parts)
@@ -109,9 +136,11 @@ def preview(*, stack: str, root: Path | None) -> None:
            help="Preview first; fail, changing nothing, if the preview replaces or deletes "
            "the control plane, its volume, the network or the DNS zone (what CI runs)."),
     Option("--replace", multiple=True,
-           help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
+           help=f"Re-create this node's server (by name: {NODE_NAMES}) with what the inputs "
            "render, applying its drift: the old server is shut down and deleted first. "
-           "Repeat for more; `raya roll` also drains an agent first."),
+           "Repeat for more agents; one control plane at a time, and with several only "
+           "while every other one is Ready and a voting etcd member. `raya roll` also "
+           "drains an agent first."),
     Option(WITHOUT_DRAIN, kind="flag",
            help="When the Kubernetes API cannot be reached (or a leaving control plane has "
            "no node object), delete the nodes the inputs no longer declare anyway: "
@@ -138,12 +167,15 @@ def up(
     from raya.operate import remove
     from raya.operate import roll as roll_model
 
+    check_replaced_control_plane(root, stack, replace)
+
     def connect(kubeconfig: str) -> roll_model.Kubernetes:
         return roll_model.Kubernetes(kube_api_client(kubeconfig))
 
     removal = remove.Removal(
         connect=connect,
         say=lambda line: err.print(line, markup=False, soft_wrap=True),
+        remote=node_runner(root, stack),
         clock=roll_model.Clock(),
         accept_local_loss=accept_local_data_loss,
         without_drain=delete_without_drain,
@@ -159,6 +191,39 @@ def up(
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
     write_recovery_kit(root, stack, result)
+
+
+def check_replaced_control_plane(root: Path, stack: str, replace: Sequence[str]) -> None:
+    """With several control planes, `--replace` of one is refused, before anything changes,
+    unless every other one is Ready and a voting etcd member: the roll's rule
+    (`raya.operate.etcd.replacement_problem`). More than one at a time is refused by
+    `raya.cloud.deploy.run`."""
+    from raya.commands.access import stack_outputs
+    from raya.model.project import load_cluster
+    from raya.operate import etcd
+    from raya.operate import roll as roll_model
+
+    cluster = load_cluster(root, stack)
+    control_planes = [node.name for node in cluster.control_planes]
+    planes = [name for name in control_planes if name in replace]
+    if len(control_planes) < 2 or len(planes) != 1:
+        return
+    try:
+        kubeconfig = stack_outputs("up", stack, root).get("kubeconfig")
+        if not isinstance(kubeconfig, str):
+            raise DeployError(f"stack {stack} has no kubeconfig output")
+        nodes = roll_model.Kubernetes(kube_api_client(kubeconfig)).nodes()
+    except Exception as error:  # the API client's, whatever their kind
+        from raya.cloud.kubeconfig import reason
+
+        why = str(error) if isinstance(error, DeployError) else reason(error)
+        raise DeployError(
+            f"replace: cannot read etcd's members through the Kubernetes API ({why}) to check "
+            f"that replacing {planes[0]} keeps a quorum; nothing changed"
+        ) from None
+    problem = etcd.replacement_problem(etcd.members(nodes, control_planes), planes[0])
+    if problem:
+        raise DeployError(f"replace refused, nothing changed: {problem}")
 
 
 @commands.command(

@@ -6,7 +6,7 @@ import os  # loaded by the interpreter itself: free
 
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import deploy_module, kube_api_client
-from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
+from raya.commands.options import HCLOUD_ENDPOINT, NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
 from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
@@ -148,7 +148,7 @@ def print_report(report: st.Report) -> None:
 
 @commands.command(
     Argument("nodes", multiple=True,
-             help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
+             help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
     STACK, ROOT,
     Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
     Option("--drain-timeout", kind="seconds", default=DRAIN_TIMEOUT,
@@ -158,20 +158,27 @@ def print_report(report: st.Report) -> None:
     Option("--accept-local-data-loss", kind="flag",
            help="Roll nodes whose pods use local-path claims: their data is deleted with "
            "the server."),
+    Option("--accept-volume-downtime", kind="flag",
+           help="Roll the sole control plane although pods on it use Hetzner Volume claims: "
+           "they are down until it is back."),
 )  # fmt: skip
 def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
-    ready_timeout: float, accept_local_data_loss: bool,
+    ready_timeout: float, accept_local_data_loss: bool, accept_volume_downtime: bool,
 ) -> None:  # fmt: skip
     """Apply drift one node at a time: the control plane first, then the agents.
 
-    The control plane is replaced alone, and nothing else starts until the API answers and it is
-    back from a new boot, Ready. With several control planes, each goes only while every other
-    one is Ready and a voting etcd member, and the next only once it is back as the same voting
-    member. Agents are cordoned, drained until their pods are gone,
-    replaced, and uncordoned once back from a new boot, Ready. The first failure stops the roll
-    and says what state it left the node in. A node whose pods use claims on its own disk
-    (local-path) is not touched unless --accept-local-data-loss is given."""
+    The control plane is replaced alone, and nothing else starts until it is back from a new
+    boot, Ready, and every node is Ready. With several control planes, each goes only while
+    every other one is Ready and a voting etcd member, is drained like an agent, and the next
+    only once it votes again. Agents are cordoned and drained until their pods are gone and
+    their volumes detached. Each old Node object is deleted before the new server registers,
+    so that the new Node carries the new server's provider ID. The sole control plane is not
+    drained: pods on it using Hetzner Volume claims stop the roll unless
+    --accept-volume-downtime is given. A node whose pods use claims on its own disk
+    (local-path) is not touched unless --accept-local-data-loss is given. The first failure
+    stops the roll and says what state it left the node in. Each node's steps, every wait
+    included, are printed first; --dry-run stops there."""
     folder = project_root(root)
     from raya.model.pins import load_pins
     from raya.model.project import load_cluster
@@ -189,7 +196,8 @@ def roll(
         err.print("nothing to roll: no node drifts", markup=False)
         return
     for step in steps:
-        out.print(step.describe(), markup=False)
+        for line in step.describe():
+            out.print(line, markup=False, soft_wrap=True)
     if dry_run:
         return
     kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")
@@ -209,6 +217,7 @@ def roll(
         drain_timeout=drain_timeout,
         ready_timeout=ready_timeout,
         accept_local_loss=accept_local_data_loss,
+        accept_volume_downtime=accept_volume_downtime,
         control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)

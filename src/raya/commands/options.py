@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from raya.nodes.github_keys import UserKeys
 
 
+# How a command names nodes: the fleet's names (raya.model.fleet), pools' included.
+NODE_NAMES = "control-plane, control-plane-<k>, agent-<i> or <pool>-<i>"
 ROOT = Option(
     "--root", kind="path", help="Project folder, holding Pulumi.yaml.",
     show_default="the nearest one at or above the current folder",

@@ -15,11 +15,25 @@ import sys
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 
 class UsageError(Exception):
     """Bad command-line input: raya prints it under the command's usage and exits 2."""
+
+
+def no_such(what: str, name: str, known: Iterable[str]) -> str:
+    """Click's message for an unknown command or long option, with the known names closest
+    to `name` (click's `NoSuchCommand`/`NoSuchOption`: difflib's close matches)."""
+    from difflib import get_close_matches
+
+    close = sorted(get_close_matches(name, list(known)))
+    message = f"No such command '{name}'." if what == "command" else f"No such option: {name}"
+    if not close:
+        return message
+    if len(close) == 1:
+        return f"{message} Did you mean '{close[0]}'?"
+    return f"{message} (Did you mean one of: {', '.join(map(repr, close))}?)"
 
 
 class BadParameter(UsageError):
@@ -231,7 +245,11 @@ class Command:
                         return option, word[2:] or None
         if self.pass_unknown:
             return None, None
-        raise UsageError(f"No such option: {word.split('=')[0]}")
+        name = word.split("=")[0]
+        if not name.startswith("--"):  # as click: no suggestion for a short option
+            raise UsageError(f"No such option: {name}")
+        known = [n for o in self.options for n in (*o.names, *o.off) if n.startswith("--")]
+        raise UsageError(no_such("option", name, [*known, "--help"]))
 
 
 class Group:

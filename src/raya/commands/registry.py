@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 APP_HELP = "Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS."
 # The root's options and their help, in Typer's order (--help is click's own).
 OPTIONS = {
-    "--debug": "Show tracebacks for errors.",
+    "--debug": "Show tracebacks for errors; accepted anywhere on the line, before a --.",
     "--version": "Print the version.",
     "--help": "Show this message and exit.",
 }
@@ -43,7 +43,8 @@ COMMANDS = {
     "status": ("operate", "One row per node: server, snapshot against the pins, drift, DNS and "
                "Kubernetes."),
     "backup": ("backups", "Take an etcd snapshot now and upload it to the cluster's bucket."),
-    "backups": ("backups", "List the cluster's etcd snapshots in object storage, newest first."),
+    "backups": ("backups", "List the cluster's etcd snapshots in object storage by control "
+                "plane, each one's newest first with its age."),
     "restore": ("backups", "Restore the cluster's datastore from a snapshot: every control "
                 "plane's k3s stopped, the first reset from it, the others rejoined; then "
                 "the cluster's state."),

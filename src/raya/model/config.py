@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import yaml
 
 from raya.errors import ConfigError
 from raya.model.cron import CronError, Schedule
-from raya.model.jsonfile import DuplicateKey, check_keys, loads_yaml
+from raya.model.jsonfile import DuplicateKey, StrictLoader, check_keys, loads_json, loads_yaml
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
@@ -102,6 +103,8 @@ _GCS_RESERVED = re.compile(r"goog.*|.*g[o0][o0]g[l1]e.*")
 # Google Cloud Storage's S3 endpoint (raya.cloud.program.backups makes the bucket there).
 GCS_ENDPOINT = "storage.googleapis.com"
 _FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_LIST_FORMS = "(a YAML list, or its JSON text as `pulumi config set` stores it)"
+_MAPPING_FORMS = "(a YAML mapping, or its JSON text as `pulumi config set` stores it)"
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -242,9 +245,12 @@ def stack_file(root: Path, stack: str) -> Path:
 def load_stack_config(path: Path) -> StackConfig:
     """Read and validate the `raya:` values of a Pulumi stack file."""
     try:
-        document = loads_yaml(path.read_text(encoding="utf-8"))
+        document, texts = _read_stack(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: stack file not found") from None
+        raise ConfigError(
+            f"{path}: stack file not found; a new stack is made with `pulumi stack init` and "
+            "its settings set with `pulumi config set` (docs/stacks.md)"
+        ) from None
     except DuplicateKey as error:
         raise ConfigError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
@@ -254,11 +260,83 @@ def load_stack_config(path: Path) -> StackConfig:
         raise ConfigError(f"{path}: expected a top-level 'config:' mapping with raya: values")
     prefix = f"{NAMESPACE}:"
     values = {
-        key.removeprefix(prefix): value
+        key.removeprefix(prefix): texts.get(key, value)
         for key, value in config.items()
         if str(key).startswith(prefix)
     }
     return parse_stack_config(values, str(path))
+
+
+def _read_stack(text: str) -> tuple[Any, dict[str, str]]:
+    """The stack file's document, and the text of each scalar directly under `config:`.
+
+    Pulumi's CLI hands the program a top-level scalar as the text written in the file, not as
+    YAML typed it (pulumi/pulumi, sdk/go/common/resource/config/value.go,
+    `Value.unmarshalValue`: it decodes the node into a string first), and its SDK's getters
+    read that text. Reading the same text here gives `20`, `"20"`, `true` and `"True"` the
+    meaning Pulumi gives them, where PyYAML alone would read YAML 1.1 (`yes`, `0x14`, `010`).
+    """
+    loader = StrictLoader(text)  # a key written twice refused (raya.model.jsonfile)
+    try:
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+    texts: dict[str, str] = {}
+    config = _mapping_item(root, "config")
+    for key, node in config.value if isinstance(config, yaml.MappingNode) else ():
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        texts.pop(key.value, None)  # a later duplicate wins, as in the document
+        if isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:null":
+            texts[key.value] = node.value
+    return document, texts
+
+
+def _mapping_item(node: yaml.Node | None, name: str) -> yaml.Node | None:
+    """The value of `name` in a mapping node; the last one, as the constructed document has."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name]
+    return found[-1] if found else None
+
+
+# Pulumi hands the program every setting as text, and its Python SDK's typed getters read it
+# (pulumi/pulumi, sdk/python/lib/pulumi/config.py): `Config._get_bool` takes "true", "True",
+# "false" and "False"; `_get_int` Python's int() of the text; `_get_object` json.loads of it
+# (a list or mapping is handed over as JSON). A stack file holds either that text
+# (`pulumi config set raya:controlPlanes 3` stores "3"; JSON given on the command line stays
+# text) or a YAML value (`--path` and `--type` store true, 3, lists and mappings; so does an
+# editor): the readers below give both the same meaning.
+_PULUMI_BOOLS = {"true": True, "True": True, "false": False, "False": False}
+
+
+def _pulumi_bool(value: object) -> object:
+    return _PULUMI_BOOLS.get(value, value) if isinstance(value, str) else value
+
+
+def _pulumi_int(value: object) -> object:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return value
+
+
+def _pulumi_object(value: object) -> object:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError, RecursionError):
+            return json.loads(value)
+    return value
+
+
+def _is_encrypted(value: object) -> bool:
+    """Whether `value` holds a `secure:` value anywhere, as Pulumi recognises one
+    (pulumi/pulumi, sdk/go/common/resource/config/value.go, `isSecureValue`)."""
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("secure"), str):
+            return True
+        return any(map(_is_encrypted, value.values()))
+    return isinstance(value, list) and any(map(_is_encrypted, value))
 
 
 def check_secret_settings(path: Path) -> None:
@@ -289,6 +367,23 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
     check_keys(values, sorted((*KEYS, *SECRET_KEYS)), REQUIRED, fail, "a known setting")
+    for key in sorted(set(values) - set(SECRET_KEYS)):
+        if _is_encrypted(values[key]):
+            # raya reads the model offline (`raya render`), without the stack's passphrase.
+            raise fail(
+                key,
+                f"is encrypted (secure:); accepted: a plain value, set with `pulumi config set "
+                f"{NAMESPACE}:{key} <value>` (the secret settings are {', '.join(SECRET_KEYS)})",
+            )
+        # A list or mapping `pulumi config set` stores as JSON text: a key written twice in it
+        # is refused as in the stack file (its value is not shown: it may be a secret's).
+        if isinstance(values[key], str):
+            try:
+                loads_json(values[key])
+            except DuplicateKey as error:
+                raise fail(key, f"is JSON text: {error}") from None
+            except (ValueError, RecursionError):
+                pass  # not JSON: text, read as such below
     merged = {**DEFAULTS, **values}
 
     def text(key: str, pattern: re.Pattern[str], accepted: str) -> str:
@@ -317,9 +412,13 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     if problem:
         raise fail("controlPlaneServerType", problem)
 
-    users = merged["authorizedUsers"]
+    users = _pulumi_object(merged["authorizedUsers"])
     if not isinstance(users, list) or not users:
-        raise fail("authorizedUsers", "must be a non-empty list of GitHub handles")
+        raise fail(
+            "authorizedUsers",
+            f"is {merged['authorizedUsers']!r}; accepted: a non-empty list of GitHub handles "
+            f"{_LIST_FORMS}",
+        )
     seen: dict[str, str] = {}
     for user in users:
         if not isinstance(user, str) or not GITHUB_LOGIN.fullmatch(user):
@@ -383,15 +482,23 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"other than the gateway {gateway}",
         )
 
-    schedulable = merged["controlPlaneSchedulable"]
+    schedulable = _pulumi_bool(merged["controlPlaneSchedulable"])
     if not isinstance(schedulable, bool):
-        raise fail("controlPlaneSchedulable", f"is {schedulable!r}; accepted: true or false")
+        raise fail(
+            "controlPlaneSchedulable",
+            f"is {merged['controlPlaneSchedulable']!r}; accepted: true or false (also as the "
+            "text 'true', 'True', 'false' or 'False')",
+        )
 
     def sources(key: str) -> tuple[IPNetwork, ...]:
-        value = merged[key]
+        value = _pulumi_object(merged[key])
         accepted = "a list of IPv4 or IPv6 CIDRs such as 203.0.113.0/24 or 2001:db8::/32"
         if not isinstance(value, list):
-            raise fail(key, f"is {value!r}; accepted: {accepted} (an empty list closes the port)")
+            raise fail(
+                key,
+                f"is {merged[key]!r}; accepted: {accepted} {_LIST_FORMS} (an empty list "
+                "closes the port)",
+            )
         found: list[IPNetwork] = []
         for item in value:
             # strict: host bits set (10.0.0.1/8) is a typo more often than a network.
@@ -407,27 +514,25 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
                 raise fail(key, f"lists {cidr} twice")
             found.append(cidr)
         return tuple(found)
-    size = merged["controlPlaneVolumeSize"]
-    # Pulumi hands a number over as text.
-    if isinstance(size, str) and size.isdigit():
-        size = int(size)
-    if isinstance(size, bool) or not isinstance(size, int) or size not in VOLUME_SIZES:
-        raise fail(
-            "controlPlaneVolumeSize",
-            f"is {size!r}; accepted: a whole number of GB from {VOLUME_SIZES.start} "
-            f"to {VOLUME_SIZES.stop - 1}",
-        )
 
-    count = merged["controlPlanes"]
-    if isinstance(count, str) and count.isdigit():  # Pulumi hands a number over as text
-        count = int(count)
-    if isinstance(count, bool) or not isinstance(count, int) or count not in CONTROL_PLANE_COUNTS:
-        raise fail(
-            "controlPlanes",
-            f"is {count!r}; accepted: 1, 3 or 5 (every control plane is an etcd member, and "
-            "etcd needs a majority of them up: 3 survive the loss of 1, 5 of 2, while an even "
-            "count survives no more losses than the odd count below it)",
-        )
+    def whole(key: str, accepted: range | tuple[int, ...], what: str) -> int:
+        value = _pulumi_int(merged[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value not in accepted:
+            raise fail(key, f"is {merged[key]!r}; accepted: {what}")
+        return value
+
+    size = whole(
+        "controlPlaneVolumeSize",
+        VOLUME_SIZES,
+        f"a whole number of GB from {VOLUME_SIZES.start} to {VOLUME_SIZES.stop - 1}",
+    )
+    count = whole(
+        "controlPlanes",
+        CONTROL_PLANE_COUNTS,
+        "1, 3 or 5 (every control plane is an etcd member, and etcd needs a majority of them "
+        "up: 3 survive the loss of 1, 5 of 2, while an even count survives no more losses "
+        "than the odd count below it)",
+    )
     block = [cp_ip + k for k in range(CONTROL_PLANE_BLOCK if count > 1 else 1)]
     outside = [ip for ip in block if ip not in subnet or ip == subnet.broadcast_address]
     if outside:
@@ -442,15 +547,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         Schedule(schedule if isinstance(schedule, str) else "").longest_gap()
     except CronError as error:
         raise fail("backupSchedule", f"{error} (k3s' etcd-snapshot-schedule-cron)") from None
-    retention = merged["backupRetention"]
-    if isinstance(retention, str) and retention.isdigit():
-        retention = int(retention)
-    if isinstance(retention, bool) or retention not in BACKUP_RETENTION:
-        raise fail(
-            "backupRetention",
-            f"is {retention!r}; accepted: a whole number of snapshots from "
-            f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
-        )
+    retention = whole(
+        "backupRetention",
+        BACKUP_RETENTION,
+        f"a whole number of snapshots from {BACKUP_RETENTION.start} to "
+        f"{BACKUP_RETENTION.stop - 1}",
+    )
     # k3s prunes the bucket to this many scheduled snapshots across every control plane,
     # after each upload, and each run of the schedule uploads one per control plane: below
     # 2n - 1 a run's first uploads prune a control plane's only snapshot before its own.
@@ -465,10 +567,10 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "one while a run uploads (docs/backups.md)",
         )
 
-    backup_s3 = _backup_s3(merged.get("backupS3"), cluster_name, fail)
+    backup_s3 = _backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail)
     if backup_s3 is None:
         # The deployment makes the bucket in GCS, named after the cluster
-        # (raya.cloud.program.backups.bucket_name: `<clusterName>-etcd-<digest>`).
+        # (raya.cloud.snapshots.bucket_name: `<clusterName>-etcd-<digest>`).
         problem = bucket_problem(f"{cluster_name}-etcd", gcs=True)
         if problem:
             raise fail(
@@ -532,7 +634,7 @@ def _backup_s3(
         return None
     shape = "a mapping with endpoint and bucket (region, folder optional)"
     if not isinstance(value, dict):
-        raise fail("backupS3", f"is {value!r}; accepted: {shape}")
+        raise fail("backupS3", f"is {value!r}; accepted: {shape} {_MAPPING_FORMS}")
     check_keys(
         value,
         ("endpoint", "bucket", "region", "folder"),

@@ -103,7 +103,7 @@ def read_json(path: Path, what: str, error: type[RayaError], hint: str = "") -> 
         raise error(f"{path}: not JSON: {problem}") from None
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key written twice in the same mapping; a key a merge
     (`<<: *anchor`) brings in may be written again, the YAML merge's own override."""
 
@@ -123,7 +123,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 def loads_yaml(text: str) -> Any:
     """`yaml.safe_load`, refusing duplicate keys (DuplicateKey, a ValueError)."""
-    return yaml.load(text, Loader=_StrictLoader)
+    return yaml.load(text, Loader=StrictLoader)
 
 
 def check_keys(

@@ -232,6 +232,13 @@ def _context(
             + ["https://127.0.0.1:10250"],
             "on_calendar": _certs_slot(node),
             "random_delay": CERTS_RANDOM_DELAY,
+            # k3s' etcd client URL and client certificate (k3s `pkg/daemons/control/deps`:
+            # tls/etcd/client.crt, signed by tls/etcd/server-ca.crt), for the quorum check.
+            "etcd": (
+                {"endpoint": "https://127.0.0.1:2379", "tls": f"{K3S_SERVER_DIR}/tls/etcd"}
+                if node.role == "control-plane"
+                else None
+            ),
         },
     }
     registration = f"https://{config.registration_ip}:{K3S_PORT}"
@@ -346,8 +353,15 @@ def _context(
 
 
 def _certs_slot(node: Node) -> str:
-    """When `node` checks k3s' certificates each day (UTC): its own slot of the day."""
-    slot = 0 if node.index is None else node.index + 1
+    """When `node` checks k3s' certificates each day (UTC): its own slot of the day. Agents
+    from the first slot on, one after the other; control plane k (0 for the first) k slots
+    before the first: no two control planes restart k3s in the same slot (the random delay
+    is shorter than a slot), so at most one etcd member is away at a time."""
+    if node.index is not None:
+        slot = node.index + 1
+    else:
+        tail = node.name.rsplit("-", 1)[-1]
+        slot = -int(tail) if tail.isdigit() else 0
     minutes = (CERTS_FIRST_SLOT_MINUTES + slot * CERTS_SLOT_MINUTES) % (24 * 60)
     return f"*-*-* {minutes // 60:02d}:{minutes % 60:02d}:00 UTC"
 

@@ -75,3 +75,18 @@ def members(nodes: Iterable[Any], control_planes: Sequence[str]) -> list[Member]
         if name not in control_planes and (node.metadata.labels or {}).get(ETCD_ROLE) == "true"
     )
     return [member(name, by_name.get(name)) for name in [*control_planes, *others]]
+
+
+def replacement_problem(found: Iterable[Member], name: str) -> str | None:
+    """Why replacing control plane `name` now could cost etcd its quorum, or None: every other
+    member must be a voter on a Ready node, so that etcd keeps its quorum while `name` is
+    gone. `name` itself may be in any state: replacing a member that is down or not voting
+    loses nothing more. The one rule of every path that replaces a control plane (`raya
+    roll`, `raya up --replace`)."""
+    for other in found:
+        if other.node != name and not other.healthy:
+            return (
+                f"{other.node} is {other.describe()}; replacing {name} needs every other "
+                "control plane Ready and a voting etcd member, or etcd could lose its quorum"
+            )
+    return None

@@ -4,9 +4,27 @@ around the Pulumi update that deletes their servers (raya.cloud.deploy, `Removal
 Before the update, every leaving node is cordoned and drained through the API as the roll
 drains an agent (evictions honour PodDisruptionBudgets; `raya.operate.roll.Drain`), then
 each leaving control plane's etcd member is removed, one at a time, each only while the
-members that stay keep a quorum. After the update, the leaving nodes' objects are deleted.
+members that stay keep a quorum. Right before Pulumi deletes the servers, the members are
+read again (`confirm`). After the update, the leaving nodes' objects are deleted.
 Anything refused (a drain that does not finish, a member etcd will not let go, a quorum
-that would be lost) stops `raya up` before Pulumi runs: no server is deleted.
+that would be lost, a removed member back) stops `raya up` before Pulumi runs: no server
+is deleted.
+
+A removed member does not stay away by itself: its etcd reports the removal, k3s writes a
+tombstone and exits (k3s `pkg/daemons/executor/embed.go`, `ETCD`), systemd starts it again
+(raya's `k3s.service` has `Restart=always`), and k3s, finding the tombstone, sets its
+datastore aside and joins again through its `server:` as a learner, soon a voter (k3s
+`pkg/etcd/etcd.go`, `Register`; the maintainers in k3s-io/k3s#5404: "stop and disable the
+service before deleting"). For 3 -> 1 both leaving members could be voters again when their
+servers go: one voter of three left. So before its member is removed, k3s on a leaving
+control plane is disabled over SSH (`DISARM`: not enabled at boot, `Restart=no`, no start
+at all), and stopped once the member is gone (`STOP`). Not stopped before: a member that
+is stopped still counts among the voters, so going from two members to one would lose the
+quorum (one running of two) and etcd could not commit the removal. Not shut down through
+Hetzner instead, for the same reason; and a removal over the API alone leaves k3s to
+restart within its `RestartSec`, racing the server's deletion. Once the last member is
+removed, raya watches `watch` seconds (longer than k3s takes to start again and join)
+and refuses if any of them is back.
 
 k3s removes a member through the Kubernetes API (k3s-io/k3s `pkg/etcd/member_controller.go`,
 `etcdMemberHandler.sync`): on a node labelled `node-role.kubernetes.io/etcd` whose
@@ -50,6 +68,26 @@ from raya.operate.roll import (
 REMOVE = "etcd.k3s.cattle.io/remove"
 REMOVED = "etcd.k3s.cattle.io/removed-node-name"
 MEMBER_TIMEOUT = 120.0  # seconds for k3s to remove a member once asked (its RemovePeer: 1 min)
+# From the last removal until the members are read for the last time: k3s starts again 5 s
+# after it exits (RestartSec) and joins within seconds; well after that.
+COMEBACK_WATCH = 30.0
+K3S_UNIT = "k3s.service"
+# Run as root on a leaving control plane before its member is removed: k3s keeps running,
+# and voting, until then; once removed it exits and must not start again, through
+# Restart=always, a reboot, or anything that asks for a start (the runtime drop-in's
+# condition fails every start).
+LEAVING_DROPIN = f"/run/systemd/system/{K3S_UNIT}.d/99-raya-leaving.conf"
+DISARM = [
+    "sh",
+    "-c",
+    f"mkdir -p {LEAVING_DROPIN.rsplit('/', 1)[0]} && printf '%s\\n' '[Unit]' "
+    "'ConditionPathExists=/run/raya-k3s-leaving-never' '[Service]' 'Restart=no' "
+    f">{LEAVING_DROPIN} && systemctl daemon-reload && systemctl disable {K3S_UNIT}",
+]
+STOP = ["systemctl", "stop", K3S_UNIT]
+# Runs a command as root on a node (by name) over SSH pinned to its deployed host key:
+# its exit code and what it printed.
+Remote = Callable[[str, Sequence[str]], tuple[int, str]]
 
 
 class RemovalError(RayaError):
@@ -100,12 +138,16 @@ class Removal:
 
     connect: Callable[[str], Kubernetes]
     say: Callable[[str], None]
+    remote: Remote
     clock: Clock = field(default_factory=Clock)
     drain_timeout: float = DRAIN_TIMEOUT
     accept_local_loss: bool = False
     without_drain: bool = False
     member_timeout: float = MEMBER_TIMEOUT
+    watch: float = COMEBACK_WATCH
     drainer: Drain | None = None  # once the API answered: then the node objects go after
+    removed: dict[str, str] = field(default_factory=dict)  # node -> its removed member
+    last_removal: float = 0.0
 
     def drainer_of(self) -> Drain:
         assert self.drainer is not None, "before() connects first"
@@ -198,12 +240,25 @@ class Removal:
         self.say(f"{name}: cordoned and drained")
 
     def remove_member(self, name: str) -> None:
-        """Ask k3s to remove `name`'s member, once etcd keeps its quorum without it, and wait
-        until k3s says it is gone."""
+        """Disable k3s on `name`, ask k3s to remove its member, once etcd keeps its quorum
+        without it, wait until k3s says it is gone, then stop k3s there."""
         health = self.health()
         problem = quorum_problem(health, [name])
         if problem:
             raise RemovalError(problem)
+        code, output = self.remote(name, DISARM)
+        if code != 0:
+            last = (output.strip().splitlines() or [f"exit code {code}"])[-1]
+            if not health.get(name):
+                raise RemovalError(
+                    f"could not disable k3s over SSH ({last}); its member is left as it is: "
+                    "removed while k3s may start again, it would join etcd again"
+                )
+            self.say(
+                f"{name}: not reachable over SSH ({last}); its member is not healthy "
+                f"({health[name]}): removing it; if its k3s comes back before its server "
+                "is deleted, raya refuses"
+            )
         self.kube.core.patch_node(
             name, {"metadata": {"annotations": {REMOVE: "true"}}}, _request_timeout=30
         )
@@ -212,15 +267,48 @@ class Removal:
             node = self.kube.node(name)
             removed = (node.metadata.annotations or {}).get(REMOVED) if node else None
             if removed:
-                self.say(f"{name}: etcd member {removed} removed")
-                return
+                break
             if self.clock.now() >= deadline:
                 raise RemovalError(
                     f"k3s did not remove its etcd member within {self.member_timeout:.0f} s "
                     f"(annotation {REMOVE}=true set, no {REMOVED} yet): see the control "
-                    "planes' k3s logs"
+                    f"planes' k3s logs. k3s there still runs but is disabled: to keep it, "
+                    f"`systemctl enable {K3S_UNIT}` and delete {LEAVING_DROPIN}"
                 )
             self.clock.sleep(POLL)
+        self.removed[name], self.last_removal = str(removed), self.clock.now()
+        code, output = self.remote(name, STOP)
+        stopped = "k3s stopped" if code == 0 else f"k3s not stopped ({output.strip()})"
+        self.say(f"{name}: etcd member {removed} removed; {stopped}")
+
+    def confirm(self, leaving: Sequence[str]) -> None:
+        """Right before Pulumi deletes the servers: until `watch` seconds after the last
+        removal, refuse as soon as a removed member is back (a member of etcd again)."""
+        if self.drainer is None or not self.removed:
+            return
+        deadline = self.last_removal + self.watch
+        while True:
+            for name, member in self.removed.items():
+                self.step(name, functools.partial(self.still_removed, name, member))
+            if self.clock.now() >= deadline:
+                break
+            self.clock.sleep(POLL)
+        self.say(
+            f"etcd: {', '.join(self.removed)} still removed {self.watch:.0f} s after the last "
+            "removal; deleting their servers"
+        )
+
+    def still_removed(self, name: str, member: str) -> None:
+        node = self.kube.node(name)
+        notes = (node.metadata.annotations or {}) if node is not None else {}
+        if node is None or (notes.get(REMOVED) == member and not notes.get(etcd.MEMBER_NAME)):
+            return
+        raise RemovalError(
+            f"its etcd member is back ({etcd.member(name, node).describe()}) after raya "
+            f"removed {member}: k3s on it started again and joined through its `server:`. "
+            f"Disable it (`raya ssh {name} -- sudo systemctl disable --now {K3S_UNIT}`) and "
+            "run `raya up` again"
+        )
 
     def after(self, leaving: Sequence[str]) -> None:
         """The leaving nodes' objects, deleted now that their servers are gone."""

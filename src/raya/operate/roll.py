@@ -1,26 +1,39 @@
 """`raya roll`: apply drift one node at a time, the way a careful operator would.
 
-The control plane comes first and alone (k3s' upgrade guide: servers first, then agents; the
-Kubernetes version skew policy lets a kubelet be older than the API server, never newer): its
-server is replaced (its volume keeps the datastore), and nothing else starts until the API
-answers again, trusted through the cluster's CA, the control plane is back from a new boot,
-Ready, and every node is Ready. With several control planes they go one at a time, each only
-while every other one is Ready and a voting etcd member (`raya.operate.etcd`: so that etcd
-keeps its quorum while it is gone), and the next only once it is back as a voting member:
-the same member from its volume, or a new one when k3s removed its member while it was gone
-(then its data comes from its peers, and the roll says so).
-Then each agent is cordoned, drained through the Kubernetes API
-(evictions, which honour PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data
-goes with the node: what `kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until
-its pods are gone, not merely accepted for eviction (an evicted pod stays Terminating for its
-grace period), its server replaced with the current inputs, and uncordoned once the node is
-back: registered with a new boot ID, Ready, on the pinned kubelet. The first failure stops the
-roll and says what state it left the node in.
+Each node's replacement is a list of actions (`actions`, printed by `--dry-run` and run by
+`Roll`: one list, so what the operator is shown is what runs). The control planes come first
+and alone (k3s' upgrade guide: servers first, then agents; the Kubernetes version skew policy
+lets a kubelet be older than the API server, never newer); the next node starts only once the
+last is back: registered from a new boot of its new server, Ready, on the pinned kubelet, and,
+for a control plane, every node Ready. With several control planes each goes only while every
+other one is Ready and a voting etcd member (`raya.operate.etcd`, so that etcd keeps its
+quorum), is drained like an agent, and the next only once it votes again.
 
-Claims on Hetzner Volumes move with their pods (the drain lets the CSI driver detach them).
+A node is cordoned and drained through the Kubernetes API (evictions, which honour
+PodDisruptionBudgets; DaemonSet and mirror pods stay; emptyDir data goes with the node: what
+`kubectl drain --ignore-daemonsets --delete-emptydir-data` does) until its pods are gone, not
+merely accepted for eviction, and until its volumes are detached: no VolumeAttachment names it
+and its `volumesAttached` is empty (Hetzner's CSI driver never re-reads an attachment, so one
+that a server's deletion detached would stay `attached: true`). Attachments still naming the
+node once its old server is gone are deleted.
+
+Every replacement yields a new Node object: a kubelet that finds a Node of its name keeps it,
+and its `spec.providerID` may not change once set (kubernetes `tryRegisterWithAPIServer`,
+`ValidateNodeUpdate`), so a new server registering into the old Node would keep naming the
+deleted server, and Hetzner's cloud controller, which finds servers by that ID, would fail
+every load balancer sync. The old Node is deleted before the new kubelet registers: an agent's
+once drained (its running kubelet registered when it started and does not again); a control
+plane's among several once its server is gone (deleting it removes its etcd member, and a
+running k3s, removed, would restart and register the old Node again); the sole control plane's
+before its server (the API goes with it), k3s' etcd finalizer released: it would remove the
+sole member, which etcd refuses, and keep the Node. The sole control plane is not drained:
+pods on it using Hetzner Volumes stop with it, refused unless the operator accepts it.
+
 A claim whose volume lives on the node's own disk (k3s' local-path) would be lost with the
 server: a node with such a claim in use is not touched unless the operator accepts the loss.
+The first failure stops the roll and says what state it left the node in.
 """
+
 
 from __future__ import annotations
 
@@ -37,21 +50,69 @@ from raya.operate import etcd
 
 POLL = 5.0  # seconds between two looks at the API
 CONTROL_PLANE = "control-plane"
+CSI_DRIVER = "csi.hetzner.cloud"  # the provisioner of hcloud-volumes, the chart's StorageClass
+# k3s' etcd member controller's finalizer on every node (k3s pkg/etcd/member_controller.go,
+# wrangler OnRemove): it removes the node's etcd member, which etcd refuses for a sole member.
+ETCD_FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
 
 
 class RollError(RayaError):
     """A node could not be rolled; the nodes after it were left untouched."""
 
 
+# The actions of a node's replacement, each as the dry run prints it. `plan` orders them for
+# each node and `Roll` runs them by name: what `--dry-run` shows is what a roll does.
+QUORUM = "quorum"
+LOCAL_DATA = "local data"
+VOLUME_DOWNTIME = "volume downtime"
+CORDON = "cordon"
+DRAIN = "drain"
+DETACH = "detach"
+DELETE_NODE = "delete node"
+DELETE_SOLE_NODE = "delete sole node"
+REPLACE = "replace"
+DELETE_GONE_NODE = "delete gone node"
+LEFTOVERS = "leftovers"
+BACK = "back"
+MEMBER = "member"
+ALL_READY = "all ready"
+ACTIONS = {
+    QUORUM: "check that every other control plane is Ready and a voting etcd member",
+    LOCAL_DATA: "check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
+    VOLUME_DOWNTIME: "check that no pod on it uses a Hetzner Volume claim "
+    "(or --accept-volume-downtime)",
+    CORDON: "cordon",
+    DRAIN: "drain: evict its pods, wait until they are gone",
+    DETACH: "wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
+    DELETE_NODE: "delete its Node object (its running kubelet does not register again)",
+    DELETE_SOLE_NODE: "delete its Node object, releasing k3s' etcd finalizer (the sole etcd "
+    "member stays)",
+    REPLACE: "replace its server (raya up --replace: shut down, wait until off, delete, create)",
+    DELETE_GONE_NODE: "delete its Node object, its old server gone, before the new one registers "
+    "(k3s removes its etcd member)",
+    LEFTOVERS: "delete the VolumeAttachments left for the old server",
+    BACK: "wait until the new server registers a new Node (a new boot, the new server's "
+    "provider ID), Ready on the pinned k3s",
+    MEMBER: "wait until it is a voting etcd member again",
+    ALL_READY: "wait until every node is Ready",
+}
+
+
+# Actions on the node's object: none for a node that never registered.
+ON_THE_NODE = frozenset({CORDON, DRAIN, DETACH, DELETE_NODE, DELETE_SOLE_NODE, DELETE_GONE_NODE})
+
+
 @dataclass(frozen=True)
 class Step:
     node: str
-    drain: bool  # agents are drained; the control plane is replaced alone
+    actions: tuple[str, ...]
 
-    def describe(self) -> str:
-        if self.drain:
-            return f"{self.node}: cordon, drain, replace, wait until back from a new boot, uncordon"
-        return f"{self.node}: replace onto its volume, wait until back from a new boot"
+    def describe(self) -> list[str]:
+        """The node, then its actions in order, numbered."""
+        return [
+            f"{self.node}:",
+            *(f"  {i}. {ACTIONS[action]}" for i, action in enumerate(self.actions, 1)),
+        ]
 
 
 def is_control_plane(name: str) -> bool:
@@ -59,10 +120,36 @@ def is_control_plane(name: str) -> bool:
     return name == CONTROL_PLANE or name.startswith(f"{CONTROL_PLANE}-")
 
 
+def actions(node: str, control_planes: int) -> tuple[str, ...]:
+    """What replacing `node` takes, in order, in a fleet of `control_planes` control planes.
+
+    The old Node object goes before a kubelet can register into it and keep its provider ID
+    (a kubelet keeps a Node it finds; the provider ID may not change once set). An agent's goes
+    once it is drained and its volumes detached: its kubelet registered when it started and
+    does not again. A control plane among several is drained like an agent, but its Node goes
+    only once its server is gone: deleting it removes its etcd member (k3s), and a running
+    k3s, removed, restarts and registers the old Node again. The sole control plane cannot be
+    drained (its API goes with it): it refuses pods on Hetzner Volumes unless accepted, and
+    its Node goes before its server (the API goes with the server); k3s' finalizer, which
+    would remove the sole etcd member and cannot, is released."""
+    if not is_control_plane(node):
+        return (
+            LOCAL_DATA, CORDON, DRAIN, DETACH, DELETE_NODE, REPLACE, LEFTOVERS, BACK,
+        )  # fmt: skip
+    if control_planes > 1:
+        return (
+            QUORUM, LOCAL_DATA, CORDON, DRAIN, DETACH, REPLACE, DELETE_GONE_NODE, LEFTOVERS, BACK,
+            MEMBER, ALL_READY,
+        )  # fmt: skip
+    return (
+        LOCAL_DATA, VOLUME_DOWNTIME, DELETE_SOLE_NODE, REPLACE, BACK, LEFTOVERS, ALL_READY,
+    )  # fmt: skip
+
+
 def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -> list[Step]:
     """The steps: `wanted` nodes, or else the `drifting` ones; the control planes first, one at
-    a time in their order, then the agents in fleet order (`nodes`' order). Unknown names are
-    an error."""
+    a time in their order, then the agents in fleet order (`nodes`' order, the whole fleet).
+    Unknown names are an error."""
     unknown = [name for name in wanted if name not in nodes]
     if unknown:
         raise RollError(
@@ -71,7 +158,8 @@ def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -
     chosen = [n for n in nodes if n in set(wanted or drifting)]
     # Stable: each part keeps `nodes`' order.
     ordered = sorted(chosen, key=lambda name: not is_control_plane(name))
-    return [Step(node, drain=not is_control_plane(node)) for node in ordered]
+    control_planes = sum(1 for name in nodes if is_control_plane(name))
+    return [Step(node, actions(node, control_planes)) for node in ordered]
 
 
 @dataclass
@@ -90,18 +178,19 @@ class Kubernetes:
 
         self._k8s = k8s
         self.core = k8s.CoreV1Api(api)
+        self.storage = k8s.StorageV1Api(api)
 
-    def _read(self, read: Callable[..., Any], *names: str) -> Any | None:
-        """`read(*names)`, or None when the object does not exist (404)."""
+    def _or_none(self, call: Callable[..., Any], *names: str) -> Any | None:
+        """`call(*names)` (a read or a delete), or None when the object does not exist (404)."""
         try:
-            return read(*names, _request_timeout=30)
+            return call(*names, _request_timeout=30)
         except self._k8s.ApiException as error:
             if error.status == 404:
                 return None
             raise
 
     def node(self, name: str) -> Any | None:
-        return self._read(self.core.read_node, name)
+        return self._or_none(self.core.read_node, name)
 
     def nodes(self) -> list[Any]:
         return list(self.core.list_node(_request_timeout=30).items)
@@ -116,10 +205,30 @@ class Kubernetes:
         return list(listed.items)
 
     def claim(self, namespace: str, name: str) -> Any | None:
-        return self._read(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+        return self._or_none(self.core.read_namespaced_persistent_volume_claim, name, namespace)
 
     def volume(self, name: str) -> Any | None:
-        return self._read(self.core.read_persistent_volume, name)
+        return self._or_none(self.core.read_persistent_volume, name)
+
+    def delete_node(self, name: str) -> None:
+        self._or_none(self.core.delete_node, name)
+
+    def drop_finalizer(self, name: str, finalizer: str) -> None:
+        """Take `finalizer` off the node, if it is being deleted and holds it."""
+        node = self.node(name)
+        if node is None or node.metadata.deletion_timestamp is None:
+            return
+        kept = [f for f in node.metadata.finalizers or [] if f != finalizer]
+        if kept != list(node.metadata.finalizers or []):
+            self.core.patch_node(name, {"metadata": {"finalizers": kept}}, _request_timeout=30)
+
+    def attachments(self, node: str) -> list[Any]:
+        """The VolumeAttachments naming `node`."""
+        listed = self.storage.list_volume_attachment(_request_timeout=30)
+        return [a for a in listed.items if a.spec.node_name == node]
+
+    def delete_attachment(self, name: str) -> None:
+        self._or_none(self.storage.delete_volume_attachment, name)
 
     def evict(self, pod: Any) -> bool:
         """Ask for the pod's eviction; False when a disruption budget refuses it for now."""
@@ -150,6 +259,10 @@ def boot_id(node: Any) -> str:
     return str(node.status.node_info.boot_id or "")
 
 
+def provider_id(node: Any) -> str:
+    return str(node.spec.provider_id or "")
+
+
 def ref(pod: Any) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
@@ -171,12 +284,12 @@ def stays(pod: Any) -> bool:
     )
 
 
-def local_claims(kube: Kubernetes, node: str) -> list[str]:
-    """The claims in use by pods on `node` whose volume is on that node's disk, as
-    `namespace/claim (pod name)`: what replacing its server destroys. k3s' local-path
-    provisioner makes such volumes: a PersistentVolume with a `hostPath` (or `local`) source
-    pinned to the node (rancher/local-path-provisioner, provisioner.go); a Hetzner Volume's
-    source is `csi`, and moves."""
+def claims_on(kube: Kubernetes, node: str, on_its_disk: bool) -> list[str]:
+    """The claims in use by pods on `node`, as `namespace/claim (pod name)`: those whose volume
+    is on the node's own disk (`on_its_disk`), or else those on a Hetzner Volume. k3s'
+    local-path provisioner makes a PersistentVolume with a `hostPath` (or `local`) source
+    pinned to the node (rancher/local-path-provisioner, provisioner.go): replacing the server
+    destroys it. A Hetzner Volume's source is `csi` (driver `csi.hetzner.cloud`): it moves."""
     found = []
     for pod in kube.pods_on(node):
         for source in pod.spec.volumes or []:
@@ -186,7 +299,11 @@ def local_claims(kube: Kubernetes, node: str) -> list[str]:
             claim = kube.claim(namespace, name)
             bound = claim.spec.volume_name if claim is not None else None
             volume = kube.volume(bound) if bound else None
-            if volume is not None and (volume.spec.host_path or volume.spec.local):
+            if volume is None:
+                continue
+            local = bool(volume.spec.host_path or volume.spec.local)
+            hetzner = volume.spec.csi is not None and volume.spec.csi.driver == CSI_DRIVER
+            if local if on_its_disk else hetzner:
                 found.append(f"{namespace}/{name} (pod {pod.metadata.name})")
     return sorted(set(found))
 
@@ -206,10 +323,12 @@ class Drain:
     drain_timeout: float = DRAIN_TIMEOUT
     # `--accept-local-data-loss`: touch nodes whose pods use local-path claims.
     accept_local_loss: bool = False
+    # `--accept-volume-downtime`: replace the sole control plane under pods on Hetzner Volumes.
+    accept_volume_downtime: bool = False
 
     def check_local_data(self, name: str) -> None:
         """Refuse to touch a node whose pods keep claims on its disk, unless accepted."""
-        claims = local_claims(self.kube, name)
+        claims = claims_on(self.kube, name, on_its_disk=True)
         if not claims:
             return
         if not self.accept_local_loss:
@@ -219,6 +338,21 @@ class Drain:
                 "--accept-local-data-loss"
             )
         self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
+
+    def check_volume_downtime(self, name: str) -> None:
+        """Refuse to replace an undrained node under pods on Hetzner Volumes, unless accepted:
+        they are down until it is back, and their attachments to the old server are stale."""
+        claims = claims_on(self.kube, name, on_its_disk=False)
+        if not claims:
+            return
+        if not self.accept_volume_downtime:
+            raise RollError(
+                f"pods on the sole control plane use Hetzner Volume claims: {', '.join(claims)}; "
+                "they stop with its server and their volumes are attached again only once it "
+                "is back (the control plane is not drained: its API goes with it); run them on "
+                "agents, or pass --accept-volume-downtime"
+            )
+        self.say(f"{name}: down with it until it is back, as accepted: {', '.join(claims)}")
 
     def drain(self, name: str) -> None:
         """Evict each pod once, then wait until every one is gone from the API: an eviction
@@ -257,17 +391,16 @@ class Roll(Drain):
     # The fleet's control planes, in order; with more than one, etcd's quorum is kept.
     control_planes: Sequence[str] = ()
     left: str = ""  # the state the current step has brought its node to, for the error
+    before: Any | None = None  # the node's object before its step began
 
     def run(self, steps: Sequence[Step]) -> None:
         for number, step in enumerate(steps, 1):
-            self.say(f"[{number}/{len(steps)}] {step.describe()}")
+            self.say(f"[{number}/{len(steps)}] {step.node}")
             self.left = "left as it was"
             try:
-                self.check_local_data(step.node)
-                if step.drain:
-                    self.agent(step.node)
-                else:
-                    self.control_plane(step.node)
+                self.before = self.kube.node(step.node)
+                for action in step.actions:
+                    self.act(action, step.node)
             except Exception as error:  # ours, or the API client's, whatever their kind
                 problem = (
                     str(error)
@@ -278,42 +411,123 @@ class Roll(Drain):
                 rest = f"; not touched: {', '.join(left)}" if left else ""
                 raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
 
-    def agent(self, name: str) -> None:
-        before = self.kube.node(name)
-        if before is None:
-            self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
-        else:
-            self.kube.cordon(name, True)
-            self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
-            self.say(f"{name}: cordoned")
-            self.drain(name)
-            self.say(f"{name}: drained; replacing its server")
-        self.left = (
-            f"its server was replaced and the node is not back{' (cordoned)' if before else ''}: "
-            f"see `raya status` and the server's console, then `raya roll {name}` again"
-        )
-        self.replace(name)
-        self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
-        self.kube.cordon(name, False)
-        self.say(f"{name}: back from a new boot, Ready on {self.kubelet_version}, uncordoned")
+    def act(self, action: str, name: str) -> None:
+        """One action of `ACTIONS` on node `name`; those on its Node object only if it has
+        one (a node that never registered is simply replaced)."""
+        if self.before is None and action in ON_THE_NODE:
+            if action == CORDON:
+                self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
+            return
+        run: dict[str, Callable[[str], None]] = {
+            QUORUM: self.check_quorum,
+            LOCAL_DATA: self.check_local_data,
+            VOLUME_DOWNTIME: self.check_volume_downtime,
+            CORDON: self.cordon,
+            DRAIN: self.drain_node,
+            DETACH: self.wait_detached,
+            DELETE_NODE: lambda node: self.delete_node(node, sole=False),
+            DELETE_SOLE_NODE: lambda node: self.delete_node(node, sole=True),
+            REPLACE: self.replace_server,
+            DELETE_GONE_NODE: self.delete_gone_node,
+            LEFTOVERS: self.remove_leftovers,
+            BACK: self.wait_ready,
+            MEMBER: self.wait_voter,
+            ALL_READY: self.wait_all_ready,
+        }
+        run[action](name)
 
-    def control_plane(self, name: str) -> None:
-        several = len(self.control_planes) > 1
-        if several:
-            self.check_quorum(name)
-        before = self.kube.node(name)
-        self.left = (
-            "its server was replaced and the control plane is not back (no agent was touched): "
-            f"see `raya status` and the server's console, then `raya roll {name}` again"
-        )
+    def cordon(self, name: str) -> None:
+        self.kube.cordon(name, True)
+        self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
+        self.say(f"{name}: cordoned")
+
+    def drain_node(self, name: str) -> None:
+        self.drain(name)
+        self.say(f"{name}: drained")
+
+    def replace_server(self, name: str) -> None:
+        control_plane = is_control_plane(name)
+        # The replacement may stop before anything is deleted (a server that does not shut
+        # down): the error says how far it went.
+        self.left = f"its replacement did not finish: see `raya status`, then `raya roll {name}`"
         self.replace(name)
-        self.wait_ready(name, previous_boot=boot_id(before) if before is not None else "")
-        if several:
-            self.left = (
-                "its server was replaced and the control plane is back, but not as a voting etcd "
-                "member (no agent was touched): see `raya status`"
+        self.left = (
+            f"its server was replaced and the {'control plane' if control_plane else 'node'} is "
+            f"not back{' (no agent was touched)' if control_plane else ''}: see `raya status` "
+            f"and the server's console, then `raya roll {name}` again"
+        )
+
+    def wait_voter(self, name: str) -> None:
+        self.left = (
+            "its server was replaced and the control plane is back, but not as a voting etcd "
+            "member (no agent was touched): see `raya status`"
+        )
+        self.wait_member(etcd.member(name, self.before))
+
+    def wait_detached(self, name: str) -> None:
+        """Until no VolumeAttachment names the node and its `volumesAttached` is empty: the
+        attach/detach controller detaches a volume once the kubelet no longer reports it in
+        use, and Hetzner's CSI driver would not notice a detach it did not make (it never
+        re-reads an attachment), so the server goes only once it has made them all."""
+        deadline = self.clock.now() + self.drain_timeout
+        while True:
+            node = self.kube.node(name)
+            listed = [a.spec.source.persistent_volume_name for a in self.kube.attachments(name)]
+            status = [v.name for v in (node.status.volumes_attached or [])] if node else []
+            if not listed and not status:
+                self.say(f"{name}: no volume attached")
+                return
+            if self.clock.now() >= deadline:
+                raise RollError(
+                    f"volumes still attached after {self.drain_timeout:.0f} s: "
+                    f"{', '.join(sorted(listed)) or ', '.join(sorted(status))}"
+                )
+            self.clock.sleep(POLL)
+
+    def delete_node(self, name: str, sole: bool) -> None:
+        """Delete the Node object and wait until it is gone. For the sole control plane, k3s'
+        etcd finalizer cannot remove its member (etcd refuses to remove the last voter) and
+        would keep the Node, into which the new kubelet would register: it is released."""
+        self.kube.delete_node(name)
+        deadline = self.clock.now() + self.ready_timeout
+        while (node := self.kube.node(name)) is not None:
+            if sole:
+                self.kube.drop_finalizer(name, ETCD_FINALIZER)
+            if self.clock.now() >= deadline:
+                held = ", ".join(node.metadata.finalizers or []) or "nothing"
+                raise RollError(
+                    f"its Node object is still there {self.ready_timeout:.0f} s after its "
+                    f"deletion (held by {held})"
+                )
+            self.clock.sleep(POLL)
+        self.say(f"{name}: Node object deleted")
+        self.left = (
+            f"its Node object is deleted and its server not yet replaced: `raya roll {name}` again"
+        )
+
+    def delete_gone_node(self, name: str) -> None:
+        """The Node of a server that is gone, before the new server's kubelet registers."""
+        node = self.kube.node(name)
+        if node is not None and boot_id(node) != boot_id(self.before):
+            raise RollError(
+                "its new server registered into the old Node object before raya could delete "
+                f"it, and kept its provider ID: `kubectl delete node {name}`, then restart k3s "
+                "on it (`sudo systemctl restart k3s`)"
             )
-            self.wait_member(etcd.member(name, before))
+        self.delete_node(name, sole=False)
+
+    def remove_leftovers(self, name: str) -> None:
+        """Delete the VolumeAttachments still naming the node, its old server gone: the CSI
+        driver never re-reads one that says attached (csi-driver#89), and a pod back on a node
+        of that name would wait for a volume that is not there."""
+        for attachment in self.kube.attachments(name):
+            self.kube.delete_attachment(attachment.metadata.name)
+            self.say(
+                f"{name}: deleted the VolumeAttachment of "
+                f"{attachment.spec.source.persistent_volume_name}, left for its old server"
+            )
+
+    def wait_all_ready(self, name: str) -> None:
         self.left = "the control plane is back; no agent was touched: see `raya status`"
         deadline = self.clock.now() + self.ready_timeout
         while True:
@@ -325,29 +539,27 @@ class Roll(Drain):
                     f"nodes not Ready after {self.ready_timeout:.0f} s: {', '.join(not_ready)}"
                 )
             self.clock.sleep(POLL)
-        self.say(f"{name}: the API answers; back from a new boot; every node Ready")
+        self.say(f"{name}: the API answers; every node Ready")
 
     def check_quorum(self, name: str) -> None:
         """Refuse to replace `name` unless every other etcd member is a voter on a Ready node:
         then etcd keeps its quorum while `name` is gone. `name` itself may be in any state:
         replacing a member that is down or not voting loses nothing more."""
-        for other in etcd.members(self.kube.nodes(), self.control_planes):
-            if other.node != name and not other.healthy:
-                raise RollError(
-                    f"refused before any change: {other.node} is {other.describe()}; replacing "
-                    f"{name} needs every other control plane Ready and a voting etcd member, "
-                    "or etcd could lose its quorum"
-                )
+        problem = etcd.replacement_problem(
+            etcd.members(self.kube.nodes(), self.control_planes), name
+        )
+        if problem:
+            raise RollError(f"refused before any change: {problem}")
 
     def wait_member(self, before: etcd.Member) -> None:
         """Until the node's `EtcdIsVoter` condition is True again. This runs once the node is
         back from a new boot: its server was gone far longer than the 15 s between two writes
         of the condition by k3s' etcd leader, which marked it Unhealthy meanwhile, so a True
-        is the leader's word on the new server. A new member name is no reason to stop: k3s
-        set the datastore on the volume aside (its member was removed while the server was
-        gone: Hetzner's cloud controller deletes the node of a deleted server, and k3s the
-        member of a deleted node) and joined it again through `server:`; as a voter it holds
-        the cluster's data from its peers, which kept their quorum (`check_quorum`)."""
+        is the leader's word on the new server. A new member name is what a roll leads to: k3s
+        removes the member of a deleted Node (raya's deletion of the old Node, or Hetzner's
+        cloud controller's), so the new server finds itself removed, sets the datastore on its
+        volume aside and joins again through `server:`; as a voter it holds the cluster's data
+        from its peers, which kept their quorum (`check_quorum`)."""
         name = before.node
         deadline = self.clock.now() + self.ready_timeout
         while True:
@@ -372,9 +584,12 @@ class Roll(Drain):
         else:
             self.say(f"{name}: back as the voting etcd member {found.name}")
 
-    def wait_ready(self, name: str, previous_boot: str) -> None:
-        """Until the node has registered from a new boot (its boot ID changed), Ready, on the
-        pinned kubelet: a replaced server's old node stays Ready for a while after it is gone."""
+    def wait_ready(self, name: str) -> None:
+        """Until the node has registered from a new boot (its boot ID changed) with the new
+        server's provider ID (not the old one's), Ready, on the pinned kubelet: a replaced
+        server's old node stays Ready for a while after it is gone."""
+        old_boot = boot_id(self.before) if self.before is not None else ""
+        old_provider = provider_id(self.before) if self.before is not None else ""
         deadline = self.clock.now() + self.ready_timeout
         seen = "not registered"
         while True:
@@ -384,12 +599,18 @@ class Roll(Drain):
                 node, seen = None, f"API: {reason(error)}"
             if node is not None:
                 version = node.status.node_info.kubelet_version
-                fresh = boot_id(node) != previous_boot
-                if fresh and ready(node) and version == self.kubelet_version:
+                fresh = boot_id(node) != old_boot
+                moved = not old_provider or provider_id(node) != old_provider
+                if fresh and moved and ready(node) and version == self.kubelet_version:
+                    self.say(
+                        f"{name}: back from a new boot, Ready on {version}, "
+                        f"provider ID {provider_id(node)}"
+                    )
                     return
                 seen = (
                     f"{'Ready' if ready(node) else 'not Ready'} {version}, "
                     f"{'a new boot' if fresh else 'the old boot'}"
+                    f"{'' if moved else f', the old server provider ID {old_provider}'}"
                 )
             if self.clock.now() >= deadline:
                 raise RollError(

@@ -94,6 +94,7 @@ class NodeFacts:
     os_image: str
     addresses: Mapping[str, str]  # InternalIP, ExternalIP -> address
     unschedulable: bool = False
+    provider_id: str = ""  # spec.providerID: hcloud://<server id>, set by its kubelet
 
 
 # --- Judging ---------------------------------------------------------------------------------
@@ -154,7 +155,10 @@ def delegation_check(answer: Sequence[str] | str, name_servers: Sequence[str]) -
     return bad(f"parent delegates to {', '.join(got) or 'nothing'}, zone has {', '.join(want)}")
 
 
-def kubernetes_check(facts: NodeFacts | str | None, kubelet_version: str) -> Check:
+def kubernetes_check(facts: NodeFacts | str | None, kubelet_version: str, server_id: str) -> Check:
+    """`server_id`: the node's server, as the stack recorded it ("" if it did not). The Node's
+    provider ID must name it: Hetzner's cloud controller finds the node's server by that ID
+    alone (load balancer targets, the node's deletion), and the ID never changes once set."""
     if isinstance(facts, str):
         return unknown(facts)
     if facts is None:
@@ -166,6 +170,12 @@ def kubernetes_check(facts: NodeFacts | str | None, kubelet_version: str) -> Che
     )
     if facts.kubelet_version != kubelet_version:
         return bad(f"{text} (pin {kubelet_version})")
+    server = f"hcloud://{server_id}"
+    if server_id and facts.provider_id != server:
+        return bad(
+            f"{text}; provider ID {facts.provider_id or 'none'}, not its server's {server}: "
+            "delete the Node object and restart k3s on it, or `raya roll` it"
+        )
     return ok(text) if facts.ready and not facts.unschedulable else bad(text)
 
 
@@ -226,7 +236,9 @@ def assess(
                         records.get(name, "not asked"),
                         control_planes if name == "control-plane" else [entry.get("ipv4")],
                     ),
-                    "kubernetes": kubernetes_check(node, pins.k3s.version),
+                    "kubernetes": kubernetes_check(
+                        node, pins.k3s.version, str(entry.get("serverId") or "")
+                    ),
                 },
             )
         )
@@ -495,4 +507,5 @@ def _node_facts(item: Any) -> NodeFacts:
         os_image=item.status.node_info.os_image,
         addresses={a.type: a.address for a in (item.status.addresses or [])},
         unschedulable=bool(item.spec.unschedulable),
+        provider_id=str(item.spec.provider_id or ""),
     )

@@ -67,6 +67,7 @@ from pulumi import automation as auto
 
 from raya.cloud import deploy
 from raya.cloud.program import main
+from tests.cloud import hetzner_api
 from tests.cloud.program.gcs import Storage, StorageError
 from tests.cloud.program.hetzner import Hetzner, HetznerError
 from tests.cloud.program.mocks import (
@@ -649,6 +650,8 @@ def deployed_cloud(
     engine = Engine(hetzner, zones, snapshots)
     stack = EngineStack(engine, root)
     monkeypatch.setattr(deploy, "open_stack", lambda root, name, create: stack.open())
+    # Hetzner's API on 127.0.0.1 (the `hetzner_api` fixture) answers for this model's servers.
+    monkeypatch.setattr(hetzner_api, "MODEL", hetzner)
     cloud = Cloud(hetzner, engine, stack, root)
     cloud.up()
     return cloud

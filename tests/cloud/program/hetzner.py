@@ -15,7 +15,13 @@ Written from the API and the provider, not from what raya expects:
   are detached, not deleted), and deletes it whatever it is doing: a running server is cut off.
 - `shutdown_before_deletion` (terraform-provider-hcloud `internal/server/resource.go`,
   `resourceServerDelete`): the provider first sends an ACPI shutdown and waits for the server
-  to be `off`, then deletes it.
+  to be `off`, `control.Retry(control.DefaultRetries, ...)`: 5 tries, 1+2+4+8+16 s apart
+  (`internal/util/control/retry.go`, hcloud's `ExponentialBackoff(2, 1s)`), about 31 s; then
+  it gives up with a warning ("did not finish shutting down gracefully in time, deleting it
+  anyways") and deletes it running. A shutdown is an ACPI request (API reference, "Shutdown
+  a Server": "the server's OS must support ACPI"): a server whose OS does not act on it
+  (`acpi` False: hung, or ignoring the button) stays `running`. Asking an `off` server to
+  shut down changes nothing.
 - `hcloud_volume_attachment` (terraform-provider-hcloud, `resourceVolumeAttachmentCreate` and
   `resourceVolumeAttachmentDelete`): create attaches the volume to the server (its id is the
   volume's); delete detaches it if it is attached, and does nothing if it is not.
@@ -47,6 +53,7 @@ class Server:
     name: str
     private_ips: tuple[str, ...]
     status: str = "running"
+    acpi: bool = True  # its OS acts on an ACPI shutdown
 
 
 @dataclass
@@ -63,6 +70,9 @@ class Hetzner:
     servers: dict[int, Server] = field(default_factory=dict)
     volumes: dict[int, Volume] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+    # What raya asked of Hetzner's HTTP API itself (tests/cloud/hetzner_api.py), not through
+    # the provider: "shutdown <server>" for each shutdown action.
+    requests: list[str] = field(default_factory=list)
     _serial: int = 5000
 
     def _id(self) -> int:
@@ -89,6 +99,11 @@ class Hetzner:
 
     def shutdown_server(self, server_id: int) -> None:
         server = self._server(server_id)
+        if server.status == "off":
+            return
+        if not server.acpi:
+            self.log.append(f"shutdown server {server.name} (no effect)")
+            return
         server.status = "off"
         self.log.append(f"shutdown server {server.name}")
 

@@ -308,7 +308,11 @@ def test_previews_leave_out_a_leaving_control_planes_protected_server_and_volume
     assert {r["urn"]: r.get("protect") for r in imported} == {
         CP_URN: True, VOLUME_URN: True, AGENT_URN: None, server: False, volume: False
     }
-    assert removal.calls == [("before", ("control-plane-1",)), ("after", ("control-plane-1",))]
+    assert removal.calls == [
+        ("before", ("control-plane-1",)),
+        ("confirm", ("control-plane-1",)),
+        ("after", ("control-plane-1",)),
+    ]
 
 
 class Hooks:
@@ -320,6 +324,9 @@ class Hooks:
     def before(self, leaving: Any, kubeconfig: str | None) -> None:
         assert kubeconfig == "apiVersion: v1"  # the stack's, for the API
         self.calls.append(("before", tuple(leaving)))
+
+    def confirm(self, leaving: Any) -> None:
+        self.calls.append(("confirm", tuple(leaving)))
 
     def after(self, leaving: Any) -> None:
         self.calls.append(("after", tuple(leaving)))

@@ -273,3 +273,48 @@ def test_the_program_mocks_enforce_protect() -> None:
     mocks.force_replace = frozenset()
     with pytest.raises(ProtectedError, match="refusing to delete protected resource"):
         run_program(mocks, lambda: None)
+
+
+def test_raya_shuts_a_replaced_server_down_itself_before_the_engine_deletes_it(
+    cloud: Cloud,
+) -> None:
+    mark = len(cloud.hetzner.log)
+    result = invoke(["up", "--replace", "agent-1", "--root", str(cloud.root)])
+    assert result.exit_code == 0, result.output
+    # raya's own shutdown through the API; the provider then finds it off and deletes it.
+    assert cloud.hetzner.requests == ["shutdown raya-agent-1"]
+    assert cloud.since(mark)[:2] == [
+        "shutdown server raya-agent-1",
+        "delete server raya-agent-1 (off)",
+    ]
+
+
+def test_a_server_that_does_not_shut_down_is_not_deleted(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hcloud provider would delete it running after about 31 s (hetzner.py); raya waits
+    `SHUTDOWN_TIMEOUT` for it to be off and stops instead."""
+    from raya.cloud import deploy
+
+    monkeypatch.setattr(deploy, "SHUTDOWN_TIMEOUT", 0.5)
+    monkeypatch.setattr(deploy, "SHUTDOWN_POLL", 0.05)
+    hung = cloud.hetzner.server_named("raya-agent-1")
+    assert hung is not None
+    hung.acpi = False
+    before, mark, calls = server_ids(cloud), len(cloud.hetzner.log), len(cloud.stack.calls)
+    result = invoke(["up", "--replace", "agent-1", "--root", str(cloud.root)])
+    assert result.exit_code == 1
+    assert (
+        "agent-1: server raya-agent-1 is still running 0.5 s after an ACPI shutdown, so it was "
+        "not deleted (the hcloud provider would delete it running); nothing was deleted. See "
+        "its console; to accept an ungraceful stop, power it off (`hcloud server poweroff "
+        "raya-agent-1`) and run again"
+    ) in " ".join(result.output.split())
+    assert cloud.since(mark) == ["shutdown server raya-agent-1 (no effect)"]
+    assert server_ids(cloud) == before
+    assert "up" not in [action for action, _ in cloud.stack.calls[calls:]]  # Pulumi never ran
+    # Off (powered off by hand), the next run replaces it.
+    hung.status = "off"
+    result = invoke(["up", "--replace", "agent-1", "--root", str(cloud.root)])
+    assert result.exit_code == 0, result.output
+    assert "delete server raya-agent-1 (off)" in cloud.since(mark)

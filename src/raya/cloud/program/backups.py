@@ -20,7 +20,6 @@ its role, its HMAC key) is new: `raya destroy` deleted the old one with the stac
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import pulumi
@@ -28,12 +27,11 @@ import pulumi_gcp as gcp
 
 from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
+from raya.cloud.snapshots import GCS_REGION, bucket_name
 from raya.errors import DeployError
 from raya.model.config import GCS_ENDPOINT, NAMESPACE, StackConfig
 from raya.nodes.identity import SnapshotStore, token_hash
 
-# GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
-GCS_REGION = "auto"
 # Objects: read, write, list, delete (k3s prunes past the retention) on the bucket alone.
 BUCKET_ROLE = "roles/storage.objectAdmin"
 # Hetzner's network zones -> the nearest Google Cloud region: snapshots stay on the continent.
@@ -45,7 +43,6 @@ GCS_LOCATIONS = {
 }
 # Earlier versions of a snapshot are kept this long after k3s prunes or replaces it.
 NONCURRENT_DAYS = 30
-_BUCKET_NAME_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -119,14 +116,6 @@ class BackupTarget:
                 }
             )
         )
-
-
-def bucket_name(config: StackConfig) -> str:
-    """A GCS bucket name (globally unique, 3-63 characters) for this cluster: its name and a
-    digest of its zone, which no other deployment of raya shares."""
-    digest = hashlib.sha256(config.zone_dns_name.encode()).hexdigest()[:8]
-    prefix = config.cluster_name[: _BUCKET_NAME_MAX - len("-etcd-") - len(digest)]
-    return f"{prefix}-etcd-{digest}"
 
 
 def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
