@@ -7,9 +7,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from raya.model.config import StackConfig
+from raya.model.config import GCS_ENDPOINT, StackConfig
 
-GCS_ENDPOINT = "storage.googleapis.com"
 # GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
 GCS_REGION = "auto"
 _BUCKET_NAME_MAX = 63

@@ -145,7 +145,7 @@ def backup(*, stack: str, root: Path | None) -> None:
     Argument("name", required=True, help="The snapshot, as `raya backups` lists it."),
     STACK, ROOT,
     Option("--yes", kind="flag", help="Do not ask before acting."),
-    Option("--ready-timeout", kind="float", default=RESTORE_READY_TIMEOUT,
+    Option("--ready-timeout", kind="seconds", default=RESTORE_READY_TIMEOUT,
            help="Seconds to wait, once the steps are done, for the API and every node Ready."),
     HCLOUD_ENDPOINT,
 )  # fmt: skip

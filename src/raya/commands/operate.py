@@ -151,9 +151,9 @@ def print_report(report: st.Report) -> None:
              help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
     STACK, ROOT,
     Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
-    Option("--drain-timeout", kind="float", default=DRAIN_TIMEOUT,
+    Option("--drain-timeout", kind="seconds", default=DRAIN_TIMEOUT,
            help="Seconds to wait for a node's pods to be gone (evicted, then terminated)."),
-    Option("--ready-timeout", kind="float", default=READY_TIMEOUT,
+    Option("--ready-timeout", kind="seconds", default=READY_TIMEOUT,
            help="Seconds to wait for a replaced node to be back from a new boot, Ready."),
     Option("--accept-local-data-loss", kind="flag",
            help="Roll nodes whose pods use local-path claims: their data is deleted with "

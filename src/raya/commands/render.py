@@ -28,7 +28,7 @@ commands = Commands()  # what this module adds to `raya`
 
 
 @commands.command(
-    Option("--stack", "-s", help="Stack to render.", show_default=DEFAULT_STACK),
+    Option("--stack", "-s", kind="stack", help="Stack to render.", show_default=DEFAULT_STACK),
     ROOT,
     Option("--out", "-o", kind="path",
            help="Folder made anew with each node's <node>.bu and <node>.ign; one holding "

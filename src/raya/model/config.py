@@ -20,11 +20,13 @@ import yaml
 
 from raya.errors import ConfigError
 from raya.model.cron import CronError, Schedule
-from raya.model.jsonfile import check_keys
+from raya.model.jsonfile import DuplicateKey, StrictLoader, check_keys, loads_json, loads_yaml
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
 PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# The smallest network Hetzner creates (its API, POST /networks `ip_range`).
+NETWORK_PREFIX_MAX = 24
 # k3s' pod and service ranges. raya's k3s configs set neither `cluster-cidr` nor
 # `service-cidr`, so k3s' defaults hold (k3s-io/k3s, pkg/cli/server/server.go, `run`): a
 # node address inside either is routed into flannel or kube-proxy, not to the node.
@@ -72,9 +74,34 @@ CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # they are accepted here so that a stack file holding them is valid, never part of the model.
 SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
 BACKUP_RETENTION = range(1, 1001)
-_S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+# host[:port], as k3s' etcd-s3-endpoint: a DNS name (RFC 1123 labels, 253 characters at most)
+# or an IPv4 address, and a TCP port from 1 to 65535 written without a leading 0.
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_S3_ENDPOINT = re.compile(
+    rf"(?P<host>{_HOST_LABEL}(?:\.{_HOST_LABEL})*)(?::(?P<port>[1-9][0-9]{{0,4}}))?"
+)
+_PORTS = range(1, 65536)
 # S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+# What S3 refuses besides the characters (AWS' "General purpose bucket naming rules"): names
+# shaped like an IPv4 address, reserved prefixes and suffixes; and what is not a DNS name,
+# which virtual-host requests (k3s' S3 client on AWS and GCS) need: two dots in a row, a dot
+# next to a '-'.
+_BUCKET_RULES = (
+    (re.compile(r"[0-9]+(\.[0-9]+){3}"), "shaped like an IPv4 address"),
+    (re.compile(r".*(\.\.|\.-|-\.).*"), "with two dots in a row or a dot next to a '-'"),
+    (re.compile(r"(xn--|sthree-|amzn-s3-demo-).*"), "with a prefix S3 reserves"),
+    (re.compile(r".*(-s3alias|--ol-s3|\.mrap|--x-s3|--table-s3)"), "with a suffix S3 reserves"),
+)
+_BUCKET_RULES_TEXT = (
+    "not shaped like an IPv4 address, no '..', '.-' or '-.', no prefix xn--, sthree- or "
+    "amzn-s3-demo- and no suffix -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3"
+)
+# What GCS refuses besides S3's rules (cloud.google.com/storage/docs/buckets, "Bucket names"):
+# a name that begins with "goog", or holds "google" or a close misspelling such as "g00gle".
+_GCS_RESERVED = re.compile(r"goog.*|.*g[o0][o0]g[l1]e.*")
+# Google Cloud Storage's S3 endpoint (raya.cloud.program.backups makes the bucket there).
+GCS_ENDPOINT = "storage.googleapis.com"
 _FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _LIST_FORMS = "(a YAML list, or its JSON text as `pulumi config set` stores it)"
 _MAPPING_FORMS = "(a YAML mapping, or its JSON text as `pulumi config set` stores it)"
@@ -224,6 +251,8 @@ def load_stack_config(path: Path) -> StackConfig:
             f"{path}: stack file not found; a new stack is made with `pulumi stack init` and "
             "its settings set with `pulumi config set` (docs/stacks.md)"
         ) from None
+    except DuplicateKey as error:
+        raise ConfigError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: not a YAML stack file: {error}") from None
     config = document.get("config") if isinstance(document, dict) else None
@@ -247,7 +276,7 @@ def _read_stack(text: str) -> tuple[Any, dict[str, str]]:
     read that text. Reading the same text here gives `20`, `"20"`, `true` and `"True"` the
     meaning Pulumi gives them, where PyYAML alone would read YAML 1.1 (`yes`, `0x14`, `010`).
     """
-    loader = yaml.SafeLoader(text)
+    loader = StrictLoader(text)  # a key written twice refused (raya.model.jsonfile)
     try:
         root = loader.get_single_node()
         document = loader.construct_document(root) if root is not None else None
@@ -314,7 +343,7 @@ def check_secret_settings(path: Path) -> None:
     """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
     `pulumi config set --secret` writes it: a deployment without it would give the cluster
     add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
-    document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
+    document = loads_yaml(path.read_text(encoding="utf-8"))  # read once already
     config = document.get("config") if isinstance(document, dict) else None
     key = CLUSTER_HCLOUD_TOKEN
     value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
@@ -346,6 +375,15 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
                 f"is encrypted (secure:); accepted: a plain value, set with `pulumi config set "
                 f"{NAMESPACE}:{key} <value>` (the secret settings are {', '.join(SECRET_KEYS)})",
             )
+        # A list or mapping `pulumi config set` stores as JSON text: a key written twice in it
+        # is refused as in the stack file (its value is not shown: it may be a secret's).
+        if isinstance(values[key], str):
+            try:
+                loads_json(values[key])
+            except DuplicateKey as error:
+                raise fail(key, f"is JSON text: {error}") from None
+            except (ValueError, RecursionError):
+                pass  # not JSON: text, read as such below
     merged = {**DEFAULTS, **values}
 
     def text(key: str, pattern: re.Pattern[str], accepted: str) -> str:
@@ -412,6 +450,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     network_range = network("networkRange")
     if not network_range.subnet_of(PRIVATE_ROUTE):
         raise fail("networkRange", f"is {network_range}; it must lie inside {PRIVATE_ROUTE}")
+    if network_range.prefixlen > NETWORK_PREFIX_MAX:
+        raise fail(
+            "networkRange",
+            f"is {network_range}, smaller than Hetzner creates; accepted: a /{NETWORK_PREFIX_MAX} "
+            "or larger (Hetzner's networks API: \"Minimum network size is /24\")",
+        )
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
@@ -523,6 +567,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "one while a run uploads (docs/backups.md)",
         )
 
+    backup_s3 = _backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail)
+    if backup_s3 is None:
+        # The deployment makes the bucket in GCS, named after the cluster
+        # (raya.cloud.snapshots.bucket_name: `<clusterName>-etcd-<digest>`).
+        problem = bucket_problem(f"{cluster_name}-etcd", gcs=True)
+        if problem:
+            raise fail(
+                "clusterName",
+                f"is {cluster_name!r}, which names the snapshots' GCS bucket "
+                f"({cluster_name}-etcd-...), {problem}; accepted: another name, or "
+                f"{NAMESPACE}:backupS3",
+            )
+
     return StackConfig(
         cluster_name=cluster_name,
         location=location,
@@ -542,10 +599,21 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_planes=count,
         backup_schedule=schedule,
         backup_retention=retention,
-        backup_s3=_backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail),
+        backup_s3=backup_s3,
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def bucket_problem(name: str, *, gcs: bool) -> str | None:
+    """What S3 (and with `gcs`, Google Cloud Storage) refuses in the bucket name `name`, of
+    valid characters and length, or None."""
+    for pattern, problem in _BUCKET_RULES:
+        if pattern.fullmatch(name):
+            return problem
+    if gcs and _GCS_RESERVED.fullmatch(name):
+        return "which begins with 'goog' or holds 'google' or a misspelling of it (GCS refuses it)"
+    return None
 
 
 def _kit_path(value: object, key: str, fail: Callable[[str, str], ConfigError]) -> str | None:
@@ -575,14 +643,33 @@ def _backup_s3(
         "a known field",
     )
     checks = {
-        "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
-        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),
+        "endpoint": (_S3_ENDPOINT, "a host name or IPv4 address with an optional port "
+                     "(1-65535), no scheme, such as fsn1.your-objectstorage.com"),
+        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -, a letter or digit at "
+                   "both ends"),
         "region": (re.compile(r"[a-z0-9-]{1,32}"), "a region such as fsn1 or us-east-1"),
         "folder": (_FOLDER, "one path segment of letters, digits, . _ -"),
-    }
+    }  # fmt: skip
     for key, (pattern, accepted) in checks.items():
         if key in value and not (isinstance(value[key], str) and pattern.fullmatch(value[key])):
             raise fail("backupS3", f"{key} is {value[key]!r}; accepted: {accepted}")
+    endpoint = _S3_ENDPOINT.fullmatch(value["endpoint"])
+    assert endpoint is not None  # checked above
+    if len(endpoint["host"]) > 253 or int(endpoint["port"] or 443) not in _PORTS:
+        raise fail(
+            "backupS3",
+            f"endpoint is {value['endpoint']!r}; accepted: {checks['endpoint'][1]}, the host "
+            "at most 253 characters",
+        )
+    bucket = value["bucket"]
+    gcs = endpoint["host"].lower() == GCS_ENDPOINT
+    problem = bucket_problem(bucket, gcs=gcs)
+    if problem:
+        raise fail(
+            "backupS3",
+            f"bucket is {bucket!r}, {problem}; accepted: {checks['bucket'][1]}, "
+            f"{_BUCKET_RULES_TEXT}" + (", not 'goog' first, no 'google' in it" if gcs else ""),
+        )
     return BackupS3(
         endpoint=value["endpoint"],
         bucket=value["bucket"],

@@ -47,9 +47,9 @@ import pulumi_gcp as gcp
 
 from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
-from raya.cloud.snapshots import GCS_ENDPOINT, GCS_REGION, bucket_name
+from raya.cloud.snapshots import GCS_REGION, bucket_name
 from raya.errors import DeployError
-from raya.model.config import NAMESPACE, StackConfig
+from raya.model.config import GCS_ENDPOINT, NAMESPACE, StackConfig
 from raya.nodes.identity import SnapshotStore, token_hash
 
 # The writer's roles on the bucket alone (the module's docstring: exactly k3s' and raya's
