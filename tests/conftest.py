@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import secrets
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,11 @@ from raya.cloud.program import GITHUB_URL_ENV
 from raya.model.project import EXAMPLE_ROOT
 from tests.cloud import hetzner_api as hetzner_standin
 from tests.support import EXAMPLE_KEYS, REPO, http_server
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # loaded by the fixtures that use them: boto3 and moto are slow to import
+    from raya.operate.backups import Target
+    from tests.operate.s3 import ObjectStorage
 
 
 @dataclass
@@ -78,3 +84,37 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     with http_server(keys_page) as url:
         monkeypatch.setenv(GITHUB_URL_ENV, url)
         yield asked
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[ObjectStorage]:
+    """GCS' S3 interop as production speaks to it (HTTPS, HMAC keys checked, IAM per call) on
+    127.0.0.1, objects kept by moto's server behind it (tests/operate/s3.py)."""
+    from tests.operate.s3 import s3_server
+
+    with s3_server() as storage:
+        yield storage
+
+
+@pytest.fixture(autouse=True)
+def backups_on_the_stand_in(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`raya up` ends by checking the writer's key against the stack's bucket
+    (`raya.commands.deploy.check_backups`): in every test that bucket is one of the object
+    storage stand-in's (started on first use), its key holding the writer's roles, in force;
+    never storage.googleapis.com. A test of the check itself points it elsewhere."""
+
+    def stand_in_bucket(root: Path, stack: str) -> Target:
+        from raya.cloud.program.backups import BUCKET_ROLES
+        from raya.operate.backups import Target
+        from tests.operate.s3 import REGION
+
+        storage: ObjectStorage = request.getfixturevalue("s3")
+        bucket = f"up-{secrets.token_hex(6)}"
+        storage.client().create_bucket(Bucket=bucket)
+        access_key, secret_key = storage.writer(bucket, BUCKET_ROLES.values())
+        return Target(endpoint=storage.endpoint, bucket=bucket, folder="raya", region=REGION,
+                      access_key=access_key, secret_key=secret_key, token_hash="")  # fmt: skip
+
+    monkeypatch.setattr("raya.commands.deploy.backup_target", stand_in_bucket)

@@ -1,10 +1,11 @@
 """The `raya` command. Library code never prints; this module and `raya.commands` do.
 
-It reads the root options (`--debug`, `--version`, `--help`), imports the module of the
-command named (`raya.commands.registry.COMMANDS`) and hands it the rest of argv through
-raya's own parser (`raya.commands.parser`): no Typer, click or rich on the way, so every
-command reaches its own work in a blink (issue 26). Usage errors exit 2 with click's
-message, raya's own errors 1 with one line on stderr (the traceback too under --debug).
+It reads the root options (`--version`, `--help`; `--debug` anywhere before a `--`),
+imports the module of the command named (`raya.commands.registry.COMMANDS`) and hands it
+the rest of argv through raya's own parser (`raya.commands.parser`): no Typer, click or
+rich on the way, so every command reaches its own work in a blink (issue 26). Usage errors
+exit 2 with click's message (and, as click, the closest names to a mistyped command or
+option), raya's own errors 1 with one line on stderr (the traceback too under --debug).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> None:
     """Run `raya` with `argv` (default: the process's arguments)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = False
+    # --debug is wanted most once a command has failed: it may be added at the end of the line.
+    end = args.index("--") if "--" in args else len(args)
+    debug = "--debug" in args[:end]
+    args = [word for word in args[:end] if word != "--debug"] + args[end:]
     while args[:1] and args[0].startswith("-"):
         word = args.pop(0)
         if word == "--version":  # eager, as click's: nothing else runs
@@ -36,9 +40,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         if word == "--help":
             return _help(None)
-        if word != "--debug":
-            _usage_error(f"No such option: {word}", "raya [OPTIONS] COMMAND [ARGS]...", "")
-        debug = True
+        from raya.commands.parser import no_such
+        from raya.commands.registry import OPTIONS
+
+        _usage_error(no_such("option", word, OPTIONS), "raya [OPTIONS] COMMAND [ARGS]...", "")
     if not args:  # as Typer's no_args_is_help: the help, exit 2
         _help(None)
         sys.exit(2)
@@ -57,14 +62,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _find(name: str, group: Group | None) -> Command | Group:
     """Command `name` of `group`, or of raya (then loading the module that declares it)."""
+    from raya.commands.parser import no_such
+
     if group is not None:
         if name in group.commands:
             return group.commands[name]
-        _usage_error(f"No such command '{name}'.", group.usage(), group.path)
+        _usage_error(no_such("command", name, group.commands), group.usage(), group.path)
     from raya.commands.registry import COMMANDS, load
 
     if name not in COMMANDS:
-        _usage_error(f"No such command '{name}'.", "raya [OPTIONS] COMMAND [ARGS]...", "")
+        _usage_error(no_such("command", name, COMMANDS), "raya [OPTIONS] COMMAND [ARGS]...", "")
     return load(name)
 
 

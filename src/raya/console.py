@@ -47,3 +47,8 @@ def error_line(message: str) -> str:
     )
     label = "\x1b[1;31merror:\x1b[0m" if color else "error:"
     return f"{label} {message}\n"
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun`, plural unless one: "1 user", "2 users"."""
+    return f"{count} {noun if count == 1 else noun + 's'}"

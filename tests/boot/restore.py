@@ -37,7 +37,7 @@ from tests.boot.datastore import RUNNING_MEMBERS, etcd_member
 from tests.boot.scenarios import Scenario, _k3s_ready, _plan, render, volume_ids
 from tests.boot.sim import BootedNode, Fleet, NodePlan, VolumePlan, booted
 from tests.boot.standin import key_hash
-from tests.operate.s3 import ACCESS_KEY, REGION, SECRET_KEY, client, k3s_upload
+from tests.operate.s3 import ACCESS_KEY, REGION, SECRET_KEY, ObjectStorage, k3s_upload
 
 # What a small cluster's snapshot weighs (a few MiB: k3s' etcd with its add-ons' objects).
 SNAPSHOT_SIZE = 4 * 2**20
@@ -130,7 +130,7 @@ def _runner(nodes: Mapping[str, BootedNode], run: RestoreRun) -> Callable[
 
 
 def restore_group(
-    control_planes: int, s3: str, blank_first: bool = False
+    control_planes: int, s3: ObjectStorage, blank_first: bool = False
 ) -> tuple[AbstractContextManager[dict[str, BootedNode]], RestoreRun]:  # fmt: skip
     """The scenario's fleet (to boot with `booted_at_once`) and what its restore records.
     With `blank_first`, the others' volumes hold the members of a running cluster (the
@@ -158,11 +158,11 @@ def restore_group(
         snapshot_bytes(secrets.join_secret, configmaps(OBJECTS)),
     )  # fmt: skip
     bucket = f"restore-{control_planes}-{int(blank_first)}-{os.getpid()}"
-    client(s3).create_bucket(Bucket=bucket)
-    k3s_upload(s3, bucket, FOLDER, run.snapshot, run.data, secrets.join_secret)
+    s3.client().create_bucket(Bucket=bucket)
+    k3s_upload(s3.endpoint, bucket, FOLDER, run.snapshot, run.data, secrets.join_secret)
     target = Target(
-        endpoint=s3, bucket=bucket, folder=FOLDER, region=REGION, access_key=ACCESS_KEY,
-        secret_key=SECRET_KEY, token_hash=token_hash(secrets.join_secret), insecure=True,
+        endpoint=s3.endpoint, bucket=bucket, folder=FOLDER, region=REGION,
+        access_key=ACCESS_KEY, secret_key=SECRET_KEY, token_hash=token_hash(secrets.join_secret),
     )  # fmt: skip
 
     def step(fleet: Fleet) -> None:

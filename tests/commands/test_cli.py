@@ -4,7 +4,9 @@ and the start-up guard: no command loads Typer, rich or a heavy library before i
 from __future__ import annotations
 
 import io
+import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,8 +125,33 @@ def test_help_shows_defaults_env_vars_and_required_as_typer_did() -> None:
     assert "│ *   node         <str>  The node: its name (agent-1)" in ssh and "[required]" in ssh
     roll = words(invoke(["roll", "--help"], env={"COLUMNS": "200"}).stdout)
     assert "--drain-timeout <float>" in roll and "[default: 600.0]" in roll
-    # The rest of the help text keeps the docstring's own line breaks, as Typer kept them.
     assert "\n The control plane is replaced alone" in invoke(["roll", "--help"]).stdout
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+@pytest.mark.parametrize(("path", "command"), ALL, ids=IDS)
+def test_help_text_is_filled_as_sentences(
+    width: int, path: tuple[str, ...], command: Command
+) -> None:
+    """Each paragraph of the help text filled to the width: a line ends only where the next
+    word would not fit, or where the paragraph does, never where the docstring's source
+    line happened to end."""
+    page = invoke([*path, "--help"], env={"COLUMNS": str(width)}).stdout
+    text = page.split("\n╭")[0].splitlines()[3:]  # after the usage
+    paragraphs = [p.splitlines() for p in "\n".join(text).split("\n" + " " * width + "\n")]
+    assert len(paragraphs) == command.help.strip().count("\n\n") + 1
+    for lines in paragraphs:
+        lines = [line.strip() for line in lines if line.strip()]
+        for line, after in itertools.pairwise(lines):
+            assert len(line) + 1 + len(after.split()[0]) > width - 2, (line, after)
+
+
+@pytest.mark.parametrize("args", [["up", "--help"], ["roll", "--help"]])
+def test_node_names_in_help_cover_pools_and_control_planes(args: list[str]) -> None:
+    """`up --replace` and `roll` take any node of the fleet: the three control plane
+    names, the list's agents and pool nodes (docs/fleet.md)."""
+    text = words(invoke(args, env={"COLUMNS": "200"}).stdout)
+    assert "control-plane, control-plane-<k>, agent-<i> or <pool>-<i>" in text
 
 
 @pytest.mark.parametrize(
@@ -173,7 +200,7 @@ def test_console_script_is_installed() -> None:
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
-        (["no-such-command"], "No such command 'no-such-command'"),
+        (["no-such-command"], "Error: No such command 'no-such-command'.\n"),
         (["--no-such-option"], "No such option: --no-such-option"),
         (["keys", "--no-such-option"], "No such option: --no-such-option"),
         (["keys", "--stack"], "Option '--stack' requires an argument"),
@@ -203,8 +230,36 @@ def test_usage_errors_exit_2(args: list[str], problem: str) -> None:
 def test_usage_error_reads_as_clicks() -> None:
     result = raya("status", "--jsn")
     assert result.stdout == ""
-    assert result.stderr == ("Usage: raya status [OPTIONS]\nTry 'raya status --help' for help."
-                             "\n\nError: No such option: --jsn\n")  # fmt: skip
+    assert result.stderr == (
+        "Usage: raya status [OPTIONS]\nTry 'raya status --help' for help.\n\n"
+        "Error: No such option: --jsn Did you mean '--json'?\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # click's NoSuchCommand/NoSuchOption: difflib's close matches, sorted.
+        (["rendr"], "No such command 'rendr'. Did you mean 'render'?"),
+        (["statsu", "--json"], "No such command 'statsu'. Did you mean 'status'?"),
+        (["backu"], "No such command 'backu'. (Did you mean one of: 'backup', 'backups'?)"),
+        (["image", "buld"], "No such command 'buld'. Did you mean 'build'?"),
+        (["--debg", "render"], "No such option: --debg Did you mean '--debug'?"),
+        (["render", "--exmple"], "No such option: --exmple Did you mean '--example'?"),
+        (
+            ["status", "--no-drfit"],
+            "No such option: --no-drfit (Did you mean one of: '--drift', '--no-drift'?)",
+        ),
+        (["keys", "--hlep"], "No such option: --hlep Did you mean '--help'?"),
+        # Nothing close, or a short option (click suggests none): the message alone.
+        (["deploy-everything"], "No such command 'deploy-everything'."),
+        (["keys", "-x"], "No such option: -x"),
+    ],
+)
+def test_a_mistyped_name_gets_a_suggestion(args: list[str], message: str) -> None:
+    result = raya(*args)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"Error: {message}"
 
 
 @pytest.mark.parametrize(("answer", "agreed"), [("y\n", True), ("YES\n", True), ("n\n", False),
@@ -246,12 +301,27 @@ def test_bad_input_is_one_line_exit_1(tmp_path: Path) -> None:
     ]
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--debug", "keys", "--root", "{root}"],
+        ["keys", "--debug", "--root", "{root}"],
+        ["keys", "--root", "{root}", "--debug"],
+    ],
+    ids=["before", "after the command", "last"],
+)
+def test_debug_shows_the_traceback(tmp_path: Path, args: list[str]) -> None:
     root = bad_project(tmp_path)
-    result = raya("--debug", "keys", "--root", str(root))
+    result = raya(*(arg.format(root=root) for arg in args))
     assert result.returncode == 1
     assert "Traceback" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: ")
+
+
+def test_debug_after_a_double_dash_is_an_argument(tmp_path: Path) -> None:
+    result = raya("keys", "--root", str(bad_project(tmp_path)), "--", "--debug")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "Error: Got unexpected extra argument (--debug)"
 
 
 def test_long_error_is_not_wrapped(tmp_path: Path) -> None:
@@ -374,3 +444,22 @@ def test_plain_butane_starts_without_dataclasses_or_pathlib(tmp_path: Path) -> N
     assert "raya.butane" in at_end
     # and the probe sees them when they are loaded: local files need pathlib.
     assert "pathlib" in loaded(butane, ["butane", "--files-dir", str(tmp_path), str(config)])[1]
+
+
+# A command line in a doc's code block: `raya <command>` first on the line, or after `$ `.
+# Benchmark tables (butane.md) name commands too, beside their figures in ms.
+_TYPED = re.compile(r"^\s*(?:\$ )?(\./)?raya (?:[a-z]|--)")
+
+
+def test_every_doc_runs_raya_one_way() -> None:
+    """Each command to type is `./raya ...`, as the quick start runs it (issue 36)."""
+    typed = 0
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        block = False
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                block = not block
+            elif block and (match := _TYPED.match(line)) and " ms" not in line:
+                assert match[1], f"{doc.name}:{number}: {line.strip()}"
+                typed += 1
+    assert typed >= 15  # the quick start, deploy.md, using.md, image.md, ...

@@ -250,11 +250,12 @@ def test_required_settings(key: str) -> None:
         ),
         (
             {"authorizedUsers": []},
-            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+            "raya:authorizedUsers is []; accepted: a non-empty list of GitHub handles",
         ),
         (
             {"authorizedUsers": "octo-alice"},
-            "raya:authorizedUsers must be a non-empty list of GitHub handles",
+            "raya:authorizedUsers is 'octo-alice'; accepted: a non-empty list of GitHub handles "
+            "(a YAML list, or its JSON text as `pulumi config set` stores it)",
         ),
         (
             {"authorizedUsers": ["-alice"]},
@@ -478,7 +479,11 @@ def test_load_names_the_file_in_setting_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (None, "{path}: stack file not found"),
+        (
+            None,
+            "{path}: stack file not found; a new stack is made with `pulumi stack init` and "
+            "its settings set with `pulumi config set` (docs/stacks.md)",
+        ),
         ("config: [", "{path}: not a YAML stack file: "),
         ("", "{path}: expected a top-level 'config:' mapping with raya: values"),
         ("- config", "{path}: expected a top-level 'config:' mapping with raya: values"),

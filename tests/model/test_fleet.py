@@ -366,7 +366,7 @@ def pool(**changes: Any) -> dict[str, Any]:
         ([pool(name="web-")], "pools[0]: field 'name' is 'web-'; accepted: 1-20 lowercase"),
         ([pool(name="w" * 21)], "pools[0]: field 'name' is 'wwwwwwwwwwwwwwwwwwwww'; accepted"),
         ([pool(name="agent")], "pools[0] (agent): field 'name' is 'agent', reserved"),
-        ([pool(name="control-plane")], "pools[0] (control-plane): field 'name' is"),
+        ([pool(name="control-plane")], "pools[0]: field 'name' is 'control-plane'; accepted: 1-20"),
         ([pool(type="cx 33")], "pools[0] (web): field 'type' is 'cx 33'; accepted: a Hetzner"),
         ([pool(type="zz9")], "pools[0] (web): field 'type' is 'zz9', of no Hetzner server family"),
         ([pool(count=-1)], "pools[0] (web): field 'count' is -1; accepted: a whole number, 0 or"),
@@ -419,7 +419,7 @@ def test_good_labels_and_taints_pass(tmp_path: Path) -> None:
                     pool(
                         labels={
                             "node.kubernetes.io/pool": "web",
-                            "topology.kubernetes.io/zone": "fsn1",
+                            "kubelet.kubernetes.io/pool": "web",
                             "example.com/empty": "",
                             "A_b.c-1": "X_y.z-9",
                         },

@@ -259,3 +259,40 @@ def test_stack_outputs_opens_without_creating_and_reveals_values(
     assert opened == [(tmp_path, "prod", False)]
     with pytest.raises(DeployError, match="outputs of stack broken: error: no stack state"):
         deploy.stack_outputs(tmp_path, "broken")
+
+
+@pytest.mark.parametrize("in_the_way", ["folder", "file"])
+def test_kubeconfig_out_the_file_system_refuses_writes_nothing(
+    in_the_way: str, outputs: list[tuple[Path, str]], tmp_path: Path
+) -> None:
+    """`--out` naming a folder, or a file under a file: one line naming the path, and nothing
+    written anywhere (the kubeconfig holds a private key)."""
+    blocker = tmp_path / "blocker"
+    if in_the_way == "folder":
+        blocker.mkdir()
+        target = blocker
+    else:
+        blocker.write_text("kept\n")
+        target = blocker / "k.yaml"
+    before = sorted(tmp_path.rglob("*"))
+    result = _invoke("kubeconfig", "--out", str(target))
+    assert result.exit_code == 1
+    assert isinstance(result.exception, RayaError)
+    assert str(result.exception).startswith(f"{target if in_the_way == 'folder' else blocker}")
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_kubeconfig_merge_refuses_a_key_written_twice(
+    outputs: list[tuple[Path, str]], tmp_path: Path
+) -> None:
+    config = tmp_path / "home/.kube/config"
+    config.parent.mkdir(parents=True)
+    text = "apiVersion: v1\nkind: Config\ncurrent-context: a\ncurrent-context: b\n"
+    config.write_text(text)
+    result = _invoke("kubeconfig", "--merge")
+    assert isinstance(result.exception, RayaError)
+    assert str(result.exception) == (
+        f"{config}: line 4 column 1: key 'current-context' appears twice in one object; "
+        "accepted: each key once"
+    )
+    assert config.read_text() == text

@@ -21,6 +21,7 @@ import yaml
 
 from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
+from raya.cloud.program.backups import BUCKET_ROLES
 from raya.commands import backups as commands
 from raya.errors import RayaError
 from raya.model.project import load_cluster
@@ -32,7 +33,7 @@ from tests.cloud.program.mocks import Run, reveal
 from tests.cloud.program.test_program import SERVER, provider_mocks, run
 from tests.nodes.tools import ignition_files
 from tests.operate import kube_api as ka
-from tests.operate.s3 import client, k3s_upload
+from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.operate.test_status import LABELS, VERSION, addons_installed
 from tests.runner import invoke
 from tests.support import http_server, routes
@@ -285,16 +286,20 @@ def deployed(project: Path, control_planes: int) -> Run:
 
 
 @pytest.fixture
-def setup(deployed: Run, s3: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Stand, dict[str, Any]]:
-    # A bucket of each test's own: the S3 server is shared by the session.
+def setup(
+    deployed: Run, s3: ObjectStorage, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Stand, dict[str, Any]]:
+    # A bucket of each test's own: the S3 server is shared by the session. The deployment's
+    # key holds the writer's roles on it.
     bucket = f"commands-{secrets.token_hex(4)}"
-    backups = {**deployed.outputs["backups"], "endpoint": s3, "insecure": True, "bucket": bucket}
-    client(s3).create_bucket(Bucket=backups["bucket"])
+    backups = {**deployed.outputs["backups"], "endpoint": s3.endpoint, "bucket": bucket}
+    s3.client().create_bucket(Bucket=backups["bucket"])
+    s3.writer(bucket, BUCKET_ROLES.values(), backups["accessKey"], backups["secretKey"])
     # The stand-in finds the node by the entry raya hands the runner.
     servers = {n: {**entry, "_node": n} for n, entry in deployed.outputs["servers"].items()}
     outputs = {**deployed.outputs, "backups": backups, "servers": servers}
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
-    stand = stand_for(deployed, (s3, bucket, "raya"))
+    stand = stand_for(deployed, (s3.endpoint, bucket, "raya"))
     monkeypatch.setattr(commands, "remote", stand)
     return stand, outputs
 
@@ -726,7 +731,7 @@ def test_destroy_keeps_the_bucket_unless_asked(
 
 
 def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
-    project: Path, github: list[str], s3: str, monkeypatch: pytest.MonkeyPatch
+    project: Path, github: list[str], s3: ObjectStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Destroy -> up from the kit -> restore, every step through the engine model
     (tests/cloud/program/engine.py): a snapshot the first stack's k3s uploaded is this
@@ -737,10 +742,10 @@ def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
     assert raya(project, "up").exit_code == 0  # writes the kit
     kit = json.loads((project / ".raya" / "prod.recovery-kit.json").read_text())
     bucket, first = kit["backups"]["bucket"], kit["joinSecret"]
-    with contextlib.suppress(client(s3).exceptions.BucketAlreadyOwnedByYou):
-        client(s3).create_bucket(Bucket=bucket)
+    with contextlib.suppress(s3.client().exceptions.BucketAlreadyOwnedByYou):
+        s3.client().create_bucket(Bucket=bucket)
     name = f"etcd-snapshot-control-plane-{int(time.time()) - 3600}"
-    k3s_upload(s3, bucket, "raya", name, b"etcd before the destroy" * 100, first)
+    k3s_upload(s3.endpoint, bucket, "raya", name, b"etcd before the destroy" * 100, first)
 
     assert raya(project, "destroy", "--yes").exit_code == 0
     stack_file = project / "Pulumi.prod.yaml"
@@ -752,17 +757,19 @@ def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
     assert ("import", "backups") in cloud.engine.steps
 
     read = deploy.stack_outputs  # the new stack's own outputs, its bucket served by S3 here
+    new = read(project, "prod")["backups"]  # the new writer: its key, the roles it is granted
+    s3.writer(bucket, BUCKET_ROLES.values(), new["accessKey"], new["secretKey"])
 
     def outputs(root: Path, stack: str) -> dict[str, Any]:
         found = read(root, stack)
-        backups = {**found["backups"], "endpoint": s3, "insecure": True}
+        backups = {**found["backups"], "endpoint": s3.endpoint}
         servers = {n: {**entry, "_node": n} for n, entry in found["servers"].items()}
         return {**found, "backups": backups, "servers": servers}
 
     monkeypatch.setattr(deploy, "stack_outputs", outputs)
     # Never asked to act (the restore is declined): one control plane, its token.
     stand = Stand({"control-plane": K3sServer("control-plane", "10.0.1.10", {"token": first})},
-                  "10.0.1.10", first, s3=(s3, bucket, "raya"))  # fmt: skip
+                  "10.0.1.10", first, s3=(s3.endpoint, bucket, "raya"))  # fmt: skip
     monkeypatch.setattr(commands, "remote", stand)
     offered = raya(project, "restore", name, input="n\n")
     # Checked (folder, k3s metadata, token hash), downloaded, its steps shown: then declined.

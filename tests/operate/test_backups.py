@@ -11,9 +11,13 @@ import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import boto3
 import pytest
 import yaml
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
+from raya.cloud.program.backups import BUCKET_ROLES
 from raya.model.fleet import build_cluster
 from raya.model.pins import load_chart_pins
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -22,23 +26,36 @@ from raya.nodes.render import render_cluster
 from raya.operate import backups as bk
 from raya.operate import status as st
 from raya.operate.roll import Clock
+from tests.cloud.program.mocks import Run, reveal
 from tests.nodes.tools import ignition_files
 from tests.operate.k3s_snapshots import Server, scheduled_run, snapshot
-from tests.operate.s3 import ACCESS_KEY, REGION, SECRET_KEY, client, k3s_upload
+from tests.operate.s3 import (
+    MIN_PART_SIZE,
+    REGION,
+    ObjectStorage,
+    client,
+    k3s_calls,
+    k3s_upload,
+    role_permissions,
+)
 
 JOIN_SECRET = "k3sJoinSecretOfThisCluster0123456789abcdefABCDEF"
 OTHER_SECRET = "k3sJoinSecretOfAnotherCluster0123456789abcdefAB"
 # 2026-11-30 00:00:00 UTC and later.
 T0 = 1795996800
+BUCKET_BINDING = "gcp:storage/bucketIAMMember:BucketIAMMember"
 
 
 @pytest.fixture
-def target(s3: str) -> bk.Target:
-    bucket = f"raya-etcd-{secrets.token_hex(4)}"  # one bucket per test: the server is shared
-    client(s3).create_bucket(Bucket=bucket)
-    return bk.Target(endpoint=s3, bucket=bucket, folder="raya", region=REGION,
-                     access_key=ACCESS_KEY, secret_key=SECRET_KEY,
-                     token_hash=token_hash(JOIN_SECRET), insecure=True)  # fmt: skip
+def target(s3: ObjectStorage) -> bk.Target:
+    """A bucket of the test's own (the server is shared), read with a key holding the
+    writer's roles on it."""
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"
+    s3.client().create_bucket(Bucket=bucket)
+    access_key, secret_key = s3.writer(bucket, BUCKET_ROLES.values())
+    return bk.Target(endpoint=s3.endpoint, bucket=bucket, folder="raya", region=REGION,
+                     access_key=access_key, secret_key=secret_key,
+                     token_hash=token_hash(JOIN_SECRET))  # fmt: skip
 
 
 def upload(target: bk.Target, name: str, data: bytes, *, secret: str = JOIN_SECRET,
@@ -171,8 +188,7 @@ def hours_ago(hours: float) -> int:
 def outputs_of(target: bk.Target) -> dict[str, object]:
     return {"endpoint": target.endpoint, "bucket": target.bucket, "folder": target.folder,
             "region": target.region, "accessKey": target.access_key,
-            "secretKey": target.secret_key, "tokenHash": target.token_hash,
-            "insecure": True}  # fmt: skip
+            "secretKey": target.secret_key, "tokenHash": target.token_hash}  # fmt: skip
 
 
 def test_one_control_planes_backups_against_a_six_hour_schedule(target: bk.Target) -> None:
@@ -319,6 +335,133 @@ def test_the_wait_counts_a_rejoining_member_once_seen_learning_then_voting() -> 
         "etcd control-plane-1: not yet seen rejoining (voter, Ready, member "
         "control-plane-1-0a1b2c3d, as before the restore)"
     )
+
+
+def declared_roles(deployed: Run) -> list[str]:
+    """The roles the program binds for its writer on its bucket, read from its resources."""
+    member = deployed.resources["backups-writer"].outputs["member"]
+    bucket = deployed.resources["backups"].outputs["name"]
+    bindings = [reveal(b.inputs) for b in deployed.of_type(BUCKET_BINDING).values()]
+    return sorted(b["role"] for b in bindings if (b["member"], b["bucket"]) == (member, bucket))
+
+
+def test_the_declared_grant_lets_k3s_make_every_call_it_makes(
+    s3: ObjectStorage, deployed: Run
+) -> None:
+    """BucketExists, a snapshot uploaded in 2 parts (16 MiB + 1 byte) and its metadata file,
+    retention's list and two deletes, a download: all with the deployment's own key, holding
+    on the bucket what the program binds, and nothing project-wide."""
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"
+    s3.client().create_bucket(Bucket=bucket)
+    old = f"etcd-snapshot-control-plane-{T0}"
+    upload(bk.Target(s3.endpoint, bucket, "raya", REGION, "", "", ""), old, b"old")
+    keys = deployed.outputs["backups"]
+    s3.writer(bucket, declared_roles(deployed), keys["accessKey"], keys["secretKey"])
+    refused_before = len(s3.refused)
+    data = secrets.token_bytes(MIN_PART_SIZE + 1)
+    name = f"etcd-snapshot-control-plane-{T0 + 3600}"
+    k3s_calls(s3.endpoint, keys["accessKey"], keys["secretKey"], bucket, "raya", name, data, old)
+    assert s3.refused[refused_before:] == []
+    listed = s3.client().list_objects_v2(Bucket=bucket)["Contents"]
+    assert sorted(item["Key"] for item in listed) == [f"raya/.metadata/{name}", f"raya/{name}"]
+
+
+def test_object_admin_alone_is_refused_the_head_k3s_makes_first(s3: ObjectStorage) -> None:
+    """roles/storage.objectAdmin, the grant raya made before: GCS answers k3s' BucketExists
+    403, so k3s never builds a client and no snapshot leaves the node."""
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"
+    s3.client().create_bucket(Bucket=bucket)
+    access_key, secret_key = s3.writer(bucket, ["roles/storage.objectAdmin"])
+    with pytest.raises(ClientError) as refused:
+        k3s_calls(s3.endpoint, access_key, secret_key, bucket, "raya", "etcd-snapshot-x-1",
+                  b"x", "etcd-snapshot-x-0")  # fmt: skip
+    assert refused.value.response["Error"]["Code"] == "403"
+    assert s3.refused[-1] == (f"HEAD /{bucket}", "AccessDenied")
+
+
+class ProbeClock:
+    """Time that moves only when the probe sleeps; IAM propagates the pending bindings once
+    `propagation` seconds have passed (None: never)."""
+
+    def __init__(self, s3: ObjectStorage, propagation: float | None) -> None:
+        self.s3, self.propagation, self.now_s, self.sleeps = s3, propagation, 0.0, 0
+
+    def now(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
+        self.sleeps += 1
+        if self.propagation is not None and self.now_s >= self.propagation:
+            self.s3.propagate()
+
+    def clock(self) -> Clock:
+        return Clock(now=self.now, sleep=self.sleep)
+
+
+def new_writer(s3: ObjectStorage, roles: list[str]) -> bk.Target:
+    """A bucket and a new key whose roles on it are bound but not yet in force."""
+    bucket = f"raya-etcd-{secrets.token_hex(4)}"
+    s3.client().create_bucket(Bucket=bucket)
+    access_key, secret_key = s3.issue_key()
+    s3.grant(access_key, bucket, role_permissions(roles))
+    return bk.Target(endpoint=s3.endpoint, bucket=bucket, folder="raya", region=REGION,
+                     access_key=access_key, secret_key=secret_key, token_hash="")  # fmt: skip
+
+
+def test_the_probe_waits_for_iam_then_heads_puts_and_deletes(s3: ObjectStorage) -> None:
+    """Bindings in force 120 s after `raya up` made them: the probe asks every 5 s and
+    passes on the first look after; the object it put is gone again."""
+    target = new_writer(s3, list(BUCKET_ROLES.values()))
+    time = ProbeClock(s3, propagation=120)
+    checked = bk.probe(target, time.clock())
+    assert checked == (
+        f"the writer's key can HEAD bucket {target.bucket} and put and delete raya/raya-probe "
+        f"({s3.endpoint})"
+    )
+    assert (time.now_s, time.sleeps) == (120.0, 24)
+    assert "Contents" not in s3.client().list_objects_v2(Bucket=target.bucket)
+
+
+def test_the_probe_names_the_bucket_and_the_call_refused_past_its_time(
+    s3: ObjectStorage,
+) -> None:
+    target = new_writer(s3, ["roles/storage.objectAdmin"])
+    time = ProbeClock(s3, propagation=0)
+    with pytest.raises(bk.BackupError) as refused:
+        bk.probe(target, time.clock(), timeout=60)
+    assert str(refused.value) == (
+        f"s3://{target.bucket}/raya: the writer's key was refused HEAD bucket {target.bucket}: "
+        "AccessDenied (the key's roles on the bucket lack the permission this call needs)"
+    )
+    assert time.now_s == 60.0  # asked until the timeout, then no more
+
+
+def test_the_probe_does_not_wait_for_a_wrong_secret(s3: ObjectStorage) -> None:
+    target = new_writer(s3, list(BUCKET_ROLES.values()))
+    s3.propagate()
+    wrong = dataclasses.replace(target, secret_key="not-the-secret-it-issued")
+    time = ProbeClock(s3, propagation=None)
+    with pytest.raises(bk.BackupError, match=r"refused HEAD bucket .*: SignatureDoesNotMatch"):
+        bk.probe(wrong, time.clock())
+    assert time.sleeps == 0
+    # The HEAD's 403 has no body; the listing asked next says why.
+    assert [code for _, code in s3.refused[-2:]] == ["SignatureDoesNotMatch"] * 2
+
+
+def test_the_probe_puts_without_the_checksums_gcs_refuses(s3: ObjectStorage) -> None:
+    """raya's client sends checksums only where an operation requires one: its PUT passes
+    where botocore's default (CRC32 trailer, since 1.36) is refused."""
+    target = new_writer(s3, list(BUCKET_ROLES.values()))
+    s3.propagate()
+    bk.probe(target, ProbeClock(s3, propagation=None).clock())
+    default = boto3.client(
+        "s3", endpoint_url=f"https://{s3.endpoint}", region_name=REGION,
+        aws_access_key_id=target.access_key, aws_secret_access_key=target.secret_key,
+        config=Config(s3={"addressing_style": "path"}),
+    )  # fmt: skip
+    with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+        default.put_object(Bucket=target.bucket, Key="raya/raya-probe", Body=b"x")
 
 
 def servers_as_rendered(control_planes: int, retention: int) -> list[Server]:

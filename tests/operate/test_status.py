@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from raya.cloud import deploy
+from raya.cloud.program.backups import BUCKET_ROLES
 from raya.model.pins import snapshot_labels
 from raya.nodes import addons
 from raya.nodes.identity import generate_example_secrets
@@ -26,7 +27,7 @@ from tests.cloud.program import fakes
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
-from tests.operate.s3 import client, k3s_upload
+from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.runner import invoke
 from tests.support import Respond, http_server, routes
 
@@ -376,7 +377,7 @@ def test_the_command_end_to_end(
     project: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    s3: str,
+    s3: ObjectStorage,
 ) -> None:
     servers = deployed.outputs["servers"]
     hetzner = {
@@ -399,12 +400,13 @@ def test_the_command_end_to_end(
     # hour old, as k3s uploads it.
     # A bucket of this test's own: the S3 server is shared by the session.
     bucket = f"status-{secrets.token_hex(4)}"
-    backups = {**deployed.outputs["backups"], "endpoint": s3, "insecure": True, "bucket": bucket}
-    client(s3).create_bucket(Bucket=backups["bucket"])
+    backups = {**deployed.outputs["backups"], "endpoint": s3.endpoint, "bucket": bucket}
+    s3.client().create_bucket(Bucket=backups["bucket"])
+    s3.writer(bucket, BUCKET_ROLES.values(), backups["accessKey"], backups["secretKey"])
     an_hour_ago = int(time.time()) - 3600
     snapshot = f"etcd-snapshot-control-plane-{an_hour_ago}"
     join_secret = deployed.resources["join-secret"].outputs["result"]
-    k3s_upload(s3, backups["bucket"], "raya", snapshot, b"etcd" * 100, join_secret)
+    k3s_upload(s3.endpoint, backups["bucket"], "raya", snapshot, b"etcd" * 100, join_secret)
     outputs = {**deployed.outputs, "backups": backups}
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: outputs)
     previews: list[tuple[str, Path, str]] = []

@@ -30,6 +30,7 @@ from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError
 from raya.model.config import check_secret_settings, stack_file
 from raya.model.fleet import CONTROL_PLANE_NAME, Cluster, fleet_file, load_fleet, sold_problem
+from raya.model.jsonfile import DuplicateKey, loads_yaml
 from raya.model.pins import load_chart_pins, load_pins
 from raya.model.project import load_cluster
 
@@ -323,8 +324,8 @@ def _server_urn(root: Path, stack_name: str, node: str) -> str:
 
 def _urn(root: Path, stack_name: str, kind: str, name: str) -> str:
     try:
-        project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8"))["name"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        project = loads_yaml((root / "Pulumi.yaml").read_text(encoding="utf-8"))["name"]
+    except (OSError, yaml.YAMLError, DuplicateKey, KeyError, TypeError) as error:
         raise DeployError(f"{root / 'Pulumi.yaml'}: no project name: {error}") from None
     return f"urn:pulumi:{stack_name}::{project}::{kind}::{name}"
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from raya.errors import RayaError
+from raya.model.jsonfile import DuplicateKey, loads_yaml
 
 # Kubernetes reads the certificate's organisations as the user's groups: this one is bound to
 # cluster-admin by every cluster (k3s included) out of the box.
@@ -85,9 +86,11 @@ def merge(existing: dict[str, Any], new: dict[str, Any], source: str) -> dict[st
 def read(path: Path) -> dict[str, Any]:
     """The kubeconfig at `path`, or an empty one if there is no such file."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = loads_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
+    except DuplicateKey as error:  # which of the two to keep is not for a merge to guess
+        raise KubeconfigError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise KubeconfigError(f"{path}: not a readable kubeconfig: {error}") from None
     if document is None:

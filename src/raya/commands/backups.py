@@ -149,7 +149,7 @@ def backup(*, stack: str, root: Path | None) -> None:
     Option("--dry-run", kind="flag",
            help="Check and download the snapshot, print every step on every node in order, "
            "then stop: nothing on the cluster changes and nothing is asked."),
-    Option("--ready-timeout", kind="float", default=RESTORE_READY_TIMEOUT,
+    Option("--ready-timeout", kind="seconds", default=RESTORE_READY_TIMEOUT,
            help="Seconds to wait, once the steps are done, for the API, every node Ready and "
            "every control plane a voting etcd member."),
     HCLOUD_ENDPOINT,

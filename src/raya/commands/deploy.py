@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raya.commands.options import ROOT, STACK, project_root
+from raya.commands.options import NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Commands, Option, confirm
 from raya.console import err, out
 from raya.defaults import WITHOUT_DRAIN
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from raya.cloud.deploy import Action, Removal, Result
     from raya.operate import roll as roll_model
+    from raya.operate.backups import Target
 
 commands = Commands()  # what this module adds to `raya`
 
@@ -136,7 +137,7 @@ def preview(*, stack: str, root: Path | None) -> None:
            help="Preview first; fail, changing nothing, if the preview replaces or deletes "
            "the control plane, its volume, the network or the DNS zone (what CI runs)."),
     Option("--replace", multiple=True,
-           help="Re-create this node's server (control-plane, agent-<i>) with what the inputs "
+           help=f"Re-create this node's server (by name: {NODE_NAMES}) with what the inputs "
            "render, applying its drift: the old server is shut down and deleted first. "
            "Repeat for more agents; one control plane at a time, and with several only "
            "while every other one is Ready and a voting etcd member. `raya roll` also "
@@ -162,6 +163,11 @@ def up(
     are cordoned and drained first, and a control plane's etcd member removed, one at a
     time and never below quorum, before Pulumi deletes their servers; anything refused
     stops it before Pulumi runs.
+
+    It ends by checking, with the backups writer's own key, that it can HEAD the backups'
+    bucket and put and delete an object in the cluster's folder, as k3s will (asked again
+    for up to 10 minutes while IAM applies a new grant); exit status 1 if not, the
+    deployment itself done.
     """
     root = project_root(root)
     from raya.operate import remove
@@ -191,6 +197,31 @@ def up(
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
     write_recovery_kit(root, stack, result)
+    check_backups(root, stack, roll_model.Clock())
+
+
+def backup_target(root: Path, stack: str) -> Target:
+    """The bucket and the writer's key the deployed stack names (its secrets in clear)."""
+    from raya.operate import backups
+
+    outputs = deploy_module("up").stack_outputs(root, stack)
+    return backups.Target.from_outputs(outputs.get("backups"), stack)
+
+
+def check_backups(root: Path, stack: str, clock: roll_model.Clock) -> None:
+    """`raya up`'s last step: the calls k3s' snapshots need, made with the writer's key."""
+    from raya.operate import backups
+
+    err.print("backups: checking the writer's access to its bucket (IAM can take minutes)...",
+              markup=False)  # fmt: skip
+    try:
+        checked = backups.probe(backup_target(root, stack), clock)
+    except backups.BackupError as error:
+        raise backups.BackupError(
+            f"backups: {error}; k3s cannot store snapshots there. The deployment itself is "
+            "done: fix the writer's access to the bucket and run `raya up` again"
+        ) from None
+    out.print(f"backups: {checked}", markup=False, soft_wrap=True)
 
 
 def check_replaced_control_plane(root: Path, stack: str, replace: Sequence[str]) -> None:

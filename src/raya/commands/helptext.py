@@ -45,25 +45,21 @@ def command_help(command: Command, width: int) -> str:
 
 
 def _page(usage: str, help: str, width: int, panels: list[str]) -> str:
-    """Usage, the help text (its first paragraph on one line, the others with their own
-    line breaks, as Typer keeps them), then the panels."""
+    """Usage, the help text, then the panels. Each paragraph is filled to the width as one
+    text: Typer kept the docstring's own line breaks, which then cut sentences wherever the
+    source was wrapped, whatever the terminal's width."""
     lines = ["", *(" " + line for line in _wrap(f"Usage: {usage}", width - 2)), ""]
-    first, *rest = _paragraphs(help)
-    lines += [" " + line for line in _wrap(first, width - 2)]
-    for paragraph in rest:
-        lines.append("")
-        for line in paragraph.splitlines():
-            lines += [" " + part for part in _wrap(line, width - 2)]
+    for index, paragraph in enumerate(_paragraphs(help)):
+        lines += [""] * (index > 0) + [" " + line for line in _wrap(paragraph, width - 2)]
     lines.append("")
     return "\n".join(line.ljust(width) for line in lines + panels) + "\n\n"
 
 
 def _paragraphs(help: str) -> list[str]:
-    """The docstring's paragraphs, dedented; the first on one line."""
+    """The docstring's paragraphs, each on one line."""
     lines = help.strip().splitlines()
-    text = "\n".join([lines[0].strip(), *(line.strip() for line in lines[1:])]) if lines else ""
-    first, *rest = text.split("\n\n")
-    return [" ".join(first.split()), *rest]
+    text = "\n".join(line.strip() for line in lines)
+    return [" ".join(paragraph.split()) for paragraph in text.split("\n\n")]
 
 
 Row = tuple[str, str, str, str, str]  # long names, short, the pair's "no", value, help

@@ -32,11 +32,11 @@ commands = Commands()  # what this module adds to `raya`
 commands.group("image", help=COMMANDS["image"][1])
 
 FCOS_BUILDS = Option(
-    "--fcos-builds-url", envvar="RAYA_FCOS_BUILDS_URL", default=FCOS_BUILDS_URL,
+    "--fcos-builds-url", kind="url", envvar="RAYA_FCOS_BUILDS_URL", default=FCOS_BUILDS_URL,
     help="Where FCOS stream and build metadata and images are published (a mirror, a test).",
 )  # fmt: skip
 K3S_RELEASES = Option(
-    "--k3s-releases-url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
+    "--k3s-releases-url", kind="url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
     help="Where k3s release binaries and sha256sum-amd64.txt are published.",
 )  # fmt: skip
 
@@ -46,13 +46,13 @@ def _say(message: str) -> None:
 
 
 @commands.command(
-    Option("--stack", "-s", help="Stack whose cluster the snapshot is built for.",
+    Option("--stack", "-s", kind="stack", help="Stack whose cluster the snapshot is built for.",
            default=DEFAULT_STACK),
     Option("--dry-run", kind="flag",
            help="Check everything (Hetzner, pins, Packer) and print the Packer commands "
            "instead of running them."),
     ROOT,
-    Option("--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", default=HCLOUD_API_URL,
+    Option("--hcloud-endpoint", kind="url", envvar="HCLOUD_ENDPOINT", default=HCLOUD_API_URL,
            help="Hetzner Cloud API endpoint (also passed to Packer)."),
     FCOS_BUILDS, K3S_RELEASES, group="image",
 )  # fmt: skip
@@ -155,16 +155,18 @@ def _describe(pin: AnyPin) -> str:
     Option("--stream", help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
            show_default="the pinned stream"),
     ROOT, FCOS_BUILDS,
-    Option("--k3s-channels-url", envvar="RAYA_K3S_CHANNELS_URL", default=K3S_CHANNELS_URL,
+    Option("--k3s-channels-url", kind="url", envvar="RAYA_K3S_CHANNELS_URL",
+           default=K3S_CHANNELS_URL,
            help="k3s release channel server (its stable channel is followed)."),
     K3S_RELEASES,
-    Option("--cert-manager-charts-url", envvar="RAYA_CERT_MANAGER_CHARTS_URL",
+    Option("--cert-manager-charts-url", kind="url", envvar="RAYA_CERT_MANAGER_CHARTS_URL",
            default=CERT_MANAGER_CHARTS,
            help="Helm repository of the cert-manager chart (its index.yaml is read)."),
-    Option("--external-dns-charts-url", envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
+    Option("--external-dns-charts-url", kind="url", envvar="RAYA_EXTERNAL_DNS_CHARTS_URL",
            default=EXTERNAL_DNS_CHARTS,
            help="Helm repository of the external-dns chart (its index.yaml is read)."),
-    Option("--hetzner-charts-url", envvar="RAYA_HETZNER_CHARTS_URL", default=HETZNER_CHARTS,
+    Option("--hetzner-charts-url", kind="url", envvar="RAYA_HETZNER_CHARTS_URL",
+           default=HETZNER_CHARTS,
            help="Helm repository of Hetzner's cloud controller and CSI charts (index.yaml)."),
     group="image",
 )  # fmt: skip

@@ -15,7 +15,7 @@ commands = Commands()  # what this module adds to `raya`
 
 
 @commands.command(
-    Option("--stack", "-s", help="Stack whose raya:authorizedUsers to resolve.",
+    Option("--stack", "-s", kind="stack", help="Stack whose raya:authorizedUsers to resolve.",
            show_default=DEFAULT_STACK),
     ROOT, EXAMPLE, KEYS_FILE,
     Option("--save", kind="path",
@@ -40,8 +40,10 @@ def keys(
             line = f"{user.handle:<{width}}  {info.type:<11}  {info.fingerprint}  {info.comment}"
             out.print(line.rstrip(), markup=False, soft_wrap=True)
     if save is not None:
-        try:
-            save.write_text(dump_keys_file(users), encoding="utf-8")
+        from raya.files import write_atomically
+
+        try:  # whole or not at all: a failed write leaves the file as it was
+            write_atomically(save, dump_keys_file(users).encode(), 0o644)
         except OSError as error:
             raise KeysError(f"{save}: cannot write the keys file: {error.strerror}") from None
         count = sum(len(user.keys) for user in users)

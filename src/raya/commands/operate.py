@@ -6,7 +6,7 @@ import os  # loaded by the interpreter itself: free
 
 from raya.commands.access import stack_outputs
 from raya.commands.deploy import deploy_module, kube_api_client
-from raya.commands.options import HCLOUD_ENDPOINT, ROOT, STACK, project_root
+from raya.commands.options import HCLOUD_ENDPOINT, NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
 from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
@@ -148,12 +148,12 @@ def print_report(report: st.Report) -> None:
 
 @commands.command(
     Argument("nodes", multiple=True,
-             help="Nodes to roll (control-plane, agent-<i>); all drifting ones if none."),
+             help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
     STACK, ROOT,
     Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
-    Option("--drain-timeout", kind="float", default=DRAIN_TIMEOUT,
+    Option("--drain-timeout", kind="seconds", default=DRAIN_TIMEOUT,
            help="Seconds to wait for a node's pods to be gone (evicted, then terminated)."),
-    Option("--ready-timeout", kind="float", default=READY_TIMEOUT,
+    Option("--ready-timeout", kind="seconds", default=READY_TIMEOUT,
            help="Seconds to wait for a replaced node to be back from a new boot, Ready."),
     Option("--accept-local-data-loss", kind="flag",
            help="Roll nodes whose pods use local-path claims: their data is deleted with "

@@ -18,11 +18,15 @@ if TYPE_CHECKING:
     from raya.nodes.github_keys import UserKeys
 
 
+# How a command names nodes: the fleet's names (raya.model.fleet), pools' included.
+NODE_NAMES = "control-plane, control-plane-<k>, agent-<i> or <pool>-<i>"
 ROOT = Option(
     "--root", kind="path", help="Project folder, holding Pulumi.yaml.",
     show_default="the nearest one at or above the current folder",
 )  # fmt: skip
-STACK = Option("--stack", "-s", help="The stack (Pulumi.<stack>.yaml).", default=DEFAULT_STACK)
+STACK = Option(
+    "--stack", "-s", kind="stack", help="The stack (Pulumi.<stack>.yaml).", default=DEFAULT_STACK
+)
 EXAMPLE = Option(
     "--example", kind="flag",
     help="Use the bundled example project (control plane + 3 agents; `raya keys` reads its "
@@ -33,11 +37,11 @@ KEYS_FILE = Option(
     help="Read the SSH keys from this file (`raya keys --save`) instead of GitHub.",
 )  # fmt: skip
 GITHUB = Option(
-    "--github-url", help="Base URL serving <handle>.keys (a mirror, or a test server).",
+    "--github-url", kind="url", help="Base URL serving <handle>.keys (a mirror, or a test server).",
     default=GITHUB_URL,
 )  # fmt: skip
 HCLOUD_ENDPOINT = Option(
-    "--hcloud-endpoint", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint.",
+    "--hcloud-endpoint", kind="url", envvar="HCLOUD_ENDPOINT", help="Hetzner Cloud API endpoint.",
     default=HCLOUD_API_URL,
 )  # fmt: skip
 

@@ -15,11 +15,25 @@ import sys
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 
 class UsageError(Exception):
     """Bad command-line input: raya prints it under the command's usage and exits 2."""
+
+
+def no_such(what: str, name: str, known: Iterable[str]) -> str:
+    """Click's message for an unknown command or long option, with the known names closest
+    to `name` (click's `NoSuchCommand`/`NoSuchOption`: difflib's close matches)."""
+    from difflib import get_close_matches
+
+    close = sorted(get_close_matches(name, list(known)))
+    message = f"No such command '{name}'." if what == "command" else f"No such option: {name}"
+    if not close:
+        return message
+    if len(close) == 1:
+        return f"{message} Did you mean '{close[0]}'?"
+    return f"{message} (Did you mean one of: {', '.join(map(repr, close))}?)"
 
 
 class BadParameter(UsageError):
@@ -31,6 +45,9 @@ class BadParameter(UsageError):
 
 
 def _path(value: str) -> object:
+    # pathlib reads '' as '.', the current folder: a file or folder nobody named.
+    if not value or "\0" in value:
+        raise ValueError(f"{value!r} is not a path; accepted: a file or folder path")
     from pathlib import Path  # only when a path is given (pathlib costs start-up time)
 
     return Path(value)
@@ -43,6 +60,29 @@ def _float(value: str) -> object:
         raise ValueError(f"{value!r} is not a valid float.") from None
 
 
+def _seconds(value: str) -> object:
+    """A time to wait: float() also reads 'nan', 'inf' and '1e999' (infinite), and a negative
+    number, none of them a time anything could wait for."""
+    seconds = _float(value)
+    assert isinstance(seconds, float)
+    if not 0 < seconds < float("inf"):
+        raise ValueError(
+            f"{value!r} is not a time to wait; accepted: a number of seconds greater than 0"
+        )
+    return seconds
+
+
+def _stack(value: str) -> object:
+    """A Pulumi stack name, as Pulumi's backends check it (pulumi/pulumi, `validateStackName`:
+    `^[A-Za-z0-9_.-]{1,100}$`); raya also reads `Pulumi.<stack>.yaml`, so no '/' either."""
+    characters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+    if not 0 < len(value) <= 100 or value.strip(characters):
+        raise ValueError(
+            f"{value!r} is not a stack name; accepted: 1-100 letters, digits, '_', '.' or '-'"
+        )
+    return value
+
+
 def _directory(value: str) -> object:
     """An existing directory, as click's `Path(exists=True, file_okay=False)` checks it."""
     if not os.path.exists(value):
@@ -52,11 +92,26 @@ def _directory(value: str) -> object:
     return _path(value)
 
 
+def _url(value: str) -> object:
+    """An http(s) URL with a host: an empty one, or one without its scheme, would be read as
+    a path on no server."""
+    scheme, separator, rest = value.partition("://")
+    host = rest.partition("/")[0]
+    if scheme not in ("http", "https") or not separator or not host or value != value.strip():
+        raise ValueError(
+            f"{value!r} is not a URL; accepted: an http:// or https:// URL with a host, such as "
+            "https://example.org/path"
+        )
+    return value
+
+
 # Each kind of value: (the name help shows for it, what turns the text into the value).
 KINDS: dict[str, tuple[str, Callable[[str], object]]] = {
     "text": ("<str>", str),
     "path": ("<path>", _path),
-    "float": ("<float>", _float),
+    "seconds": ("<float>", _seconds),
+    "stack": ("<str>", _stack),
+    "url": ("<str>", _url),
     "directory": ("<directory>", _directory),
 }
 
@@ -190,7 +245,11 @@ class Command:
                         return option, word[2:] or None
         if self.pass_unknown:
             return None, None
-        raise UsageError(f"No such option: {word.split('=')[0]}")
+        name = word.split("=")[0]
+        if not name.startswith("--"):  # as click: no suggestion for a short option
+            raise UsageError(f"No such option: {name}")
+        known = [n for o in self.options for n in (*o.names, *o.off) if n.startswith("--")]
+        raise UsageError(no_such("option", name, [*known, "--help"]))
 
 
 class Group:

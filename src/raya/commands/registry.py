@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 APP_HELP = "Build and run a k3s cluster on Fedora CoreOS in Hetzner Cloud, named in Cloud DNS."
 # The root's options and their help, in Typer's order (--help is click's own).
 OPTIONS = {
-    "--debug": "Show tracebacks for errors.",
+    "--debug": "Show tracebacks for errors; accepted anywhere on the line, before a --.",
     "--version": "Print the version.",
     "--help": "Show this message and exit.",
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,11 +20,13 @@ import yaml
 
 from raya.errors import ConfigError
 from raya.model.cron import CronError, Schedule
-from raya.model.jsonfile import check_keys
+from raya.model.jsonfile import DuplicateKey, StrictLoader, check_keys, loads_json, loads_yaml
 
 NAMESPACE = "raya"
 # The spec's route: every private subnet raya may ever use is reached through the gateway.
 PRIVATE_ROUTE = ipaddress.IPv4Network("10.0.0.0/8")
+# The smallest network Hetzner creates (its API, POST /networks `ip_range`).
+NETWORK_PREFIX_MAX = 24
 # k3s' pod and service ranges. raya's k3s configs set neither `cluster-cidr` nor
 # `service-cidr`, so k3s' defaults hold (k3s-io/k3s, pkg/cli/server/server.go, `run`): a
 # node address inside either is routed into flannel or kube-proxy, not to the node.
@@ -71,10 +74,37 @@ CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # they are accepted here so that a stack file holding them is valid, never part of the model.
 SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
 BACKUP_RETENTION = range(1, 1001)
-_S3_ENDPOINT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+# host[:port], as k3s' etcd-s3-endpoint: a DNS name (RFC 1123 labels, 253 characters at most)
+# or an IPv4 address, and a TCP port from 1 to 65535 written without a leading 0.
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_S3_ENDPOINT = re.compile(
+    rf"(?P<host>{_HOST_LABEL}(?:\.{_HOST_LABEL})*)(?::(?P<port>[1-9][0-9]{{0,4}}))?"
+)
+_PORTS = range(1, 65536)
 # S3 bucket names (AWS' rules, which GCS and Hetzner Object Storage share): 3-63 characters.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+# What S3 refuses besides the characters (AWS' "General purpose bucket naming rules"): names
+# shaped like an IPv4 address, reserved prefixes and suffixes; and what is not a DNS name,
+# which virtual-host requests (k3s' S3 client on AWS and GCS) need: two dots in a row, a dot
+# next to a '-'.
+_BUCKET_RULES = (
+    (re.compile(r"[0-9]+(\.[0-9]+){3}"), "shaped like an IPv4 address"),
+    (re.compile(r".*(\.\.|\.-|-\.).*"), "with two dots in a row or a dot next to a '-'"),
+    (re.compile(r"(xn--|sthree-|amzn-s3-demo-).*"), "with a prefix S3 reserves"),
+    (re.compile(r".*(-s3alias|--ol-s3|\.mrap|--x-s3|--table-s3)"), "with a suffix S3 reserves"),
+)
+_BUCKET_RULES_TEXT = (
+    "not shaped like an IPv4 address, no '..', '.-' or '-.', no prefix xn--, sthree- or "
+    "amzn-s3-demo- and no suffix -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3"
+)
+# What GCS refuses besides S3's rules (cloud.google.com/storage/docs/buckets, "Bucket names"):
+# a name that begins with "goog", or holds "google" or a close misspelling such as "g00gle".
+_GCS_RESERVED = re.compile(r"goog.*|.*g[o0][o0]g[l1]e.*")
+# Google Cloud Storage's S3 endpoint (raya.cloud.program.backups makes the bucket there).
+GCS_ENDPOINT = "storage.googleapis.com"
 _FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_LIST_FORMS = "(a YAML list, or its JSON text as `pulumi config set` stores it)"
+_MAPPING_FORMS = "(a YAML mapping, or its JSON text as `pulumi config set` stores it)"
 
 GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -215,9 +245,14 @@ def stack_file(root: Path, stack: str) -> Path:
 def load_stack_config(path: Path) -> StackConfig:
     """Read and validate the `raya:` values of a Pulumi stack file."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document, texts = _read_stack(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: stack file not found") from None
+        raise ConfigError(
+            f"{path}: stack file not found; a new stack is made with `pulumi stack init` and "
+            "its settings set with `pulumi config set` (docs/stacks.md)"
+        ) from None
+    except DuplicateKey as error:
+        raise ConfigError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: not a YAML stack file: {error}") from None
     config = document.get("config") if isinstance(document, dict) else None
@@ -225,18 +260,90 @@ def load_stack_config(path: Path) -> StackConfig:
         raise ConfigError(f"{path}: expected a top-level 'config:' mapping with raya: values")
     prefix = f"{NAMESPACE}:"
     values = {
-        key.removeprefix(prefix): value
+        key.removeprefix(prefix): texts.get(key, value)
         for key, value in config.items()
         if str(key).startswith(prefix)
     }
     return parse_stack_config(values, str(path))
 
 
+def _read_stack(text: str) -> tuple[Any, dict[str, str]]:
+    """The stack file's document, and the text of each scalar directly under `config:`.
+
+    Pulumi's CLI hands the program a top-level scalar as the text written in the file, not as
+    YAML typed it (pulumi/pulumi, sdk/go/common/resource/config/value.go,
+    `Value.unmarshalValue`: it decodes the node into a string first), and its SDK's getters
+    read that text. Reading the same text here gives `20`, `"20"`, `true` and `"True"` the
+    meaning Pulumi gives them, where PyYAML alone would read YAML 1.1 (`yes`, `0x14`, `010`).
+    """
+    loader = StrictLoader(text)  # a key written twice refused (raya.model.jsonfile)
+    try:
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+    texts: dict[str, str] = {}
+    config = _mapping_item(root, "config")
+    for key, node in config.value if isinstance(config, yaml.MappingNode) else ():
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        texts.pop(key.value, None)  # a later duplicate wins, as in the document
+        if isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:null":
+            texts[key.value] = node.value
+    return document, texts
+
+
+def _mapping_item(node: yaml.Node | None, name: str) -> yaml.Node | None:
+    """The value of `name` in a mapping node; the last one, as the constructed document has."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name]
+    return found[-1] if found else None
+
+
+# Pulumi hands the program every setting as text, and its Python SDK's typed getters read it
+# (pulumi/pulumi, sdk/python/lib/pulumi/config.py): `Config._get_bool` takes "true", "True",
+# "false" and "False"; `_get_int` Python's int() of the text; `_get_object` json.loads of it
+# (a list or mapping is handed over as JSON). A stack file holds either that text
+# (`pulumi config set raya:controlPlanes 3` stores "3"; JSON given on the command line stays
+# text) or a YAML value (`--path` and `--type` store true, 3, lists and mappings; so does an
+# editor): the readers below give both the same meaning.
+_PULUMI_BOOLS = {"true": True, "True": True, "false": False, "False": False}
+
+
+def _pulumi_bool(value: object) -> object:
+    return _PULUMI_BOOLS.get(value, value) if isinstance(value, str) else value
+
+
+def _pulumi_int(value: object) -> object:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return value
+
+
+def _pulumi_object(value: object) -> object:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError, RecursionError):
+            return json.loads(value)
+    return value
+
+
+def _is_encrypted(value: object) -> bool:
+    """Whether `value` holds a `secure:` value anywhere, as Pulumi recognises one
+    (pulumi/pulumi, sdk/go/common/resource/config/value.go, `isSecureValue`)."""
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("secure"), str):
+            return True
+        return any(map(_is_encrypted, value.values()))
+    return isinstance(value, list) and any(map(_is_encrypted, value))
+
+
 def check_secret_settings(path: Path) -> None:
     """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
     `pulumi config set --secret` writes it: a deployment without it would give the cluster
     add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
-    document = yaml.safe_load(path.read_text(encoding="utf-8"))  # read once already
+    document = loads_yaml(path.read_text(encoding="utf-8"))  # read once already
     config = document.get("config") if isinstance(document, dict) else None
     key = CLUSTER_HCLOUD_TOKEN
     value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
@@ -260,6 +367,23 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         return ConfigError(f"{source}: {NAMESPACE}:{key} {problem}")
 
     check_keys(values, sorted((*KEYS, *SECRET_KEYS)), REQUIRED, fail, "a known setting")
+    for key in sorted(set(values) - set(SECRET_KEYS)):
+        if _is_encrypted(values[key]):
+            # raya reads the model offline (`raya render`), without the stack's passphrase.
+            raise fail(
+                key,
+                f"is encrypted (secure:); accepted: a plain value, set with `pulumi config set "
+                f"{NAMESPACE}:{key} <value>` (the secret settings are {', '.join(SECRET_KEYS)})",
+            )
+        # A list or mapping `pulumi config set` stores as JSON text: a key written twice in it
+        # is refused as in the stack file (its value is not shown: it may be a secret's).
+        if isinstance(values[key], str):
+            try:
+                loads_json(values[key])
+            except DuplicateKey as error:
+                raise fail(key, f"is JSON text: {error}") from None
+            except (ValueError, RecursionError):
+                pass  # not JSON: text, read as such below
     merged = {**DEFAULTS, **values}
 
     def text(key: str, pattern: re.Pattern[str], accepted: str) -> str:
@@ -288,9 +412,13 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     if problem:
         raise fail("controlPlaneServerType", problem)
 
-    users = merged["authorizedUsers"]
+    users = _pulumi_object(merged["authorizedUsers"])
     if not isinstance(users, list) or not users:
-        raise fail("authorizedUsers", "must be a non-empty list of GitHub handles")
+        raise fail(
+            "authorizedUsers",
+            f"is {merged['authorizedUsers']!r}; accepted: a non-empty list of GitHub handles "
+            f"{_LIST_FORMS}",
+        )
     seen: dict[str, str] = {}
     for user in users:
         if not isinstance(user, str) or not GITHUB_LOGIN.fullmatch(user):
@@ -322,6 +450,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
     network_range = network("networkRange")
     if not network_range.subnet_of(PRIVATE_ROUTE):
         raise fail("networkRange", f"is {network_range}; it must lie inside {PRIVATE_ROUTE}")
+    if network_range.prefixlen > NETWORK_PREFIX_MAX:
+        raise fail(
+            "networkRange",
+            f"is {network_range}, smaller than Hetzner creates; accepted: a /{NETWORK_PREFIX_MAX} "
+            "or larger (Hetzner's networks API: \"Minimum network size is /24\")",
+        )
     subnet = network("nodesSubnet")
     if not subnet.subnet_of(network_range):
         raise fail("nodesSubnet", f"is {subnet}, outside networkRange {network_range}")
@@ -348,15 +482,23 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             f"other than the gateway {gateway}",
         )
 
-    schedulable = merged["controlPlaneSchedulable"]
+    schedulable = _pulumi_bool(merged["controlPlaneSchedulable"])
     if not isinstance(schedulable, bool):
-        raise fail("controlPlaneSchedulable", f"is {schedulable!r}; accepted: true or false")
+        raise fail(
+            "controlPlaneSchedulable",
+            f"is {merged['controlPlaneSchedulable']!r}; accepted: true or false (also as the "
+            "text 'true', 'True', 'false' or 'False')",
+        )
 
     def sources(key: str) -> tuple[IPNetwork, ...]:
-        value = merged[key]
+        value = _pulumi_object(merged[key])
         accepted = "a list of IPv4 or IPv6 CIDRs such as 203.0.113.0/24 or 2001:db8::/32"
         if not isinstance(value, list):
-            raise fail(key, f"is {value!r}; accepted: {accepted} (an empty list closes the port)")
+            raise fail(
+                key,
+                f"is {merged[key]!r}; accepted: {accepted} {_LIST_FORMS} (an empty list "
+                "closes the port)",
+            )
         found: list[IPNetwork] = []
         for item in value:
             # strict: host bits set (10.0.0.1/8) is a typo more often than a network.
@@ -372,27 +514,25 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
                 raise fail(key, f"lists {cidr} twice")
             found.append(cidr)
         return tuple(found)
-    size = merged["controlPlaneVolumeSize"]
-    # Pulumi hands a number over as text.
-    if isinstance(size, str) and size.isdigit():
-        size = int(size)
-    if isinstance(size, bool) or not isinstance(size, int) or size not in VOLUME_SIZES:
-        raise fail(
-            "controlPlaneVolumeSize",
-            f"is {size!r}; accepted: a whole number of GB from {VOLUME_SIZES.start} "
-            f"to {VOLUME_SIZES.stop - 1}",
-        )
 
-    count = merged["controlPlanes"]
-    if isinstance(count, str) and count.isdigit():  # Pulumi hands a number over as text
-        count = int(count)
-    if isinstance(count, bool) or not isinstance(count, int) or count not in CONTROL_PLANE_COUNTS:
-        raise fail(
-            "controlPlanes",
-            f"is {count!r}; accepted: 1, 3 or 5 (every control plane is an etcd member, and "
-            "etcd needs a majority of them up: 3 survive the loss of 1, 5 of 2, while an even "
-            "count survives no more losses than the odd count below it)",
-        )
+    def whole(key: str, accepted: range | tuple[int, ...], what: str) -> int:
+        value = _pulumi_int(merged[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value not in accepted:
+            raise fail(key, f"is {merged[key]!r}; accepted: {what}")
+        return value
+
+    size = whole(
+        "controlPlaneVolumeSize",
+        VOLUME_SIZES,
+        f"a whole number of GB from {VOLUME_SIZES.start} to {VOLUME_SIZES.stop - 1}",
+    )
+    count = whole(
+        "controlPlanes",
+        CONTROL_PLANE_COUNTS,
+        "1, 3 or 5 (every control plane is an etcd member, and etcd needs a majority of them "
+        "up: 3 survive the loss of 1, 5 of 2, while an even count survives no more losses "
+        "than the odd count below it)",
+    )
     block = [cp_ip + k for k in range(CONTROL_PLANE_BLOCK if count > 1 else 1)]
     outside = [ip for ip in block if ip not in subnet or ip == subnet.broadcast_address]
     if outside:
@@ -407,15 +547,12 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         Schedule(schedule if isinstance(schedule, str) else "").longest_gap()
     except CronError as error:
         raise fail("backupSchedule", f"{error} (k3s' etcd-snapshot-schedule-cron)") from None
-    retention = merged["backupRetention"]
-    if isinstance(retention, str) and retention.isdigit():
-        retention = int(retention)
-    if isinstance(retention, bool) or retention not in BACKUP_RETENTION:
-        raise fail(
-            "backupRetention",
-            f"is {retention!r}; accepted: a whole number of snapshots from "
-            f"{BACKUP_RETENTION.start} to {BACKUP_RETENTION.stop - 1}",
-        )
+    retention = whole(
+        "backupRetention",
+        BACKUP_RETENTION,
+        f"a whole number of snapshots from {BACKUP_RETENTION.start} to "
+        f"{BACKUP_RETENTION.stop - 1}",
+    )
     # k3s prunes the bucket to this many scheduled snapshots across every control plane,
     # after each upload, and each run of the schedule uploads one per control plane: below
     # 2n - 1 a run's first uploads prune a control plane's only snapshot before its own.
@@ -429,6 +566,19 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "uploads one per control plane, so fewer would leave a control plane without "
             "one while a run uploads (docs/backups.md)",
         )
+
+    backup_s3 = _backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail)
+    if backup_s3 is None:
+        # The deployment makes the bucket in GCS, named after the cluster
+        # (raya.cloud.snapshots.bucket_name: `<clusterName>-etcd-<digest>`).
+        problem = bucket_problem(f"{cluster_name}-etcd", gcs=True)
+        if problem:
+            raise fail(
+                "clusterName",
+                f"is {cluster_name!r}, which names the snapshots' GCS bucket "
+                f"({cluster_name}-etcd-...), {problem}; accepted: another name, or "
+                f"{NAMESPACE}:backupS3",
+            )
 
     return StackConfig(
         cluster_name=cluster_name,
@@ -449,10 +599,21 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         control_planes=count,
         backup_schedule=schedule,
         backup_retention=retention,
-        backup_s3=_backup_s3(merged.get("backupS3"), cluster_name, fail),
+        backup_s3=backup_s3,
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def bucket_problem(name: str, *, gcs: bool) -> str | None:
+    """What S3 (and with `gcs`, Google Cloud Storage) refuses in the bucket name `name`, of
+    valid characters and length, or None."""
+    for pattern, problem in _BUCKET_RULES:
+        if pattern.fullmatch(name):
+            return problem
+    if gcs and _GCS_RESERVED.fullmatch(name):
+        return "which begins with 'goog' or holds 'google' or a misspelling of it (GCS refuses it)"
+    return None
 
 
 def _kit_path(value: object, key: str, fail: Callable[[str, str], ConfigError]) -> str | None:
@@ -473,7 +634,7 @@ def _backup_s3(
         return None
     shape = "a mapping with endpoint and bucket (region, folder optional)"
     if not isinstance(value, dict):
-        raise fail("backupS3", f"is {value!r}; accepted: {shape}")
+        raise fail("backupS3", f"is {value!r}; accepted: {shape} {_MAPPING_FORMS}")
     check_keys(
         value,
         ("endpoint", "bucket", "region", "folder"),
@@ -482,14 +643,33 @@ def _backup_s3(
         "a known field",
     )
     checks = {
-        "endpoint": (_S3_ENDPOINT, "a host name with an optional port, no scheme"),
-        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -"),
+        "endpoint": (_S3_ENDPOINT, "a host name or IPv4 address with an optional port "
+                     "(1-65535), no scheme, such as fsn1.your-objectstorage.com"),
+        "bucket": (_BUCKET, "an S3 bucket name: 3-63 of a-z 0-9 . -, a letter or digit at "
+                   "both ends"),
         "region": (re.compile(r"[a-z0-9-]{1,32}"), "a region such as fsn1 or us-east-1"),
         "folder": (_FOLDER, "one path segment of letters, digits, . _ -"),
-    }
+    }  # fmt: skip
     for key, (pattern, accepted) in checks.items():
         if key in value and not (isinstance(value[key], str) and pattern.fullmatch(value[key])):
             raise fail("backupS3", f"{key} is {value[key]!r}; accepted: {accepted}")
+    endpoint = _S3_ENDPOINT.fullmatch(value["endpoint"])
+    assert endpoint is not None  # checked above
+    if len(endpoint["host"]) > 253 or int(endpoint["port"] or 443) not in _PORTS:
+        raise fail(
+            "backupS3",
+            f"endpoint is {value['endpoint']!r}; accepted: {checks['endpoint'][1]}, the host "
+            "at most 253 characters",
+        )
+    bucket = value["bucket"]
+    gcs = endpoint["host"].lower() == GCS_ENDPOINT
+    problem = bucket_problem(bucket, gcs=gcs)
+    if problem:
+        raise fail(
+            "backupS3",
+            f"bucket is {bucket!r}, {problem}; accepted: {checks['bucket'][1]}, "
+            f"{_BUCKET_RULES_TEXT}" + (", not 'goog' first, no 'google' in it" if gcs else ""),
+        )
     return BackupS3(
         endpoint=value["endpoint"],
         bucket=value["bucket"],

@@ -25,7 +25,9 @@ _DESCRIPTORS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_PART = re.compile(r"(?:[*?]|(\d+)(?:-(\d+))?)(?:/(\d+))?")
+# ASCII digits only: Python's \d also matches other scripts' digits ('٣'), which k3s' cron
+# parser (robfig/cron, strconv.Atoi) refuses, so a schedule raya passed would stop k3s.
+_PART = re.compile(r"(?:[*?]|(\d+)(?:-(\d+))?)(?:/(\d+))?", re.ASCII)
 _STARS = ("*", "?", "*/1", "?/1")
 # Every schedule repeats within 400 days plus a leap day: enough to see its longest gap.
 _HORIZON_DAYS = 800

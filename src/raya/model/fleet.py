@@ -31,9 +31,12 @@ from typing import Literal
 from raya.errors import ConfigError
 from raya.model.config import LOCATIONS, StackConfig, architecture, server_type_problem
 from raya.model.jsonfile import check_keys, read_json
-from raya.model.kube import label_problem, taint_identity, taint_problem
+from raya.model.kube import label_problem, repels, taint_identity, taint_problem
 
 AGENT_HOST_OFFSET = 20
+# The longest DNS name in text, without the final dot: 255 octets on the wire (RFC 1035,
+# section 2.3.4) less the length octets of the first label and of the root.
+DNS_NAME_MAX = 253
 CONTROL_PLANE_NAME = "control-plane"
 CONTROL_PLANE_LABEL = "cp"
 
@@ -108,11 +111,18 @@ def fleet_file(root: Path) -> Path:
 POOL_KEYS = ("name", "type", "count", "addresses", "labels", "taints", "location")
 _POOL_REQUIRED = ("name", "type", "count", "addresses")
 # A DNS label short enough that `<clusterName>-<pool>-<i>` stays a hostname (63 characters:
-# 32 for the cluster, 20 for the pool, 9 for the node's number).
-_POOL_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?")
-# Names whose nodes would look like the control plane's or the list form's, or whose
-# placement group would take the name of theirs.
-_RESERVED_POOLS = ("agent", "agents", "control-plane", "control-planes")
+# 32 for the cluster, 20 for the pool, 9 for the node's number), and without '-': a server name
+# is `<clusterName>-<node>` in a Hetzner project that other stacks may share, and with a '-' in
+# a pool's name `a` + `b-c` and `a-b` + `c` would give both stacks the server `a-b-c-0`. With
+# none, a pool node's name is one word and a number, so the name after the cluster's is
+# always one of `agent-<i>`, `control-plane[-<k>]` and `<word>-<i>`, whatever either stack's
+# cluster name holds (docs/fleet.md, "Names").
+_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,19}")
+# The words of raya's own names after the cluster's: pools named so would take the list form's
+# node names (`agent-<i>`), its spread group's (`<clusterName>-agents`), or, in a stack whose
+# cluster is named `<another's>-control`, the other's control planes' server names
+# (`<c>-control-plane-<k>`) and spread group (`<c>-control-planes`).
+_RESERVED_POOLS = ("agent", "agents", "control", "plane", "planes")
 
 
 def load_fleet(path: Path) -> Fleet:
@@ -161,11 +171,16 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
     if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
         raise fail(
             "name",
-            f"is {name!r}; accepted: 1-20 lowercase letters, digits or '-', a letter first, "
-            "no '-' last",
+            f"is {name!r}; accepted: 1-20 lowercase letters or digits, a letter first, no '-' "
+            "(server names are `<clusterName>-<pool>-<i>`: a '-' would let another stack's "
+            "cluster and pool names spell the same ones)",
         )
     if name in _RESERVED_POOLS:
-        raise fail("name", f"is {name!r}, reserved; accepted: any other name")
+        raise fail(
+            "name",
+            f"is {name!r}, reserved (a word of raya's own node and group names); accepted: "
+            f"any name but {', '.join(_RESERVED_POOLS)}",
+        )
     problem = server_type_problem(entry["type"])
     if problem:
         raise fail("type", problem)
@@ -201,7 +216,7 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
             raise fail("taints", f"has key and effect of {taint!r} twice")
         seen.add(taint_identity(taint))
     location = entry.get("location")
-    if location is not None and location not in LOCATIONS:
+    if "location" in entry and (not isinstance(location, str) or location not in LOCATIONS):
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
     return Pool(
         name=name,
@@ -264,15 +279,36 @@ def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: s
     pooled = _pool_nodes(config, fleet.pools, {node.private_ip for node in nodes}, source)
     cluster = Cluster(config=config, control_planes=control_planes, agents=(*nodes, *pooled))
     _check_unique(cluster, source)
-    # The add-ons' install jobs carry no toleration of the control plane's taint (only
-    # `spec.bootstrap` charts do: k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`),
-    # nor do the add-ons' own pods: with no agent they would never be scheduled.
-    if not cluster.agents and not config.control_plane_schedulable:
-        raise ConfigError(
-            f"{source}: no agents, and the control plane is tainted "
-            "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
-            "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
-        )
+    for node in cluster.nodes:
+        name = cluster.dns_name(node).removesuffix(".")
+        if len(name) > DNS_NAME_MAX:
+            raise ConfigError(
+                f"{source}: node {node.name}'s DNS name {name} is {len(name)} characters; "
+                f"accepted: at most {DNS_NAME_MAX} (a DNS name's limit, RFC 1035): a shorter "
+                "raya:parentZone or raya:managedSubdomain, or shorter pool names"
+            )
+    # The add-ons' install jobs carry no toleration at all, of the control plane's taint or any
+    # other: helm-controller gives tolerations to `spec.bootstrap` charts only
+    # (k3s-io/helm-controller, pkg/controllers/chart/chart.go, `job`), and of raya's add-ons
+    # only the cloud controller is one (raya.nodes.addons). Nor do the add-ons' own pods
+    # tolerate a pool's taints: they need a node that repels nothing.
+    if not config.control_plane_schedulable:
+        open_nodes = [node for node in cluster.agents if not any(map(repels, node.taints))]
+        if not cluster.agents:
+            raise ConfigError(
+                f"{source}: no agents, and the control plane is tainted "
+                "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
+                "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
+            )
+        if not open_nodes:
+            pools = sorted({node.pool for node in cluster.agents if node.pool})
+            raise ConfigError(
+                f"{source}: every agent is tainted NoSchedule or NoExecute (pools "
+                f"{', '.join(pools)}), and the control plane too (raya:controlPlaneSchedulable "
+                "is false), so the add-ons' install jobs, which tolerate no taint, would stay "
+                "Pending; accepted: at least one agent without such a taint (a pool with none, "
+                "or PreferNoSchedule only), or raya:controlPlaneSchedulable: true"
+            )
     return cluster
 
 

@@ -17,10 +17,11 @@ from raya.errors import ConfigError
 from raya.model.jsonfile import read_json
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+")
-_K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+")
+# Versions go into download URLs and labels: ASCII digits only (Python's \d takes any script's).
+_FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+", re.ASCII)
+_K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+", re.ASCII)
 # A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
-CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)", re.ASCII)
 # The charts raya installs, by the key their pin has in `charts.pin`.
 CHART_NAMES = ("cert-manager", "external-dns", "hcloud-cloud-controller-manager", "hcloud-csi")
 # Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.

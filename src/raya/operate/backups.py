@@ -115,9 +115,14 @@ def _client(target: Target) -> Any:
         aws_access_key_id=target.access_key,
         aws_secret_access_key=target.secret_key,
         # Path-style, as k3s' minio client uses for endpoints other than AWS and Aliyun
-        # (`bucketLookupType`); GCS and Hetzner Object Storage take both.
+        # (`bucketLookupType`); GCS and Hetzner Object Storage take both. Checksums only where
+        # an operation requires one: botocore >= 1.36 adds CRC32 headers and an aws-chunked
+        # body with a checksum trailer to every upload by default, which GCS' interop refuses
+        # (SignatureDoesNotMatch: boto/boto3#4400; the clients of gramps-web-api#758,
+        # posthog#40593 set these two to `when_required`).
         config=Config(s3={"addressing_style": "path"}, connect_timeout=10, read_timeout=60,
-                      retries={"max_attempts": 3}),
+                      retries={"max_attempts": 3}, request_checksum_calculation="when_required",
+                      response_checksum_validation="when_required"),
     )  # fmt: skip
 
 
@@ -143,6 +148,74 @@ class _Failing:
             raise BackupError(f"{self.target.where}: {self.doing}: {code}{message}") from None
         if isinstance(error, BotoCoreError):
             raise BackupError(f"{self.target.where}: {self.doing}: {error}") from None
+
+
+# IAM applies a new binding within about 2 minutes, sometimes 7 or more (Google's "Access
+# change propagation"); a new HMAC key takes effect in the same way.
+PROBE_TIMEOUT = 600.0
+PROBE_OBJECT = "raya-probe"
+# What a binding or a key not yet in force answers; anything else will not pass by waiting.
+_NOT_YET = ("AccessDenied", "InvalidAccessKeyId")
+_WHY = {
+    "AccessDenied": " (the key's roles on the bucket lack the permission this call needs)",
+    "InvalidAccessKeyId": " (the object storage does not know the access key)",
+    "SignatureDoesNotMatch": " (the secret key is not the access key's, or a header is refused)",
+}
+
+
+def _code(error: Any) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _listing_refused(client: Any, target: Target) -> str | None:
+    """The code a listing of the cluster's folder is refused with, or None if it passes."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.list_objects_v2(Bucket=target.bucket, Prefix=f"{target.folder}/", MaxKeys=1)
+    except ClientError as error:
+        return _code(error)
+    return None
+
+
+def probe(target: Target, clock: Clock, timeout: float = PROBE_TIMEOUT) -> str:
+    """Make, with the writer's own key, the calls k3s' first snapshot needs: HEAD the bucket
+    (k3s-io/k3s pkg/etcd/s3/s3.go, `GetClient`: `mc.BucketExists`, before any upload), put an
+    object in the cluster's folder (`Upload`), delete it (retention). A refusal is asked
+    again every POLL seconds until `timeout` (IAM propagation). Returns what was checked; a
+    BackupError names the bucket and the call refused otherwise. The object is not a
+    snapshot's name: neither `raya backups` nor k3s' retention (prefix `etcd-snapshot`)
+    counts it."""
+    client = _client(target)
+    key = f"{target.folder}/{PROBE_OBJECT}"
+    calls: list[tuple[str, Callable[[], object]]] = [
+        (f"HEAD bucket {target.bucket}", lambda: client.head_bucket(Bucket=target.bucket)),
+        (f"PUT object {key}", lambda: client.put_object(Bucket=target.bucket, Key=key,
+                                                        Body=b"raya up: the writer can write")),
+        (f"DELETE object {key}", lambda: client.delete_object(Bucket=target.bucket, Key=key)),
+    ]  # fmt: skip
+    from botocore.exceptions import ClientError
+
+    deadline = clock.now() + timeout
+    for call, make in calls:
+        doing = f"the writer's key was refused {call}"
+        while True:
+            with _Failing(target, doing):
+                try:
+                    make()
+                    break
+                except ClientError as error:
+                    code = _code(error)
+                    if code == "403":  # a HEAD's refusal has no body: a listing tells why
+                        code = _listing_refused(client, target) or "AccessDenied"
+                    if code not in _NOT_YET or clock.now() >= deadline:
+                        why = _WHY.get(code, "")
+                        raise BackupError(f"{target.where}: {doing}: {code}{why}") from None
+            clock.sleep(POLL)
+    return (
+        f"the writer's key can HEAD bucket {target.bucket} and put and delete "
+        f"{key} ({target.endpoint})"
+    )
 
 
 def list_snapshots(target: Target) -> list[Snapshot]:

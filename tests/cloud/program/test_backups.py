@@ -1,5 +1,5 @@
 """The snapshots' bucket: a GCS bucket of the cluster's own (versioned, private, protected,
-kept by a destroy), a writer with one role on it alone, and its HMAC key, which reaches the
+kept by a destroy), a writer with two roles on it alone, and its HMAC key, which reaches the
 control plane's k3s through a Secret and nobody else; or an existing S3 bucket."""
 
 from __future__ import annotations
@@ -55,16 +55,23 @@ def test_the_bucket_stays_when_the_zone_changes() -> None:
     assert after.resources["backups"].id == before.resources["backups"].id
 
 
-def test_the_writer_holds_one_role_on_the_bucket_and_no_project_role() -> None:
+def test_the_writer_holds_two_legacy_roles_on_the_bucket_and_no_project_role() -> None:
+    """What they grant together is checked against k3s' calls on the object storage
+    stand-in (tests/operate/test_backups.py); here, where they are bound."""
     mocks = provider_mocks()
     result = run(mocks)
     account = result.resources["backups-writer"]
-    (binding,) = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
-    assert reveal(binding.inputs) == {
-        "bucket": result.resources["backups"].outputs["name"],
-        "role": "roles/storage.objectAdmin",
-        "member": account.outputs["member"],
-    }
+    bindings = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
+    assert sorted((reveal(b.inputs) for b in bindings), key=lambda b: b["role"]) == [
+        {
+            "bucket": result.resources["backups"].outputs["name"],
+            "role": role,
+            "member": account.outputs["member"],
+        }
+        for role in ("roles/storage.legacyBucketWriter", "roles/storage.legacyObjectReader")
+    ]
+    # Nothing on the project: no project binding, no custom role (a project resource).
+    assert not result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
     project_roles = result.of_type("gcp:projects/iAMMember:IAMMember").values()
     assert account.outputs["member"] not in {reveal(r.inputs)["member"] for r in project_roles}
     (key,) = result.of_type("gcp:storage/hmacKey:HmacKey").values()
@@ -183,8 +190,8 @@ def test_a_stack_from_a_kit_imports_its_bucket_and_takes_its_identity() -> None:
     assert (inputs["name"], inputs["location"]) == ("raya-etcd-example", "EUROPE-WEST3")
     assert not result.of_type("random:index/randomPassword:RandomPassword")
     assert not result.of_type("tls:index/selfSignedCert:SelfSignedCert")
-    (binding,) = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
-    assert reveal(binding.inputs)["bucket"] == "raya-etcd-example"
+    bindings = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember").values()
+    assert [reveal(b.inputs)["bucket"] for b in bindings] == ["raya-etcd-example"] * 2
     assert result.outputs["backups"]["tokenHash"] == kit.backups.token_hash
     # Every node's join token is the kit's: its CA's hash, its secret (booleans: no secret in
     # a failure's message).

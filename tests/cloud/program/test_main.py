@@ -226,9 +226,9 @@ def test_main_installs_the_projects_chart_pins_with_the_stacks_settings(
             '["octo-alice", "octo alice"]',
             "'octo alice', not a GitHub login",
         ),
-        # Lists and booleans reach the program as JSON text, as `pulumi config` stores them.
+        # Lists reach the program as JSON text, a top-level scalar as the text written.
         ("raya:sshSources", '["203.0.113.0/33"]', "raya:sshSources has '203.0.113.0/33'"),
-        ("raya:controlPlaneSchedulable", '"yes"', "raya:controlPlaneSchedulable is 'yes'"),
+        ("raya:controlPlaneSchedulable", "yes", "raya:controlPlaneSchedulable is 'yes'"),
     ],
 )
 def test_main_rejects_a_bad_stack_config(

@@ -120,6 +120,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("gcp:projects/iAMMember:IAMMember", "cert-manager-dns-admin"),
             ("gcp:storage/bucket:Bucket", "backups"),
             ("gcp:serviceaccount/account:Account", "backups-writer"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "backups-writer-bucket"),
             ("gcp:storage/bucketIAMMember:BucketIAMMember", "backups-writer-objects"),
             ("gcp:storage/hmacKey:HmacKey", "backups-writer-hmac"),
         ]

@@ -32,21 +32,16 @@ from raya.nodes.github_keys import fetch_keys
 from raya.nodes.identity import CertificateAuthority
 from raya.nodes.render import render_node
 
-# Settings that are lists or booleans in the stack file: Pulumi hands them over as JSON text.
-_OBJECT_KEYS = frozenset(
-    {"authorizedUsers", "controlPlaneSchedulable", "sshSources", "apiSources", "backupS3"}
-)
 GITHUB_URL_ENV = "RAYA_GITHUB_URL"
 # Nodes to re-create with the current inputs, comma-separated: set by `raya.cloud.deploy.run`.
 REPLACE_ENV = "RAYA_REPLACE"
 
 
 def stack_values() -> dict[str, Any]:
-    """The `raya:` settings of the running stack, as `parse_stack_config` takes them."""
+    """The `raya:` settings of the running stack as Pulumi hands them over, text (JSON for a
+    list or mapping): `parse_stack_config` reads that text as Pulumi's typed getters do."""
     config = pulumi.Config(NAMESPACE)
-    values = {
-        key: config.get_object(key) if key in _OBJECT_KEYS else config.get(key) for key in KEYS
-    }
+    values = {key: config.get(key) for key in KEYS}
     return {key: value for key, value in values.items() if value is not None}
 
 

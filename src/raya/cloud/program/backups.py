@@ -5,9 +5,29 @@ GCS speaks the S3 API at storage.googleapis.com with HMAC keys (Google's "Cloud 
 interoperability" docs), which k3s' S3 client (minio-go) signs like any S3 endpoint. The
 bucket keeps every object's earlier versions, so a deleted or overwritten snapshot can be
 brought back; the deployment protects it (`protect`: no update deletes or replaces it) and
-keeps it on `raya destroy` (`retain_on_delete`) unless `--delete-backups` is given. Its
-service account holds one role on the bucket alone, no project-wide role: an HMAC key
-leaked from the control plane reads and writes snapshots, and nothing else.
+keeps it on `raya destroy` (`retain_on_delete`) unless `--delete-backups` is given.
+
+Its service account holds two predefined roles on the bucket alone, no project-wide role: an
+HMAC key leaked from the control plane reads and writes snapshots, and nothing else. Together
+they grant exactly what k3s and raya call, by Google's "IAM permissions for XML methods"
+(cloud.google.com/storage/docs/access-control/iam-xml):
+- HEAD bucket, storage.buckets.get: every S3 client k3s builds checks the bucket first
+  (k3s-io/k3s pkg/etcd/s3/s3.go, `(*Controller).GetClient`, `mc.BucketExists`), and so does
+  the probe that ends `raya up`; without it k3s logs "failed to test for existence of
+  bucket" and keeps every snapshot on the node alone;
+- GET bucket, storage.objects.list: k3s' retention and `raya backups`;
+- PUT object and multipart uploads, storage.objects.create, storage.multipartUploads.*:
+  k3s' `Upload` (minio-go uploads a large snapshot in parts);
+- GET/HEAD object, storage.objects.get: `raya restore`;
+- DELETE object, storage.objects.delete: k3s' retention, and a replaced object.
+`roles/storage.legacyBucketWriter` holds all but the last read (storage.buckets.get,
+storage.objects.create/delete/list, storage.multipartUploads.*), `roles/storage.
+legacyObjectReader` storage.objects.get alone ("IAM roles for Cloud Storage",
+cloud.google.com/storage/docs/access-control/iam-roles); both can only be bound on a bucket.
+`roles/storage.objectAdmin` would not do: it lacks storage.buckets.get. A custom role would
+be a project resource, needs `roles/iam.roleAdmin` for the deploy identity, and its ID stays
+reserved up to 37 days after a delete (IAM "Create and manage custom roles"), which a
+destroy then up of the same stack would run into.
 
 A stack built from a recovery kit adopts the bucket the kit names (the kept bucket of a
 destroyed stack) with Pulumi's `import` option: the engine reads the existing bucket into the
@@ -15,12 +35,11 @@ state instead of creating one (GCS would answer 409 to a create of a taken name)
 it in place to the declared settings (pulumi/pulumi `pkg/resource/deploy/step_generator.go`,
 `generateSteps`: an import step, then the steps of a normal diff against what was read). The
 adopted bucket is protected and retained like one raya made. Its writer (the service account,
-its role, its HMAC key) is new: `raya destroy` deleted the old one with the stack.
+its roles, its HMAC key) is new: `raya destroy` deleted the old one with the stack.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import pulumi
@@ -28,15 +47,17 @@ import pulumi_gcp as gcp
 
 from raya.cloud.kit import KitBackups, RecoveryKit
 from raya.cloud.program.secrets import account_id
+from raya.cloud.snapshots import GCS_REGION, bucket_name
 from raya.errors import DeployError
-from raya.model.config import NAMESPACE, StackConfig
+from raya.model.config import GCS_ENDPOINT, NAMESPACE, StackConfig
 from raya.nodes.identity import SnapshotStore, token_hash
 
-GCS_ENDPOINT = "storage.googleapis.com"
-# GCS takes `auto` as the signing region of the S3 API (Google's V4 signing docs).
-GCS_REGION = "auto"
-# Objects: read, write, list, delete (k3s prunes past the retention) on the bucket alone.
-BUCKET_ROLE = "roles/storage.objectAdmin"
+# The writer's roles on the bucket alone (the module's docstring: exactly k3s' and raya's
+# calls), by the name of their binding.
+BUCKET_ROLES = {
+    "backups-writer-bucket": "roles/storage.legacyBucketWriter",
+    "backups-writer-objects": "roles/storage.legacyObjectReader",
+}
 # Hetzner's network zones -> the nearest Google Cloud region: snapshots stay on the continent.
 GCS_LOCATIONS = {
     "eu-central": "EUROPE-WEST3",  # Frankfurt
@@ -46,7 +67,6 @@ GCS_LOCATIONS = {
 }
 # Earlier versions of a snapshot are kept this long after k3s prunes or replaces it.
 NONCURRENT_DAYS = 30
-_BUCKET_NAME_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -122,14 +142,6 @@ class BackupTarget:
         )
 
 
-def bucket_name(config: StackConfig) -> str:
-    """A GCS bucket name (globally unique, 3-63 characters) for this cluster: its name and a
-    digest of its zone, which no other deployment of raya shares."""
-    digest = hashlib.sha256(config.zone_dns_name.encode()).hexdigest()[:8]
-    prefix = config.cluster_name[: _BUCKET_NAME_MAX - len("-etcd-") - len(digest)]
-    return f"{prefix}-etcd-{digest}"
-
-
 def _bucket(config: StackConfig, kit: RecoveryKit | None) -> gcp.storage.Bucket:
     """The bucket raya made, or with `kit` the one it names, adopted as it is (its name and
     location are the kit's; its project is whichever holds it, as the import reads it)."""
@@ -179,9 +191,8 @@ def define_backups(config: StackConfig, kit: RecoveryKit | None = None) -> Backu
         display_name=f"{config.cluster_name} backups",
         description=f"k3s of the {config.cluster_name} cluster: writes its etcd snapshots",
     )
-    gcp.storage.BucketIAMMember(
-        "backups-writer-objects", bucket=bucket.name, role=BUCKET_ROLE, member=account.member
-    )
+    for binding, role in BUCKET_ROLES.items():
+        gcp.storage.BucketIAMMember(binding, bucket=bucket.name, role=role, member=account.member)
     key = gcp.storage.HmacKey(
         "backups-writer-hmac",
         service_account_email=account.email,
