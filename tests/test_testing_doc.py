@@ -113,10 +113,10 @@ def test_every_promise_is_on_its_page() -> None:
     rows = section("Promises")
     assert rows
     for page, words, _ in rows:
-        (name,) = re.findall(r"\[([^]]+)\]", page) or [page]
-        text = " ".join((REPO / "docs" / name).read_text(encoding="utf-8").split())
-        quoted = words.strip('"').removesuffix("...").removeprefix("...").strip()
-        assert quoted in text, (name, quoted)
+        (target,) = re.findall(r"\]\(([^)]+)\)", page)  # the link, from docs/
+        text = " ".join((DOC.parent / target).read_text(encoding="utf-8").split())
+        quoted = words.removeprefix('"').removesuffix('"')
+        assert quoted in text, (target, quoted)
 
 
 def test_every_promise_test_is_collected() -> None:

@@ -88,3 +88,15 @@ def test_up_hands_its_removal_options_on(
     assert result.exit_code == 0, result.output
     ((removal,),) = [seen]
     assert {key: getattr(removal, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("command", [["up"], ["status"], ["roll"], ["kubeconfig"]])
+def test_a_root_that_is_not_a_folder_is_refused_before_anything_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.setattr(deploy, "run", pytest.fail)
+    monkeypatch.setattr(deploy, "stack_outputs", pytest.fail)
+    missing = tmp_path / "not-there"
+    result = invoke([*command, "--root", str(missing)])
+    assert result.exit_code == 1
+    assert str(result.exception) == f"{missing}: no such folder (--root)"
