@@ -7,7 +7,8 @@ The properties: an agent's config is built from the agent secret alone (never th
 token, the cluster's Hetzner token, the backups' HMAC keys, a service account key or a CA
 key); its k3s labels and taints are the ones declared, and none when none are; its node
 password is HMAC-SHA256 of `raya node password <name>` keyed by the agent secret; its DNS
-record names its public address; its private address is its form's.
+record names its public address; its private address is its form's; its token joins a
+k3s-like server as an agent and never as a server.
 """
 
 from __future__ import annotations
@@ -17,15 +18,25 @@ import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from raya.model.fleet import Fleet, Pool, build_cluster
+from raya.nodes.identity import CertificateAuthority
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import Run, reveal
 from tests.cloud.program.test_program import CLUSTER_TOKEN, EXAMPLE, provider_mocks, run
+from tests.nodes.k3s_join import (
+    AGENT_PATHS,
+    SERVER_PATHS,
+    JoinRefused,
+    join,
+    k3s_like_server,
+    serving_certificate,
+)
 
 CONFIG = "/etc/rancher/k3s/config.yaml"
 PASSWORD = "/etc/rancher/node/password"
@@ -156,3 +167,25 @@ def test_an_agent_takes_its_forms_address(deployed: Deployed) -> None:
     assert [network["ip"] for network in server["networks"]] == [deployed.form.address]
     assert deployed.config["node-ip"] == deployed.form.address
     assert deployed.config["server"] == "https://10.0.1.10:6443"
+
+
+def test_an_agents_token_joins_as_an_agent_and_never_as_a_server(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    """Against a k3s-like server (tests/nodes/k3s_join.py) holding the deployment's CA and
+    secrets: the agent's rendered token reaches the agent endpoints, and no server-only one."""
+    ca = CertificateAuthority(
+        cert_pem=deployed.output("server-ca", "certPem"),
+        key_pem=deployed.output("server-ca-key", "privateKeyPem"),
+    )
+    server = k3s_like_server(
+        serving_certificate(ca, tmp_path), ca.cert_pem.encode(),
+        deployed.output("join-secret", "result"), deployed.output("agent-secret", "result"),
+    )  # fmt: skip
+    token = deployed.config["token"]
+    with server as url:
+        for path in AGENT_PATHS:
+            assert join(url, token, path) == f"welcome to {path}".encode()
+        for path in SERVER_PATHS:
+            with pytest.raises(JoinRefused, match="Forbidden"):
+                join(url, token, path)
