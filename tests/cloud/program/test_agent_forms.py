@@ -80,6 +80,7 @@ FORMS = {
 class Deployed:
     form: Form
     result: Run
+    built_from: frozenset[str]  # the resources its server's inputs depend on, by name
     user_data: str  # the agent's, as Hetzner receives it
     files: dict[str, bytes]  # the agent's Ignition files
 
@@ -97,9 +98,11 @@ class Deployed:
 def deployed(request: pytest.FixtureRequest) -> Deployed:
     form = FORMS[request.param]
     cluster = build_cluster(EXAMPLE.config, form.fleet, "test fleet")
-    result = run(provider_mocks(), cluster)
+    mocks = provider_mocks()
+    result = run(mocks, cluster)
     user_data = reveal(result.resources[form.node].inputs["userData"])
-    return Deployed(form, result, user_data, ignition_files(user_data))
+    built_from = frozenset(urn.rsplit("::", 1)[1] for urn in mocks.dependencies[form.node])
+    return Deployed(form, result, built_from, user_data, ignition_files(user_data))
 
 
 def carried(deployed: Deployed, secret: str) -> bool:
@@ -131,6 +134,12 @@ def test_an_agents_config_is_built_from_the_agent_secret_alone(deployed: Deploye
     }
     held = [what for what, secret in never.items() if carried(deployed, secret)]
     assert held == []
+    # Nor is any of them an input its config is made from: of the secrets, the agent secret,
+    # the server CA's certificate and its own host key alone.
+    node = deployed.form.node
+    secrets = {name for name in deployed.built_from if name not in
+               ("firewall", "network", "nodes", "agents", f"pool-{node.rsplit('-', 1)[0]}")}
+    assert secrets == {"agent-secret", "server-ca", f"{node}-host-key"}
     # The one private key it holds is its own host key.
     own = deployed.output(f"{deployed.form.node}-host-key", "privateKeyOpenssh")
     assert deployed.files[HOST_KEY].decode() == own
