@@ -27,7 +27,9 @@ never a recording of another project. What it writes is the CLI's own protocol:
 - the display on stdout, as the non-interactive display prints each step (pkg/backend/display
   `rows.go`, `ColorizedColumns`: the op's prefix, `deploy.RawPrefix`; the type's
   `tokens.Type.DisplayName`, `hcloud:index/server:Server` shown `hcloud:index:Server`; the
-  name; the step's status), then `Resources:` and a count per operation.
+  name; the step's status), then `Resources:` and a count per operation. Simplified: a
+  preview's rows say what an update's do ("creating", "created"), with no timings, and
+  unchanged resources get no row; raya only passes the lines on.
 - a failed update: the engine error on stderr as `error: ...`, exit status 255; the steps done
   stay done (the state keeps them).
 - a destroy deletes every resource of the state, dependents first; a protected one is refused
