@@ -70,7 +70,7 @@ def standin(
     folder = tmp_path / "standin"
     folder.mkdir()
     script = folder / "pulumi"
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} "
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO / 'src'}:{REPO} exec {sys.executable} "
                       '-m tests.cloud.program.standin_pulumi "$@"\n')
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
