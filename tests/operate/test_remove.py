@@ -22,7 +22,7 @@ from raya.operate import roll as rl
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
-from tests.operate.test_roll import Clock
+from tests.operate.test_roll import Clock, local_path_volume, use_claim
 from tests.runner import invoke
 
 PIN = PINS.k3s.version
@@ -310,6 +310,23 @@ def test_a_drain_that_fails_stops_the_update_before_pulumi(
     assert cloud.since(mark) == []
     assert len(members(cluster)) == 5  # the members stay: drains come first
     assert cloud.stack.calls[-1][0] == "export"  # Pulumi's update never ran
+
+
+def test_a_leaving_node_with_a_local_path_claim_stops_the_update_unless_accepted(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    # shop-1 on web-2 keeps its data in a local-path claim, on web-2's own disk.
+    use_claim(cluster, "shop-1", "cart", local_path_volume("pvc-9f8e", "web-2"))
+    pool_count(cloud.root, 2)
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert "web-2: local-path claims on this node's disk would be lost with its server: " in text
+    assert "default/cart (pod shop-1)" in text and "--accept-local-data-loss" in text
+    assert cloud.since(mark) == []  # checked before anything changes: no server touched
+    assert not cluster.nodes["web-2"]["spec"].get("unschedulable")  # not even cordoned
+    accepted = up(cloud, "--accept-local-data-loss")
+    assert accepted.exit_code == 0, accepted.output
+    assert "delete server raya-web-2 (off)" in cloud.since(mark)
 
 
 def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(

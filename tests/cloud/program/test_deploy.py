@@ -1,8 +1,9 @@
 """`raya preview | up | destroy` wiring, without the Pulumi CLI: raya drives the real Automation
 API SDK (so its calls bind to the SDK's real signatures) against a stand-in `pulumi` that logs
-each command line and answers from recorded CLI output and engine events (`recorded/`, another
-program's deployment: these tests prove the SDK plumbing only, see standin_pulumi.py; what the
-engine does with raya's program is test_replacement.py's)."""
+each command line and answers for raya's own program from the engine model's plan
+(standin_pulumi.py: the program run under the engine model of engine.py, its steps written as
+the CLI's engine events and display). What the engine does with each resource in detail is
+test_replacement.py's; here, what raya asks of the CLI and how it reads the answers."""
 
 from __future__ import annotations
 
@@ -24,63 +25,72 @@ from raya.cloud import deploy
 from raya.cloud import kit as recovery
 from raya.errors import ConfigError, DeployError
 from raya.model.config import load_stack_config
-from tests.cloud.program.kits import example_kit
+from tests.cloud.program import standin_pulumi
 from tests.runner import invoke
 from tests.support import REPO
 
-SECRET = "s3cr3t-never-printed"
-RECORDED_LINES = (Path(__file__).parent / "recorded" / "up-3.stdout.txt").read_text().splitlines()
-KIT = example_kit()
-OUTPUTS = {
-    "nameServers": [["ns-cloud-a1.googledomains.com."], False],
-    "token": [SECRET, True],
-    # The program's own output, which `raya up` writes to the recovery kit's file.
-    "recoveryKit": [recovery.document(KIT), True],
-}
+# The example project's resources (tests/cloud/program/test_program.py,
+# test_the_whole_graph_for_the_example_fleet): what a first `up` creates.
+EXAMPLE_RESOURCES = 40
+SERVER = "hcloud:index/server:Server"
 
 
 @dataclass
 class Standin:
-    """The stand-in `pulumi` on PATH: the real SDK drives it, it answers from recordings."""
+    """The stand-in `pulumi` on PATH: the real SDK drives it, it answers for raya's program."""
 
     log: Path
 
+    def runs(self) -> list[Any]:
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
     def calls(self) -> list[list[str]]:
-        """Every command line raya, through the SDK, ran; `version` and `env` left out."""
-        runs = [json.loads(line) for line in self.log.read_text().splitlines()]
-        return [run for run in runs if run != ["version"] and run[0] != "env"]
+        """Every command line raya, through the SDK, ran; `version` and its own notes left
+        out."""
+        notes = ("env", "printed", "imported")
+        return [run for run in self.runs() if run != ["version"] and run[0] not in notes]
 
     def environments(self) -> list[dict[str, str | None]]:
         """The program's environment at each stack operation, as the CLI received it."""
-        runs = [json.loads(line) for line in self.log.read_text().splitlines()]
-        return [run[1] for run in runs if run[0] == "env"]
+        return [run[1] for run in self.runs() if run[0] == "env"]
+
+    def printed(self) -> list[list[str]]:
+        """The display the CLI printed at each stack operation."""
+        return [run[1] for run in self.runs() if run[0] == "printed"]
 
     def operations(self) -> list[list[str]]:
         return [run for run in self.calls() if run[0] in ("preview", "up", "destroy")]
 
+    def backend(self, stack: str = "prod") -> standin_pulumi.Backend:
+        return standin_pulumi.load(stack)
+
 
 @pytest.fixture
-def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Standin:
+def standin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, github: list[str]
+) -> Standin:
     folder = tmp_path / "standin"
     folder.mkdir()
     script = folder / "pulumi"
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} "
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO / 'src'}:{REPO} exec {sys.executable} "
                       '-m tests.cloud.program.standin_pulumi "$@"\n')
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "pulumi.log"))
+    monkeypatch.setenv("STANDIN_STATE", str(tmp_path / "backend"))
     monkeypatch.setenv("STANDIN_STACKS", "prod staging failing")
-    monkeypatch.setenv("STANDIN_OUTPUTS", json.dumps(OUTPUTS))
     (tmp_path / "pulumi.log").touch()
     return Standin(tmp_path / "pulumi.log")
 
-    # A destroy unprotects the state first (tests/program/test_deploy_guard.py checks how).
-    def export_stack(self) -> auto.Deployment:
-        return auto.Deployment(version=3, deployment={"resources": []})
 
-    def import_stack(self, state: auto.Deployment) -> None:
-        raise AssertionError("nothing was protected: nothing to import")
-
+def secret_values(backend: standin_pulumi.Backend) -> list[str]:
+    """The state's secrets: the join secrets, the CA and service account keys."""
+    found = []
+    for resource in backend.snapshot.values():
+        for key in ("result", "privateKeyPem", "privateKey", "secret"):
+            if isinstance(resource.outputs.get(key), str):
+                found.append(resource.outputs[key])
+    return found
 
 
 def test_up_streams_the_clis_display_and_masks_secret_outputs(
@@ -88,39 +98,54 @@ def test_up_streams_the_clis_display_and_masks_secret_outputs(
 ) -> None:
     lines: list[str] = []
     result = deploy.run("up", project, "prod", lines.append)
-    # raya hands on, line by line, exactly what the CLI printed (recorded `pulumi up` display).
-    assert lines == [line.rstrip() for line in RECORDED_LINES]
+    # raya hands on, line by line, exactly what the CLI printed.
+    (printed,) = standin.printed()
+    assert lines == [line.rstrip() for line in printed]
+    # The CLI's display of raya's own resources: its servers, created.
+    assert " +  hcloud:index:Server agent-2 created" in lines
+    assert " +  gcp:dns:ManagedZone primary creating" in lines
     ((up,),) = [standin.operations()]
     assert up[:3] == ["up", "--yes", "--skip-preview"]
     assert up[up.index("--color") + 1] == "never" and up[up.index("--stack") + 1] == "prod"
-    # The changes are the recorded engine's summary ({"create": 6}), read by the real SDK.
-    assert result.changes == {"create": 6}
+    # The changes are the engine's summary of raya's program, read by the real SDK.
+    assert result.changes == {"create": EXAMPLE_RESOURCES}
+    assert len(standin.backend().snapshot) == EXAMPLE_RESOURCES
     # The SDK learns which outputs are secret from `stack output --json` ("[secret]").
-    assert result.outputs == {
-        "nameServers": '["ns-cloud-a1.googledomains.com."]',
-        "recoveryKit": "[secret]",
-        "token": "[secret]",
-    }
+    assert result.outputs["kubeconfig"] == result.outputs["backups"] == "[secret]"
+    assert result.outputs["zone"] == '"raya.example.com."'
+    shown = json.dumps(result.outputs) + "\n".join(lines)
+    assert [s for s in secret_values(standin.backend()) if s in shown] == []
     # ...and the SDK hands raya the secret kit decrypted, for its file alone.
-    assert result.recovery_kit == recovery.document(KIT)
+    assert result.outputs["recoveryKit"] == "[secret]"
+    assert result.recovery_kit is not None
+    assert result.recovery_kit["format"] == "raya-recovery-kit"
 
 
 def test_preview_counts_changes_from_the_engine_events(project: Path, standin: Standin) -> None:
     result = deploy.run("preview", project, "prod", lambda line: None)
-    # Read by the SDK from the recorded `--event-log` (its summary event), not from any text.
-    assert result.changes == {"create": 6} and result.outputs == {}
+    # Read by the SDK from the `--event-log` (its summary event), not from any text.
+    assert result.changes == {"create": EXAMPLE_RESOURCES} and result.outputs == {}
     ((preview,),) = [standin.operations()]
     assert preview[0] == "preview" and "--event-log" in preview
+    assert standin.backend().snapshot == {}  # a preview changes no state
+    deploy.run("up", project, "prod", lambda line: None)
+    again = deploy.run("preview", project, "prod", lambda line: None)
+    assert again.changes == {"same": EXAMPLE_RESOURCES}
 
 
 def test_destroy_never_creates_a_stack_nor_needs_valid_files(
     project: Path, standin: Standin
 ) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
+    servers = standin.backend().hetzner["servers"]
+    assert len(servers) == 4
     (project / "deploy" / "fleet" / "agents.json").write_text("{}")
     result = deploy.run("destroy", project, "prod", lambda line: None)
-    assert result.changes == {"create": 6}  # what the recorded history says: read, not made
+    # Everything, the protected control plane and volume included (raya lifted it first).
+    assert result.changes == {"delete": EXAMPLE_RESOURCES}
+    assert standin.backend().snapshot == {} and standin.backend().hetzner["servers"] == {}
     assert not any(run[:2] == ["stack", "init"] or "--create" in run for run in standin.calls())
-    assert [run[0] for run in standin.operations()] == ["destroy"]
+    assert [run[0] for run in standin.operations()] == ["up", "destroy"]
 
 
 def test_bad_stack_file_fails_before_pulumi_starts(project: Path, standin: Standin) -> None:
@@ -161,10 +186,22 @@ def test_bad_chart_pins_fail_before_pulumi_starts(project: Path, standin: Standi
 
 def test_engine_failure_is_one_deploy_error(project: Path, standin: Standin) -> None:
     shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.failing.yaml")
-    with pytest.raises(
-        DeployError, match="pulumi up of stack failing failed: error: hcloud: server type cx99"
-    ):
+    # A server made by hand in the Hetzner project holds agent-1's name: Hetzner refuses the
+    # create (uniqueness_error), the engine stops the update, the CLI exits 255.
+    backend = standin_pulumi.Backend()
+    hetzner = standin_pulumi.hetzner_of(backend)
+    hetzner.create_server("raya-agent-1", ())
+    standin_pulumi.keep_hetzner(backend, hetzner)
+    standin_pulumi.save("failing", backend)
+    with pytest.raises(DeployError) as failed:
         deploy.run("up", project, "failing", lambda line: None)
+    assert str(failed.value) == (
+        "pulumi up of stack failing failed: error: agent-1: server name raya-agent-1 is "
+        "already used (uniqueness_error)"
+    )
+    # The steps done stay done: the control plane was created before agent-1 failed.
+    created = {s.name for s in standin.backend("failing").hetzner["servers"].values()}
+    assert "raya-control-plane" in created and "raya-agent-1" in created
 
 
 def fake_pulumi(folder: Path, version: str) -> None:
@@ -221,19 +258,18 @@ def test_missing_cli_that_cannot_be_installed(
 def test_raya_up_prints_progress_summary_and_no_secret(project: Path, standin: Standin) -> None:
     result = invoke(["up", "--root", str(project)])
     assert result.exit_code == 0, result.output
-    assert " +  aws:eks:Cluster eks-cluster created" in result.output  # the CLI's own line
-    assert "up of stack prod: create 6" in result.output
-    assert "token: [secret]" in result.output
-    assert SECRET not in result.output
+    assert " +  hcloud:index:Server control-plane created" in result.output  # the CLI's line
+    assert f"up of stack prod: create {EXAMPLE_RESOURCES}" in result.output
+    assert "kubeconfig: [secret]" in result.output
+    assert [s for s in secret_values(standin.backend()) if s in result.output] == []
     # The kit, from the stack's secret output through the real SDK: in its file, 0600, whole,
-    # with a warning; none of its secrets printed.
+    # with a warning; none of its secrets printed (they are the state's, checked above).
     path = project / ".raya" / "prod.recovery-kit.json"
     assert path.stat().st_mode & 0o777 == 0o600
-    assert recovery.load(path, load_stack_config(project / "Pulumi.prod.yaml")) == KIT
+    kit = recovery.load(path, load_stack_config(project / "Pulumi.prod.yaml"))
+    assert kit.join_secret in secret_values(standin.backend())
     assert f"wrote the recovery kit {path} (mode 0600)" in result.output
     assert "the same as cluster-admin" in result.output
-    for secret in (KIT.join_secret, KIT.agent_secret, KIT.server_ca.key_pem.splitlines()[1]):
-        assert secret not in result.output
 
 
 def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
@@ -242,24 +278,27 @@ def test_raya_preview_takes_the_stack(project: Path, standin: Standin) -> None:
     assert result.exit_code == 0, result.output
     ((preview,),) = [standin.operations()]
     assert preview[preview.index("--stack") + 1] == "staging"
-    assert "preview of stack staging: create 6" in result.output
+    assert f"preview of stack staging: create {EXAMPLE_RESOURCES}" in result.output
 
 
 def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
+    protected = sorted(r.name for r in standin.backend().snapshot.values() if r.protect)
+    assert protected == ["backups", "control-plane", "control-plane-state"]
+    mark = len(standin.calls())
     refused = invoke(["destroy", "--root", str(project)], input="n\n")
-    assert refused.exit_code == 1 and standin.calls() == []
+    assert refused.exit_code == 1 and standin.calls()[mark:] == []
     agreed = invoke(["destroy", "--root", str(project)], input="y\n")
     assert agreed.exit_code == 0, agreed.output
+    assert standin.backend().snapshot == {}
     yes = invoke(["destroy", "--yes", "--root", str(project)])
     assert yes.exit_code == 0
-    assert [run[0] for run in standin.operations()] == ["destroy", "destroy"]
-    # Each destroy lifted the control plane's protection first (the confirmation is it).
-    imported: list[Any] = [run[1] for run in standin.calls() if run[0] == "imported"]
-    assert len(imported) == 2
-    assert all(
-        not resource.get("protect") for state in imported
-        for resource in state["deployment"]["resources"]
-    )
+    assert [run[0] for run in standin.operations()] == ["up", "destroy", "destroy"]
+    # The first destroy lifted the protection first (the confirmation is it): without it,
+    # the engine refuses to delete the control plane. The second found nothing to lift.
+    (imported,) = [run[1] for run in standin.runs() if run[0] == "imported"]
+    assert [r["urn"].rsplit("::", 1)[1] for r in imported["deployment"]["resources"]
+            if r.get("protect")] == []  # fmt: skip
 
 
 def test_open_stack_drives_the_cli_in_the_project(project: Path, standin: Standin) -> None:
@@ -297,20 +336,30 @@ def test_without_pulumi_packages_raya_works_and_deploying_says_what_to_install(
 def test_replace_reaches_the_cli_as_targets_and_the_program_as_its_environment(
     project: Path, standin: Standin
 ) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
+    before = {s.name: i for i, s in standin.backend().hetzner["servers"].items()}
     deploy.run("up", project, "prod", lambda line: None, replace=("control-plane", "agent-1"))
-    ((up,),) = [standin.operations()]
+    (_, up) = standin.operations()
     targets = [up[i + 1] for i, arg in enumerate(up) if arg == "--replace"]
     assert targets == [
         "urn:pulumi:prod::raya::hcloud:index/server:Server::control-plane",
         "urn:pulumi:prod::raya::hcloud:index/server:Server::agent-1",
     ]
-    assert standin.environments() == [{"RAYA_REPLACE": "control-plane,agent-1"}]
+    assert standin.environments() == [
+        {"RAYA_REPLACE": None}, {"RAYA_REPLACE": "control-plane,agent-1"}
+    ]
     # The control plane was unprotected in the state (export, import) before the update.
     kinds = [run[:2] for run in standin.calls()]
-    assert kinds.index(["stack", "import"]) < kinds.index(["up", "--yes"])
-    (state,) = [run[1] for run in standin.calls() if run[0] == "imported"]  # a JSON state
-    assert isinstance(state, dict)
-    assert [r.get("protect") for r in state["deployment"]["resources"]] == [False, None]
+    assert kinds.index(["stack", "import"]) < len(kinds) - 1 - kinds[::-1].index(["up", "--yes"])
+    (state,) = [run[1] for run in standin.runs() if run[0] == "imported"]  # a JSON state
+    protect = {r["urn"].rsplit("::", 1)[1]: r["protect"]
+               for r in state["deployment"]["resources"] if r["type"] == SERVER}  # fmt: skip
+    assert protect == {"control-plane": False, "agent-0": False, "agent-1": False,
+                       "agent-2": False}  # fmt: skip
+    # The engine replaced those two servers, and no other.
+    after = {s.name: i for i, s in standin.backend().hetzner["servers"].items()}
+    changed = sorted(name for name in after if after[name] != before[name])
+    assert changed == ["raya-agent-1", "raya-control-plane"]
 
 
 POOL_ONLY = {"pools": [{"name": "web", "type": "cx23", "count": 1, "addresses": "10.0.1.64/27"}]}
@@ -319,25 +368,31 @@ POOL_ONLY = {"pools": [{"name": "web", "type": "cx23", "count": 1, "addresses": 
 def test_preview_names_the_nodes_an_update_would_drain_and_delete(
     project: Path, standin: Standin
 ) -> None:
-    # The state holds control-plane and agent-0 (standin_pulumi.py); the fleet now has a pool
-    # only: agent-0 leaves.
+    deploy.run("up", project, "prod", lambda line: None)
+    # The fleet now has a pool only: the list's three agents leave.
     (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
     result = invoke(["preview", "--root", str(project)])
     assert result.exit_code == 0, result.output
     assert (
-        "nodes leaving (1 agent(s), 0 control plane(s)): cordon and drain agent-0; delete "
-        "their servers, then their node objects"
+        "nodes leaving (3 agent(s), 0 control plane(s)): cordon and drain agent-0, agent-1, "
+        "agent-2; delete their servers, then their node objects"
     ) in result.output
+    # The engine's plan of that preview: their servers deleted, the pool's created.
+    printed = [line.rstrip() for line in standin.printed()[1]]
+    assert " -  hcloud:index:Server agent-2 deleted" in printed
+    assert " +  hcloud:index:Server web-0 created" in printed
 
 
 def test_an_update_that_would_delete_nodes_without_draining_them_is_refused(
     project: Path, standin: Standin
 ) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
     # What `raya roll` asks (`replace=`, no removal): it must never delete a node bare.
     (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
-    with pytest.raises(DeployError, match="would delete agent-0, which the inputs no longer"):
+    with pytest.raises(DeployError, match="would delete agent-0, agent-1, agent-2, which the"):
         deploy.run("up", project, "prod", lambda line: None, replace=("control-plane",))
-    assert standin.operations() == []
+    assert [run[0] for run in standin.operations()] == ["up"]
+    assert len(standin.backend().hetzner["servers"]) == 4
 
 
 def arm_cluster(project: Path, location: str, pool_location: str | None) -> None:
@@ -388,3 +443,28 @@ def test_a_control_plane_type_not_sold_in_the_location_names_the_stack_setting(
         f"{stack}: raya:controlPlaneServerType is 'cx33', which Hetzner does not sell in ash"
     )
     assert standin.operations() == []
+
+
+def test_a_preview_leaves_out_leaving_control_planes_the_engine_would_refuse_to_delete(
+    project: Path, standin: Standin
+) -> None:
+    stack = project / "Pulumi.prod.yaml"
+    three = stack.read_text() + "  raya:controlPlanes: 3\n"
+    stack.write_text(three)
+    deploy.run("up", project, "prod", lambda line: None)
+    state = standin.backend().snapshot
+    assert state[f"urn:pulumi:prod::raya::{SERVER}::control-plane-2"].protect
+    stack.write_text(three.replace("raya:controlPlanes: 3", "raya:controlPlanes: 1"))
+    result = deploy.run("preview", project, "prod", lambda line: None)
+    assert result.leaving == ("control-plane-1", "control-plane-2")
+    # Excluded with what hangs on them: the engine, which refuses to delete a protected
+    # resource even in a preview, is never asked to.
+    (_, preview) = standin.operations()
+    assert sorted(preview[i + 1] for i, arg in enumerate(preview) if arg == "--exclude") == [
+        f"urn:pulumi:prod::raya::{SERVER}::control-plane-1",
+        f"urn:pulumi:prod::raya::{SERVER}::control-plane-2",
+        "urn:pulumi:prod::raya::hcloud:index/volume:Volume::control-plane-1-state",
+        "urn:pulumi:prod::raya::hcloud:index/volume:Volume::control-plane-2-state",
+    ]
+    printed = "\n".join(standin.printed()[1])
+    assert "control-plane-1 deleted" not in printed and "control-plane-2 " not in printed

@@ -77,6 +77,16 @@ def test_up_writes_the_kit_0600_with_the_stacks_identity(cloud: Cloud) -> None:
     assert (kit.backups.kind, kit.backups.location) == ("gcs", "EUROPE-WEST3")
 
 
+def test_up_writes_the_kit_where_the_stack_says(cloud: Cloud) -> None:
+    set_setting(cloud, "recoveryKit", "kits/lab.json")
+    up = raya(cloud, "up")
+    assert up.exit_code == 0, up.output
+    chosen = cloud.root / "kits" / "lab.json"
+    assert chosen.stat().st_mode & 0o777 == 0o600
+    assert chosen.read_bytes() == kit_file(cloud).read_bytes()  # the same cluster's kit
+    assert f"wrote the recovery kit {chosen} (mode 0600)" in up.output
+
+
 def test_destroy_through_the_engine_leaves_the_bucket_alone(cloud: Cloud) -> None:
     state = dict(cloud.engine.snapshot)
     bucket = state[BUCKET_URN].id
