@@ -109,13 +109,13 @@ DUPLICATE = "duplicate node name found"
 
 
 def etcd_member(
-    member: str, members: list[str] = RUNNING_MEMBERS
+    member: str, members: list[str] = RUNNING_MEMBERS, keys: dict[str, str] = RUNNING_KEYS
 ) -> tuple[tuple[str, bytes], ...]:
     """The files of an etcd member of RUNNING_CLUSTER on its volume: the WAL directory k3s
     checks, the member's name (k3s pkg/etcd/etcd.go, `setName`: `db/etcd/name`) and the
-    stand-in's store (the cluster's `members` as this member last saw them)."""
+    stand-in's store (the cluster's `members` as this member last saw them, its `keys`)."""
     store = {"cluster": RUNNING_CLUSTER, "member": member, "members": members,
-             "keys": RUNNING_KEYS}  # fmt: skip
+             "keys": keys}  # fmt: skip
     return (
         ("db/etcd/member/wal/0000000000000000-0000000000000000.wal", b""),
         ("db/etcd/name", member.encode()),

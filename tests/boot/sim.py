@@ -636,6 +636,10 @@ def launch(node: BootedNode) -> None:
             f"--network-namespace-path=/run/netns/{node.namespace}",
             "--capability=CAP_NET_ADMIN",
             f"--bind-ro={REPO}",
+            # The test venv's packages, when they live outside the tree (a git worktree's
+            # checkout using another's venv): the stand-in imports from there.
+            *(f"--bind-ro={path}" for path in _stand_in_paths()
+              if not Path(path).is_relative_to(REPO)),
             *_volume_at_boot(node),
         ],
         stdin=subprocess.DEVNULL,

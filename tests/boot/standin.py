@@ -35,6 +35,7 @@ import tempfile
 import time
 import urllib.error
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,13 @@ def notify_ready() -> None:
         notify.sendto(b"READY=1", address)
 
 
-def load_config() -> dict[str, Any]:
-    """config.yaml, then its drop-ins in name order, as k3s merges them: a later value
-    replaces an earlier one, and a key ending in `+` appends to it (k3s'
-    pkg/configfilearg/parser.go)."""
-    files = [CONFIG, *sorted(CONFIG.with_name("config.yaml.d").glob("*.yaml"))]
+def load_config(tell: Callable[[str], None] = say) -> dict[str, Any]:
+    """config.yaml, then its drop-ins (`.yaml` and `.yml`, any case) in name order, as k3s
+    merges them: a later value replaces an earlier one, and a key ending in `+` appends to it
+    (k3s pkg/configfilearg/parser.go, `readConfigFile`, `dotDFiles`)."""
+    dropins = CONFIG.with_name("config.yaml.d")
+    files = [CONFIG, *sorted(path for path in dropins.glob("*") if path.is_file()
+                             and path.suffix.lower() in (".yaml", ".yml"))]  # fmt: skip
     config: dict[str, Any] = {}
     for path in files:
         for key, value in (yaml.safe_load(path.read_text()) or {}).items():
@@ -83,8 +86,8 @@ def load_config() -> dict[str, Any]:
                 config[name] = [*_listed(config[name]), *_listed(value)]
             else:
                 config[name] = value
-    say("config files: " + " ".join(str(path) for path in files))
-    say("config: " + json.dumps({key: config[key] for key in SHOWN if key in config}))
+    tell("config files: " + " ".join(str(path) for path in files))
+    tell("config: " + json.dumps({key: config[key] for key in SHOWN if key in config}))
     return config
 
 
@@ -313,15 +316,28 @@ def _true(value: Any) -> bool:
 def cluster_reset(arguments: list[str]) -> int:
     """`k3s server --cluster-reset [--cluster-reset-restore-path=P]`. A command-line flag wins
     over config.yaml's value (pkg/configfilearg: the file's values go before the command
-    line's). With `etcd-s3` true, P is a name in the bucket, fetched with the S3 settings of
-    the command line; given only `etcd-s3-config-secret`, k3s cannot read the Secret during a
-    reset (no API server: pkg/etcd/s3/s3.go `Start` keeps no core client under ClusterReset,
-    config_secret.go `getConfigFromSecret` then fails) and the reset fails. Otherwise P is a
-    local file, which must exist: the old data moves to `etcd-old-<time>`, etcd starts with
-    this server as its only member, `reset-flag` is written and k3s exits."""
+    line's). A server URL set anywhere, config.yaml or a drop-in, refuses the reset before
+    anything else (pkg/cli/server/server.go, `run`: "cannot perform cluster-reset while
+    server URL is set"; k3s-io/k3s#8488). With `etcd-s3` true, P is a name in the bucket,
+    fetched with the S3 settings of the command line; given only `etcd-s3-config-secret`, k3s
+    cannot read the Secret during a reset (no API server: pkg/etcd/s3/s3.go `Start` keeps no
+    core client under ClusterReset, config_secret.go `getConfigFromSecret` then fails) and
+    the reset fails. Otherwise P is a local file, which must exist: the old data moves to
+    `etcd-old-<time>`, the snapshot's datastore becomes a cluster of a new id with this
+    server as its only member (etcd's snapshot restore), `reset-flag` is written and k3s
+    exits. Before it exits, k3s reads its bootstrap data back from the restored datastore
+    under the key of its own token (pkg/etcd/etcd.go, `Reset`, its `rebootstrap`:
+    pkg/cluster/storage.go, `storageBootstrap`, `getBootstrapKeyFromStorage`; the key
+    `/bootstrap/<keyHash>` of pkg/cluster/encrypt.go): a snapshot of a cluster with another
+    token holds none, and k3s exits 1, "bootstrap data already found and encrypted with
+    different token"."""
     record("k3s " + " ".join(arguments))
-    config = load_config()
+    config = load_config(record)
     flags = {**{k: str(v) for k, v in config.items()}, **_flags(arguments[1:])}
+    if flags.get("server"):
+        record("cannot perform cluster-reset while server URL is set - remove server from "
+               "configuration before resetting")  # fmt: skip
+        return 1
     address = (str(config["advertise-address"]), 6443)
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -350,17 +366,36 @@ def cluster_reset(arguments: list[str]) -> int:
         if not snapshot.is_file():
             record(f"etcd: snapshot path does not exist or is not a file: {path}")
             return 1
-        digest = hashlib.sha256(snapshot.read_bytes()).hexdigest()
+        data = snapshot.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
         record(f"etcd: restoring snapshot {path} (sha256 {digest})")
         if ETCD.exists():
             ETCD.rename(DB / f"etcd-old-{int(time.time())}")
-    _new_member(str(config["node-name"]))
+        restored = json.loads(data)
+        member = _new_member(str(config["node-name"]))
+        write_store({"cluster": uuid.uuid4().hex, "member": member, "members": [member],
+                     "keys": restored["keys"]})  # fmt: skip
+        record(f"etcd: cluster {json.loads(STORE.read_text())['cluster']} restored with "
+               f"{len(restored['keys'])} keys, member {member} alone")  # fmt: skip
+        if restored["bootstrap"] != key_hash(str(config["token"])):
+            record("starting kubernetes: preparing server: bootstrap data already found and "
+                   "encrypted with different token")  # fmt: skip
+            return 1
+    else:
+        _new_member(str(config["node-name"]))
     RESTORED.write_text(digest)
     RESET_FLAG.touch()
     record("Managed etcd cluster membership has been reset, restart without --cluster-reset "
            "flag now. Backup and delete ${datadir}/server/db on each peer etcd server and "
            "rejoin the nodes.")  # fmt: skip
     return 0
+
+
+def key_hash(token: str) -> str:
+    """Where k3s keeps its bootstrap data in the datastore, `/bootstrap/<keyHash>`: the
+    first 12 hex digits of the sha256 of the token's secret (pkg/cluster/encrypt.go,
+    `keyHash`; pkg/cluster/storage.go, `normalizeToken`: the secret of a full token)."""
+    return hashlib.sha256(token.rpartition(":")[2].encode()).hexdigest()[:12]
 
 
 def _new_member(node: str, started: bool = True) -> str:

@@ -108,7 +108,31 @@ def test_a_volume_holding_a_datastore_starts_k3s_as_configured(
     path.mkdir() if datastore.endswith("wal") else path.write_bytes(b"SQLite format 3\0")
     with serving(namespace, PEERS[0], secrets.server_ca, node):
         printed = decide(namespace, node)
-    assert "holds a datastore: k3s starts from it as configured" in printed
+    assert printed == (
+        f"raya-k3s-datastore: {node}/server holds a datastore: k3s starts from it as "
+        "configured\n"
+    )
+    assert not (node / "40-join.yaml").exists()
+
+
+def test_the_join_drop_in_goes_once_the_volume_holds_a_datastore(
+    namespace: str, node: Path, secrets: ClusterSecrets
+) -> None:
+    """A first control plane that joined a peer (the drop-in names it) starts again once its
+    volume holds the member it joined as: the drop-in goes, so its next start reads its own
+    config, and k3s' `--cluster-reset`, which refuses while any config file names a server
+    (k3s pkg/cli/server/server.go, `run`), can run on it."""
+    with serving(namespace, PEERS[1], secrets.server_ca, node):
+        joined = decide(namespace, node)
+        assert "k3s joins it (server: https://10.0.1.12:6443)" in joined
+        assert (node / "40-join.yaml").exists()
+        # k3s joined: its volume now holds the member.
+        (node / "server/db/etcd/member/wal").mkdir(parents=True)
+        again = decide(namespace, node)
+    assert again == (
+        f"raya-k3s-datastore: {node}/server holds a datastore: k3s starts from it as "
+        f"configured; the join drop-in {node}/40-join.yaml of an earlier start removed\n"
+    )
     assert not (node / "40-join.yaml").exists()
 
 

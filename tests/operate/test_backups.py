@@ -257,6 +257,7 @@ def test_the_restore_plan_follows_k3s_documented_order() -> None:
         ("control-plane", ("systemctl", "stop")),
         ("control-plane", ("install", "-D")),
         ("control-plane", ("sh", "-c")),
+        ("control-plane", ("rm", "-f")),
         ("control-plane", ("k3s", "server")),
         ("control-plane", ("systemctl", "start")),
         ("control-plane-1", ("rm", "-rf")),
@@ -264,7 +265,10 @@ def test_the_restore_plan_follows_k3s_documented_order() -> None:
         ("control-plane-2", ("rm", "-rf")),
         ("control-plane-2", ("systemctl", "start")),
     ]
-    reset = steps[5].command
+    # The datastore guard's join drop-in goes before the reset: k3s refuses one while any
+    # config file names a server (k3s-io/k3s#8488).
+    assert steps[5].command == ("rm", "-f", "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml")
+    reset = steps[6].command
     # A local file: S3 off for the reset, though config.yaml says `etcd-s3: true` (k3s' docs:
     # "To restore from a local snapshot file, where an etcd-s3 backup configuration is
     # present, add the argument --etcd-s3=false").
@@ -274,9 +278,9 @@ def test_the_restore_plan_follows_k3s_documented_order() -> None:
     )  # fmt: skip
     assert steps[3].upload and not any(s.upload for s in steps if s is not steps[3])
     assert f"{'ab' * 32}  {path}" in steps[4].command[2]
-    assert steps[7].command == ("rm", "-rf", "/var/lib/rancher/k3s/server/db")
+    assert steps[8].command == ("rm", "-rf", "/var/lib/rancher/k3s/server/db")
     single = bk.restore_plan(["control-plane"], snapshot, "ab" * 32)
-    assert [s.node for s in single] == ["control-plane"] * 5
+    assert [s.node for s in single] == ["control-plane"] * 6
 
 
 def test_the_wait_after_a_restore_lasts_until_every_node_is_ready() -> None:
@@ -302,6 +306,35 @@ def test_the_wait_after_a_restore_lasts_until_every_node_is_ready() -> None:
     now[0] = 0.0
     missing = bk.wait_for_nodes(lambda: {"control-plane": not_ready}, names, 0, clock)
     assert (missing, now[0]) == ("control-plane NotReady, agent-0 not registered", 0.0)
+
+
+def test_the_wait_counts_a_rejoining_member_once_seen_learning_then_voting() -> None:
+    """control-plane-1 rejoined as a new member: its node first keeps the voter condition of
+    its old member (15 s until the leader's next tick), then shows the learner, then the
+    voter. The wait ends only at the voter seen after the learner."""
+    ready = st.NodeFacts(True, "v1.33.5+k3s1", "Fedora CoreOS", {})
+    now = [0.0]
+    clock = Clock(now=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    voter = st.ok("voter, Ready, member control-plane-1-0a1b2c3d")
+    learner = st.bad("learner, Ready, member control-plane-1-9e8f7a6b: not promoted")
+    first = st.ok("voter, Ready, member control-plane-4d5e6f70")
+    answers = iter([voter, voter, learner, st.ok("voter, Ready, member control-plane-1-9e8f7a6b")])
+
+    def members() -> dict[str, st.Check]:
+        return {"etcd control-plane": first, "etcd control-plane-1": next(answers)}
+
+    nodes = {"control-plane": ready, "control-plane-1": ready}
+    assert bk.wait_for_nodes(lambda: nodes, list(nodes), 60, clock, members,
+                             rejoining=["control-plane-1"]) is None  # fmt: skip
+    assert now[0] == 15.0  # the fourth look
+    now[0] = 0.0
+    stale = bk.wait_for_nodes(lambda: nodes, list(nodes), 5, clock,
+                              lambda: {"etcd control-plane": first, "etcd control-plane-1": voter},
+                              rejoining=["control-plane-1"])  # fmt: skip
+    assert stale == (
+        "etcd control-plane-1: not yet seen rejoining (voter, Ready, member "
+        "control-plane-1-0a1b2c3d, as before the restore)"
+    )
 
 
 def declared_roles(deployed: Run) -> list[str]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
     from raya.operate import backups as bk
+    from raya.operate import status as st
 
     # Runs `command` as root on the node of `entry` (its stack outputs), `stdin` on its
     # input; returns the exit code and what it printed. Replaced by tests.
@@ -145,12 +146,16 @@ def backup(*, stack: str, root: Path | None) -> None:
     Argument("name", required=True, help="The snapshot, as `raya backups` lists it."),
     STACK, ROOT,
     Option("--yes", kind="flag", help="Do not ask before acting."),
+    Option("--dry-run", kind="flag",
+           help="Check and download the snapshot, print every step on every node in order, "
+           "then stop: nothing on the cluster changes and nothing is asked."),
     Option("--ready-timeout", kind="seconds", default=RESTORE_READY_TIMEOUT,
-           help="Seconds to wait, once the steps are done, for the API and every node Ready."),
+           help="Seconds to wait, once the steps are done, for the API, every node Ready and "
+           "every control plane a voting etcd member."),
     HCLOUD_ENDPOINT,
 )  # fmt: skip
 def restore(
-    *, name: str, stack: str, root: Path | None, yes: bool, ready_timeout: float,
+    *, name: str, stack: str, root: Path | None, yes: bool, dry_run: bool, ready_timeout: float,
     hcloud_endpoint: str,
 ) -> None:  # fmt: skip
     """Restore the cluster's datastore from a snapshot: every control plane's k3s stopped,
@@ -158,42 +163,79 @@ def restore(
 
     The others rejoin as new etcd members; agents keep running. Everything written to the
     cluster after the snapshot is lost. The snapshot is checked (present, this cluster's,
-    readable) before anything stops. Once the steps are done, raya waits for the API and
-    every node Ready and prints what `raya status --no-drift` prints; exits 1 when not
-    every node is Ready in time or anything is not healthy."""
+    readable) before anything stops. Once the steps are done, raya waits for the API, every
+    node Ready and every control plane a voting etcd member, prints what `raya status
+    --no-drift` prints, then the snapshot restored, the etcd members and the nodes Ready;
+    exits 1 when that is not so in time or anything is not healthy. With `--dry-run`, the
+    steps are printed and nothing is done."""
     control_planes, outputs, target = _context("restore", stack, root)
     from raya.operate import backups as bk
     from raya.operate import status as st
     from raya.operate.roll import Clock
 
-    snapshot = restore_snapshot(name, control_planes, outputs["servers"], target, yes, remote)
+    snapshot = restore_snapshot(
+        name, control_planes, outputs["servers"], target, yes, remote, dry_run=dry_run
+    )
+    if dry_run:
+        err.print(f"dry run: nothing done; `raya restore {snapshot.name}` runs these steps",
+                  markup=False)  # fmt: skip
+        return
     kubeconfig = outputs.get("kubeconfig")
+    addresses = st.control_plane_addresses(outputs)
 
     def ask() -> Mapping[str, st.NodeFacts] | str:
         if not isinstance(kubeconfig, str):
             return "no kubeconfig in the stack: run `raya up`"
         return st.kubernetes_nodes(kubeconfig)
 
-    with err.status(f"waiting up to {ready_timeout:.0f} s for the API and every node Ready..."):
-        late = bk.wait_for_nodes(ask, list(outputs["servers"]), ready_timeout, Clock())
+    def members() -> Mapping[str, st.Check]:
+        assert isinstance(kubeconfig, str)  # ask() said so first
+        return {
+            key: check
+            for key, check in st.kubernetes_control_planes(kubeconfig, addresses).items()
+            if key.startswith("etcd")
+        }
+
+    with err.status(f"waiting up to {ready_timeout:.0f} s for the API, every node Ready and "
+                    "every etcd member a voter..."):  # fmt: skip
+        late = bk.wait_for_nodes(ask, list(outputs["servers"]), ready_timeout, Clock(), members,
+                                 rejoining=control_planes[1:])  # fmt: skip
     report = collect(stack, project_root(root), False, hcloud_endpoint)
     print_report(report)
-    out.print(f"restored {snapshot.name} (taken {snapshot.taken:%Y-%m-%d %H:%M} UTC on "
-              f"{snapshot.node})", markup=False)  # fmt: skip
+    out.print(restored_line(snapshot, report), markup=False, soft_wrap=True)
     if late is not None:
-        err.print(f"not every node Ready {ready_timeout:.0f} s after the restore: {late}",
-                  markup=False)  # fmt: skip
+        err.print(f"not every node Ready and etcd member voting {ready_timeout:.0f} s after the "
+                  f"restore: {late}", markup=False)  # fmt: skip
     if late is not None or not report.healthy:
         raise SystemExit(1)
 
 
+def restored_line(snapshot: bk.Snapshot, report: st.Report) -> str:
+    """What the restore ends with: the snapshot, the etcd members that vote and the nodes
+    Ready, counted from `report` (`raya status`' rows and cluster checks)."""
+    from raya.operate import status as st
+
+    members = {key.removeprefix("etcd "): check for key, check in report.cluster.items()
+               if key.startswith("etcd ")}  # fmt: skip
+    voting = [name for name, check in members.items() if check.state == st.HEALTHY]
+    ready = [row.node for row in report.rows
+             if row.checks["kubernetes"].text.startswith("Ready")]  # fmt: skip
+    return (
+        f"restored {snapshot.name} (taken {snapshot.taken:%Y-%m-%d %H:%M} UTC on "
+        f"{snapshot.node}); etcd: {len(voting)} of {len(members)} members voting "
+        f"({', '.join(voting) or 'none'}); {len(ready)} of {len(report.rows)} nodes Ready"
+    )
+
+
 def restore_snapshot(
     name: str, control_planes: list[str], servers: Mapping[str, Any], target: bk.Target,
-    yes: bool, run: Remote,
+    yes: bool, run: Remote, dry_run: bool = False,
 ) -> bk.Snapshot:  # fmt: skip
     """Check snapshot `name`, download it, show the steps, ask (unless `yes`), then run
-    each step on its node through `run`; the first failure stops there, naming it."""
+    each step on its node through `run`; the first failure stops there, naming it. With
+    `dry_run`, stop once the steps are shown: nothing asked, nothing run."""
     import contextlib
+    import shlex
     import tempfile
     from pathlib import Path
 
@@ -209,7 +251,12 @@ def restore_snapshot(
         out.print(f"restore {snapshot.name} (taken {snapshot.taken:%Y-%m-%d %H:%M} UTC on "
                   f"{snapshot.node}, sha256 {digest[:16]}...):", markup=False)  # fmt: skip
         for number, step in enumerate(steps, 1):
-            out.print(f"  {number}. {step.node}: {step.what}", markup=False)
+            out.print(f"  {number}. {step.node}: {step.what}", markup=False, soft_wrap=True)
+            sent = f" < {snapshot.name}" if step.upload else ""
+            out.print(f"       $ sudo {shlex.join(step.command)}{sent}", markup=False,
+                      soft_wrap=True)  # fmt: skip
+        if dry_run:
+            return snapshot
         if not yes and not confirm(
             "Everything written to the cluster since the snapshot is lost. Go on?"
         ):

@@ -62,6 +62,9 @@ SSH_HANDLES_FILE = "/etc/raya/ssh-key-handles"
 # The control plane's k3s state lives on its own volume, which outlives the VM.
 K3S_SERVER_DIR = "/var/lib/rancher/k3s/server"
 VOLUME_LABEL = "raya-k3s-server"
+# Where the first control plane's datastore guard puts `server:` when it joins a peer, until its
+# volume holds a datastore again; `raya restore` removes it too before k3s' reset.
+JOIN_DROPIN = "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml"
 # What Ignition writes for the volume goes here first: the volume may be attached long after.
 K3S_SERVER_SEED = "/var/lib/raya/k3s-server-seed"
 # k3s renews a certificate when it starts if it expires within its renewal window: 90 days
@@ -262,7 +265,7 @@ def _context(
             "datastore": {
                 "script": "/usr/local/bin/raya-k3s-datastore",
                 "join": "/etc/rancher/k3s/raya-join.yaml",
-                "dropin": "/etc/rancher/k3s/config.yaml.d/40-raya-join.yaml",
+                "dropin": JOIN_DROPIN,
                 "peers": [str(config.control_plane_ip + k) for k in range(1, MAX_CONTROL_PLANES)],
                 "token": server_token(secrets.server_ca.cert_pem, secrets.join_secret),
             }

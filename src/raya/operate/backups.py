@@ -40,6 +40,7 @@ from typing import Any
 
 from raya.errors import RayaError
 from raya.nodes.identity import SnapshotStore
+from raya.nodes.render import JOIN_DROPIN
 from raya.operate.roll import POLL, Clock
 from raya.operate.status import Check, NodeFacts, bad, ok, unknown
 
@@ -340,6 +341,15 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
     started; each other server's etcd data removed, then started, rejoining as a new member.
     Agents keep running.
 
+    The first control plane resets, whichever state it came back in: from its volume, or
+    blank or tombstoned and joined to a peer by its datastore guard, which then wrote
+    `server:` into a drop-in (`JOIN_DROPIN`). k3s refuses `--cluster-reset` while a server
+    URL is set, drop-ins included (k3s-io/k3s pkg/cli/server/server.go, `run`: "cannot
+    perform cluster-reset while server URL is set"; pkg/configfilearg/parser.go merges
+    config.yaml.d/*.yaml into the flags), so the drop-in goes before the reset; the guard
+    removes it too at the next start of a volume holding a datastore. The others keep their
+    `server:` (the registration address): they join the reset member through it.
+
     The snapshot travels from raya over SSH and is checked by its sha256 on the node, then
     restored as a local file with `--etcd-s3=false`: the servers' config says `etcd-s3: true`,
     and with it k3s would fetch the name from S3 with the keys of its config Secret, which it
@@ -356,6 +366,8 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
              ("install", "-D", "-m", "0600", "/dev/stdin", path), upload=True),
         Step(first, "check the copy's sha256",
              ("sh", "-c", f"echo '{digest}  {path}' | sha256sum --check --quiet")),
+        Step(first, f"remove the join drop-in {JOIN_DROPIN} if there (k3s refuses a reset "
+             "while a config file names a server)", ("rm", "-f", JOIN_DROPIN)),
         Step(first, "reset etcd to the snapshot (one member: this server)",
              ("k3s", "server", "--cluster-reset", f"--cluster-reset-restore-path={path}",
               "--etcd-s3=false")),
@@ -373,22 +385,41 @@ def restore_plan(control_planes: list[str], snapshot: Snapshot, digest: str) -> 
 
 def wait_for_nodes(
     ask: Callable[[], Mapping[str, NodeFacts] | str], names: Sequence[str], timeout: float,
-    clock: Clock,
+    clock: Clock, members: Callable[[], Mapping[str, Check]] = dict,
+    rejoining: Sequence[str] = (),
 ) -> str | None:  # fmt: skip
     """Ask the API (`ask`: the nodes, or why it could not be asked) until every node of
-    `names` is registered and Ready: None then; after `timeout` seconds, what it last saw."""
+    `names` is registered and Ready, and then every etcd member of `members` (its checks
+    by "etcd <node>", as `raya status` shows them) healthy: None then; after `timeout`
+    seconds, what it last saw.
+
+    The control planes `rejoining` come back as new members: learners until the etcd leader
+    promotes them, and until its next tick (15 s, k3s `manageLearners`) their nodes keep the
+    `EtcdIsVoter` condition of the member they were before (restored from the snapshot, or
+    left from before the restore). So each counts only once it has been seen not voting
+    since the restore, then voting."""
     deadline = clock.now() + timeout
+    unseen = {f"etcd {name}" for name in rejoining}
     while True:
         nodes = ask()
         if isinstance(nodes, str):
             seen = nodes
         else:
             waiting = [name for name in names if not (name in nodes and nodes[name].ready)]
-            if not waiting:
-                return None
             seen = ", ".join(
                 f"{name} {'NotReady' if name in nodes else 'not registered'}" for name in waiting
             )
+            if not waiting:
+                checks = members()
+                unseen -= {key for key, check in checks.items() if not check.healthy}
+                seen = "; ".join(
+                    f"{key}: {check.text}" if not check.healthy
+                    else f"{key}: not yet seen rejoining ({check.text}, as before the restore)"
+                    for key, check in checks.items()
+                    if not check.healthy or key in unseen
+                )  # fmt: skip
+                if not seen:
+                    return None
         if clock.now() >= deadline:
             return seen
         clock.sleep(POLL)
