@@ -60,7 +60,8 @@ def test_roll_hands_its_timeouts_and_nodes_on(
     ((settings,),) = [roll.built]
     assert (settings["drain_timeout"], settings["ready_timeout"]) == (42.5, 7.0)
     assert settings["accept_local_loss"] is True
-    assert result.stdout.splitlines()[0].startswith("agent-1: cordon, drain, replace")
+    lines = result.stdout.splitlines()
+    assert lines[0] == "agent-1:" and "  2. cordon" in lines  # its steps, printed first
     # Without the options: the documented default drain timeout (docs/using.md), 600 s.
     invoke(["roll", "agent-1", "--root", str(project)])
     assert (roll.built[1]["drain_timeout"], roll.built[1]["accept_local_loss"]) == (600.0, False)
@@ -84,6 +85,10 @@ def test_up_hands_its_removal_options_on(
         return deploy.Result(changes={}, outputs={})
 
     monkeypatch.setattr(deploy, "run", run)
+    # What `up` does after the update (the recovery kit, the bucket check) is
+    # test_recovery_kit.py's and test_up_backups.py's.
+    monkeypatch.setattr("raya.commands.deploy.write_recovery_kit", lambda *_: None)
+    monkeypatch.setattr("raya.commands.deploy.check_backups", lambda *_: None)
     result = invoke(["up", "--root", str(project), *flags])
     assert result.exit_code == 0, result.output
     ((removal,),) = [seen]

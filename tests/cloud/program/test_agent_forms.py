@@ -68,9 +68,11 @@ FORMS = {
     "pool-labels": Form(Fleet(agents=(), pools=(block("web", labels=(("tier", "web"),)),)),
                         "web-1", "web-1-record", "web-1.raya.example.com.", "10.0.1.97",
                         ["tier=web"], []),
+    # Beside an untainted list agent, which takes the add-ons' install jobs (raya refuses a
+    # fleet whose every node is tainted: docs/fleet.md).
     "pool-labels-taints": Form(
-        Fleet(agents=(), pools=(block("gpu", labels=(("gpu", "a100"), ("tier", "ml")),
-                                      taints=("gpu=yes:NoSchedule", "spot:NoExecute")),)),
+        Fleet(agents=("cx23",), pools=(block("gpu", labels=(("gpu", "a100"), ("tier", "ml")),
+                                             taints=("gpu=yes:NoSchedule", "spot:NoExecute")),)),
         "gpu-1", "gpu-1-record", "gpu-1.raya.example.com.", "10.0.1.97",
         ["gpu=a100", "tier=ml"], ["gpu=yes:NoSchedule", "spot:NoExecute"]),
 }  # fmt: skip

@@ -218,8 +218,12 @@ def backup_schedule(landed: Landed) -> None:
 
 
 def backup_retention(landed: Landed) -> None:
+    # Each control plane's own snapshots, and the bucket's for the whole cluster (k3s reads
+    # the latter from its config and from the S3 Secret: docs/backups.md).
     for name in ("control-plane", "control-plane-2"):
         assert landed.config(name)["etcd-snapshot-retention"] == 9
+        assert landed.config(name)["etcd-s3-retention"] == 9
+        assert s3_secret(landed, name)["etcd-s3-retention"] == "9"
 
 
 def s3_secret(landed: Landed, node: str) -> dict[str, str]:
@@ -232,7 +236,7 @@ def s3_secret(landed: Landed, node: str) -> dict[str, str]:
 def backup_s3(landed: Landed) -> None:
     assert not landed.of_type("storage/bucket:Bucket")  # no bucket of the deployment's
     secret = s3_secret(landed, "control-plane")
-    assert {k: v for k, v in secret.items() if not k.endswith("-key")} == {
+    assert {k: v for k, v in secret.items() if not k.endswith(("-key", "-retention"))} == {
         "etcd-s3-endpoint": "s3.example.net:9000",
         "etcd-s3-bucket": "team-snaps",
         "etcd-s3-region": "eu-2",
