@@ -76,7 +76,14 @@ def http_server(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(address, Handler)
+    with serving(ThreadingHTTPServer(address, Handler), tls) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(server: ThreadingHTTPServer, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """`server` answering from a thread of its own, over `tls` if given, until the block
+    ends; its base URL (http:// or https://<host>:<port>)."""
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)

@@ -19,7 +19,6 @@ import json
 import os
 import ssl
 import subprocess
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from raya.model.fleet import Cluster
 from raya.nodes.render import RenderedNode
+from tests import support
 from tests.nodes.test_control_planes import render, sized, units
 from tests.nodes.tools import ignition_files
 from tests.support import http_server, require_tool
@@ -265,16 +265,8 @@ def etcd_member(context: ssl.SSLContext, answer: Callable[[str, str], Any]) -> I
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with support.serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler), context) as url:
+        yield url
 
 
 @contextmanager

@@ -121,6 +121,7 @@ from urllib.parse import parse_qs, unquote
 
 from raya.nodes.identity import CertificateAuthority
 from tests.nodes.k3s_join import serving_certificate
+from tests.support import serving
 
 EPOCH = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
 DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a pod sets none
@@ -958,16 +959,8 @@ def kubernetes_api(
     context.verify_mode = ssl.CERT_OPTIONAL
     context.maximum_version = ssl.TLSVersion.TLSv1_2
     context.load_verify_locations(cadata=client_ca_pem)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(state)), context) as url:
+        yield url
 
 
 def deployment_authority(resources: Mapping[str, Any], name: str) -> CertificateAuthority:
