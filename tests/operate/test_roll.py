@@ -454,17 +454,11 @@ def test_a_hetzner_volume_claim_moves_with_its_pod(
     ]
 
 
-@pytest.mark.parametrize("accept", [False, True])
-def test_the_command_takes_the_flag(
-    deployed: Run,
-    cluster: ka.Cluster,
-    api: str,
-    clock: Clock,
-    project: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    accept: bool,
-) -> None:
-    use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
+def command_replacer(
+    deployed: Run, cluster: ka.Cluster, api: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Replacer:
+    """`raya roll` run as the command: its `raya up --replace` replaces servers in the
+    stand-in, its outputs are the deployment's, its API and its clock the stand-in's."""
     replacer = Replacer(cluster)
 
     def fake_run(action: str, root: Path, stack: str, on_output: Any, **kwargs: Any) -> Any:
@@ -478,6 +472,21 @@ def test_the_command_takes_the_flag(
         "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
     )
     monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    return replacer
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_the_command_takes_the_flag(
+    deployed: Run,
+    cluster: ka.Cluster,
+    api: str,
+    clock: Clock,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    accept: bool,
+) -> None:
+    use_claim(cluster, "db-0", "pgdata", local_path_volume("pvc-1a2b", "agent-0"))
+    replacer = command_replacer(deployed, cluster, api, clock, monkeypatch)
     flag = ["--accept-local-data-loss"] if accept else []
     result = invoke(["roll", "agent-0", "--root", str(project), *flag])
     if accept:

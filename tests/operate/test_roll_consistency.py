@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from kubernetes.client import ApiException
 
-from raya.cloud import deploy
 from raya.cloud.kubeconfig import api_client
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
@@ -26,6 +23,7 @@ from tests.operate.test_roll import (
     PIN,
     Clock,
     Replacer,
+    command_replacer,
     hetzner_volume,
     roller,
     use_claim,
@@ -265,19 +263,7 @@ def test_the_command_takes_the_volume_downtime_flag(
 ) -> None:
     (db,) = [p for p in cluster.pods if p["metadata"]["name"] == "db-0"]
     db["spec"]["nodeName"] = "control-plane"
-    replacer = Replacer(cluster)
-
-    def fake_run(action: str, root: Path, stack: str, on_output: Any, **kwargs: Any) -> Any:
-        if action == "up":
-            replacer(*kwargs["replace"])
-        return SimpleNamespace(drift={})
-
-    monkeypatch.setattr(deploy, "run", fake_run)
-    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: deployed.outputs)
-    monkeypatch.setattr(
-        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
-    )
-    monkeypatch.setattr(rl, "Clock", lambda: clock)
+    replacer = command_replacer(deployed, cluster, api, clock, monkeypatch)
     flag = ["--accept-volume-downtime"] if accept else []
     result = invoke(["roll", "control-plane", "--root", str(project), *flag])
     if accept:
