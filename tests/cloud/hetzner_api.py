@@ -1,5 +1,7 @@
 """Hetzner Cloud API's server types on 127.0.0.1, for `raya preview | up`'s check that each
-node's type is sold in its location (raya.cloud.deploy.sold_locations).
+node's type is sold in its location (raya.cloud.deploy.check_sold), `raya roll`'s that each
+node's replacement can be created (check_replaceable) and `raya image build`'s choice of a
+build server (raya.cloud.catalogue.build_type).
 
 Shaped as the API reference's "List Server Types" answers (`GET /v1/server_types`, filter
 `name`; https://docs.hetzner.cloud/reference/cloud#server-types): each type with its
