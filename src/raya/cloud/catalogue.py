@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
-from raya.errors import RayaError
+from raya.errors import ImageError, RayaError
 
 if TYPE_CHECKING:
     from hcloud.server_types import BoundServerType
@@ -105,8 +105,6 @@ def build_type(
     needs no type on its way out), the one with the smallest disk (the snapshot's minimum,
     so that every type can boot it), then the cheapest there. Raises ImageError, naming the
     locations (`chosen_by` says which setting chose them) and where such types are sold."""
-    from raya.errors import ImageError
-
     fitting = [
         offer
         for offer in catalogue
