@@ -24,8 +24,12 @@ variable "cluster_name" {
 
 variable "location" {
   type        = string
-  default     = "nbg1"
-  description = "Hetzner location of the throwaway build server."
+  description = "Hetzner location of the throwaway build server: where one of its nodes runs."
+}
+
+variable "server_type" {
+  type        = string
+  description = "The build server's type, of the architecture built, sold there now: raya chooses it from Hetzner's catalogue (the smallest disk, as it becomes the snapshot's minimum, then the cheapest)."
 }
 
 variable "architecture" {
@@ -56,11 +60,10 @@ locals {
   fcos = jsondecode(file("${path.root}/fcos.pin"))
   k3s  = jsondecode(file("${path.root}/k3s.pin"))
 
-  # Per architecture: FCOS' name of it, k3s' release asset, the pins' sha256 field, and the
-  # build server (its disk size, 40 GB for both, is the snapshot's minimum).
+  # Per architecture: FCOS' name of it, k3s' release asset and the pins' sha256 field.
   architectures = {
-    x86 = { fcos = "x86_64", k3s_binary = "k3s", sha256 = "sha256", server_type = "cx23" }
-    arm = { fcos = "aarch64", k3s_binary = "k3s-arm64", sha256 = "aarch64_sha256", server_type = "cax11" }
+    x86 = { fcos = "x86_64", k3s_binary = "k3s", sha256 = "sha256" }
+    arm = { fcos = "aarch64", k3s_binary = "k3s-arm64", sha256 = "aarch64_sha256" }
   }
   arch = local.architectures[var.architecture]
 
@@ -83,7 +86,7 @@ source "hcloud" "fcos" {
   image        = "debian-12"
   rescue       = "linux64"
   location     = var.location
-  server_type  = local.arch.server_type
+  server_type  = var.server_type
   ssh_username = "root"
 
   snapshot_name   = "${var.cluster_name}-fcos-${local.fcos.version}-${local.arch.fcos}-k3s-${local.labels.k3s_version}"

@@ -1,5 +1,7 @@
 """Hetzner Cloud API's server types on 127.0.0.1, for `raya preview | up`'s check that each
-node's type is sold in its location (raya.cloud.deploy.sold_locations).
+node's type is sold in its location (raya.cloud.deploy.check_sold), `raya roll`'s that each
+node's replacement can be created (check_replaceable) and `raya image build`'s choice of a
+build server (raya.cloud.catalogue.build_type).
 
 Shaped as the API reference's "List Server Types" answers (`GET /v1/server_types`, filter
 `name`; https://docs.hetzner.cloud/reference/cloud#server-types): each type with its
@@ -18,13 +20,21 @@ server's status); an unknown id is 404 `not_found`.
 
 The catalogue is this test's own, in the shape Hetzner sells: the shared x86 types of the
 current generation (cx23...) and the Arm64 types (cax*) in the EU locations only, the older
-shared x86 (cpx*) everywhere.
+shared x86 (cpx*) everywhere, dearer outside the EU (as `prices` per location are). A test
+sets a type's state in one location through `STATES` ((type, location) -> the fields it
+replaces): a `deprecation` (`{"announced": ..., "unavailable_after": ...}`, RFC 3339, as
+hcloud-python's `DeprecationInfo` parses them) or `available: false`. A type whose
+deprecation there has passed stays listed with it here: the API reference does not say when
+Hetzner drops it from `locations`, only that past `unavailable_after` it "can not be used in
+new resources" (hcloud-python `DeprecationInfo`), so a client must read that date, and treat
+a type no longer listed in a location as not sold there.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -40,16 +50,33 @@ TOKEN = "hetznerTestToken" * 4
 EU = ("fsn1", "nbg1", "hel1")
 EVERYWHERE = (*EU, "ash", "hil", "sin")
 LOCATION_IDS = {"fsn1": 1, "nbg1": 2, "hel1": 3, "ash": 4, "hil": 5, "sin": 6}
-CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
-    **{name: ("x86", EU) for name in ("cx23", "cx33", "cx43", "cx53")},
-    **{name: ("arm", EU) for name in ("cax11", "cax21", "cax31", "cax41")},
-    **{name: ("x86", EVERYWHERE) for name in ("cpx21", "cpx31", "cpx41")},
+# name -> architecture, locations, disk (GB), net price per hour in the EU.
+CATALOGUE: dict[str, tuple[str, tuple[str, ...], int, str]] = {
+    "cx23": ("x86", EU, 40, "0.0056"),
+    "cx33": ("x86", EU, 80, "0.0088"),
+    "cx43": ("x86", EU, 160, "0.0152"),
+    "cx53": ("x86", EU, 320, "0.0280"),
+    "cax11": ("arm", EU, 40, "0.0064"),
+    "cax21": ("arm", EU, 80, "0.0104"),
+    "cax31": ("arm", EU, 160, "0.0200"),
+    "cax41": ("arm", EU, 320, "0.0392"),
+    "cpx11": ("x86", EVERYWHERE, 40, "0.0072"),
+    "cpx21": ("x86", EVERYWHERE, 80, "0.0120"),
+    "cpx31": ("x86", EVERYWHERE, 160, "0.0216"),
+    "cpx41": ("x86", EVERYWHERE, 240, "0.0400"),
 }
+# (type, location) -> the fields of its `locations` entry a test replaces.
+STATES: dict[tuple[str, str], dict[str, object]] = {}
+
+
+def _price(net: str, location: str) -> dict[str, str]:
+    """Hetzner charges more outside the EU: a fifth more here."""
+    value = Decimal(net) * (1 if location in EU else Decimal("1.2"))
+    return {"net": f"{value:.10f}", "gross": f"{value * Decimal('1.19'):.10f}"}
 
 
 def server_type(number: int, name: str) -> dict[str, object]:
-    architecture, places = CATALOGUE[name]
-    price = {"net": "0.0100000000", "gross": "0.0119000000"}
+    architecture, places, disk, net = CATALOGUE[name]
     return {
         "id": number,
         "name": name,
@@ -57,7 +84,7 @@ def server_type(number: int, name: str) -> dict[str, object]:
         "category": "cost_optimized" if architecture == "arm" else "regular_purpose",
         "cores": 2,
         "memory": 4.0,
-        "disk": 40,
+        "disk": disk,
         "deprecated": False,
         "deprecation": None,
         "storage_type": "local",
@@ -66,10 +93,10 @@ def server_type(number: int, name: str) -> dict[str, object]:
         "prices": [
             {
                 "location": place,
-                "price_hourly": price,
-                "price_monthly": price,
+                "price_hourly": _price(net, place),
+                "price_monthly": _price(str(Decimal(net) * 730), place),
                 "included_traffic": 21990232555520,
-                "price_per_tb_traffic": price,
+                "price_per_tb_traffic": _price("1", place),
             }
             for place in places
         ],
@@ -80,6 +107,7 @@ def server_type(number: int, name: str) -> dict[str, object]:
                 "deprecation": None,
                 "available": True,
                 "recommended": True,
+                **STATES.get((name, place), {}),
             }
             for place in places
         ],
@@ -150,7 +178,13 @@ def respond(request: BaseHTTPRequestHandler, asked: list[str]) -> Reply:
         return servers(request, MODEL or Hetzner())  # no model: a project without servers
     if parts.path != "/v1/server_types":
         return NOT_FOUND
-    names = parse_qs(parts.query).get("name", list(CATALOGUE))
+    return server_types(request, asked)
+
+
+def server_types(request: BaseHTTPRequestHandler, asked: list[str]) -> tuple[int, bytes, str]:
+    """`GET /v1/server_types`, filtered by `name` if given; each name asked for is appended
+    to `asked`."""
+    names = parse_qs(urlsplit(request.path).query).get("name", list(CATALOGUE))
     asked.extend(names)
     found = [
         server_type(number, name)

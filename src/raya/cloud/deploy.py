@@ -8,6 +8,7 @@ display, where secrets show as `[secret]`.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -23,13 +24,21 @@ import yaml
 from hcloud import HCloudException
 from pulumi import automation as auto
 
+from raya.cloud import catalogue
 from raya.cloud import kit as recovery
 from raya.cloud.image import hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError
 from raya.model.config import check_secret_settings, stack_file
-from raya.model.fleet import CONTROL_PLANE_NAME, Cluster, fleet_file, load_fleet, sold_problem
+from raya.model.fleet import (
+    CONTROL_PLANE_NAME,
+    Cluster,
+    Node,
+    fleet_file,
+    load_fleet,
+    sold_problem,
+)
 from raya.model.jsonfile import DuplicateKey, loads_yaml
 from raya.model.pins import load_chart_pins, load_pins
 from raya.model.project import load_cluster
@@ -187,7 +196,7 @@ def run(
     stack = open_stack(root, stack_name, action != "destroy")
     leaving: tuple[str, ...] = ()
     if action != "destroy":
-        check_sold(root, stack_name, cluster, stack)
+        check_sold(root, stack_name, cluster, stack, on_output, replace)
         leaving = _leaving(stack, cluster)
         if leaving and action == "up" and removal is None:
             raise DeployError(
@@ -352,46 +361,159 @@ def _leaving(stack: auto.Stack, cluster: Cluster) -> tuple[str, ...]:
     return tuple(sorted(gone, key=order))
 
 
-def check_sold(root: Path, stack_name: str, cluster: Cluster, stack: auto.Stack) -> None:
+def check_sold(
+    root: Path,
+    stack_name: str,
+    cluster: Cluster,
+    stack: auto.Stack,
+    on_output: OnOutput,
+    replace: Sequence[str] = (),
+) -> None:
     """Refuse, before anything changes, a node whose server type Hetzner does not sell in its
-    location: Hetzner's API lists where it sells each type (`locations` of a server type)."""
-    token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token")
+    location (a server type's `locations`), or whose deprecation there has passed; warn,
+    through `on_output`, of one deprecated there with a date still to come. A node in
+    `replace` must be one whose server Hetzner can create there now (`replaceable`)."""
+    token = _token(root, stack_name, stack)
+    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
+    types = sorted({node.server_type for node in cluster.nodes})
+    offers = catalogue.offers(token, endpoint, types, DeployError)
+    now = datetime.datetime.now(datetime.UTC)
+    fleet_source, stack_source = str(fleet_file(root)), str(stack_file(root, stack_name))
+    refusal, warnings = deprecation_problems(cluster, offers, now, fleet_source, stack_source)
+    if refusal:
+        raise DeployError(refusal)
+    problem = sold_problem(
+        cluster,
+        load_fleet(fleet_file(root)),
+        sold_locations(offers, types),
+        fleet_source=fleet_source,
+        stack_source=stack_source,
+    )
+    if problem:
+        raise DeployError(problem)
+    problem = replacement_problem(cluster, offers, now, replace)
+    if problem:
+        raise DeployError(problem)
+    for warning in warnings:
+        on_output(warning)
+
+
+def check_replaceable(root: Path, stack_name: str, nodes: Sequence[str]) -> None:
+    """Raise unless Hetzner can create a server for each of `nodes` in its location now:
+    `raya roll` asks before its first action, so that no node is drained, or its server
+    deleted, for a replacement that cannot be made."""
+    cluster = load_cluster(root, stack_name)
+    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
+    types = sorted({node.server_type for node in cluster.nodes if node.name in nodes})
+    offers = catalogue.offers(_token(root, stack_name, None), endpoint, types, DeployError)
+    problem = replacement_problem(cluster, offers, datetime.datetime.now(datetime.UTC), nodes)
+    if problem:
+        raise DeployError(problem)
+
+
+def _chosen_by(node: Node, fleet_source: str, stack_source: str) -> str:
+    """The file and field that chose `node`'s server type."""
+    if node.role == "control-plane":
+        return f"{stack_source}: raya:controlPlaneServerType"
+    if node.pool is not None:
+        return f"{fleet_source}: pool {node.pool}: field 'type'"
+    return f"{fleet_source}: agents[{node.index}]"
+
+
+def deprecation_problems(
+    cluster: Cluster,
+    offers: Sequence[catalogue.Offer],
+    now: datetime.datetime,
+    fleet_source: str,
+    stack_source: str,
+) -> tuple[str | None, tuple[str, ...]]:
+    """The refusal of the first node whose type's deprecation in its location has passed
+    (Hetzner creates no new server of it there: a node added or replaced would fail half-way
+    through an update), and one warning per type and location whose deprecation is
+    announced with a date still to come, naming the nodes it runs."""
+    coming: dict[tuple[str, str], tuple[catalogue.Offer, list[str]]] = {}
+    for node in cluster.nodes:
+        location = node.location or cluster.config.location
+        offer = catalogue.find(offers, node.server_type, location)
+        if offer is None or offer.unavailable_after is None:
+            continue
+        if offer.gone(now):
+            return (
+                f"{_chosen_by(node, fleet_source, stack_source)} is {node.server_type!r}, "
+                f"which Hetzner no longer sells in {location}: deprecated there (announced "
+                f"{catalogue.date(offer.announced)}), unavailable after "
+                f"{catalogue.date(offer.unavailable_after)}; accepted: a type sold in "
+                f"{location}; nothing changed"
+            ), ()
+        coming.setdefault((node.server_type, location), (offer, []))[1].append(node.name)
+    warnings = []
+    for (server_type, location), (offer, names) in coming.items():
+        warnings.append(
+            f"warning: Hetzner deprecated {server_type} in {location} (announced "
+            f"{catalogue.date(offer.announced)}): after {catalogue.date(offer.unavailable_after)}"
+            f" no server of it can be created there, so {', '.join(names)} could then not be "
+            "replaced (raya roll, up --replace) nor their pool grown; move them to another "
+            "type before then"
+        )
+    return None, tuple(warnings)
+
+
+def replacement_problem(
+    cluster: Cluster,
+    offers: Sequence[catalogue.Offer],
+    now: datetime.datetime,
+    nodes: Sequence[str],
+) -> str | None:
+    """Why a server cannot be created now for one of `nodes` (its type not listed in its
+    location, out of stock there, or deprecated past there), None if each can: a
+    replacement deletes the old server before creating the new one, and nothing brings the
+    old one back."""
+    for node in cluster.nodes:
+        if node.name not in nodes:
+            continue
+        location = node.location or cluster.config.location
+        offer = catalogue.find(offers, node.server_type, location)
+        if offer is None:
+            why = "Hetzner does not sell it there"
+        elif offer.gone(now):
+            why = f"deprecated there, unavailable after {catalogue.date(offer.unavailable_after)}"
+        elif not offer.available:
+            why = "Hetzner has none in stock there now (available: false)"
+        else:
+            continue
+        return (
+            f"{node.name}: a new {node.server_type} server cannot be created in {location} "
+            f"now ({why}), so its server is left as it is rather than deleted: retry once "
+            "it is back in stock, or give the node a type sold there"
+        )
+    return None
+
+
+def sold_locations(
+    offers: Sequence[catalogue.Offer], types: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Where Hetzner lists each of `types` (a type it lists nowhere: none); a deprecation
+    there that has passed is refused before (`deprecation_problems`). Whether it is in stock
+    there right now (`available`) changes by the hour: not a mistake in the inputs, so not
+    refused for an update, only for a replacement (`replacement_problem`)."""
+    found: dict[str, list[str]] = {}
+    for offer in offers:
+        if offer.server_type in types:
+            found.setdefault(offer.server_type, []).append(offer.location)
+    return {name: tuple(sorted(places)) for name, places in found.items()}
+
+
+def _token(root: Path, stack_name: str, stack: auto.Stack | None) -> str:
+    """The Hetzner token: HCLOUD_TOKEN, else the stack's hcloud:token."""
+    token = os.environ.get("HCLOUD_TOKEN")
+    if not token:
+        token = _stack_setting(stack or open_stack(root, stack_name, False), "hcloud:token")
     if not token:
         raise DeployError(
             "HCLOUD_TOKEN is not set and the stack has no hcloud:token: export a read and "
             "write API token of the Hetzner Cloud project (docs/deploy.md)"
         )
-    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
-    types = sorted({node.server_type for node in cluster.nodes})
-    problem = sold_problem(
-        cluster,
-        load_fleet(fleet_file(root)),
-        sold_locations(token, endpoint, types),
-        fleet_source=str(fleet_file(root)),
-        stack_source=str(stack_file(root, stack_name)),
-    )
-    if problem:
-        raise DeployError(problem)
-
-
-def sold_locations(token: str, endpoint: str, types: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """Where Hetzner sells each of `types` (none listed: it offers no such type). Since
-    2025-09-24 a server type's `locations` list is where it is sold, each with its own
-    deprecation (Hetzner Cloud changelog, "per location server types"; hcloud-python
-    `ServerType.locations`). Whether it is in stock there right now (`available`, as a
-    datacenter's `server_types.available`) changes by the hour: not a mistake in the
-    inputs, so not refused here."""
-    client = hcloud_client(token, endpoint)
-    found: dict[str, tuple[str, ...]] = {}
-    try:
-        for name in types:
-            server_type = client.server_types.get_by_name(name)
-            if server_type is not None:
-                places = server_type.locations or []
-                found[name] = tuple(sorted(str(place.location.name) for place in places))
-    except (HCloudException, requests.RequestException) as error:
-        raise DeployError(f"Hetzner API {endpoint}: {error}") from None
-    return found
+    return token
 
 
 def _stack_setting(stack: auto.Stack, key: str) -> str | None:

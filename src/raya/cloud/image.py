@@ -441,14 +441,20 @@ def find_packer() -> str:
 
 
 def packer_variables(
-    config: StackConfig, endpoints: Endpoints, architecture: str = HCLOUD_ARCH
+    config: StackConfig,
+    endpoints: Endpoints,
+    location: str,
+    server_type: str,
+    architecture: str = HCLOUD_ARCH,
 ) -> dict[str, str]:
-    """The template's variables: the cluster (its label), the architecture to build and where
-    the artifacts come from."""
+    """The template's variables: the cluster (its label), the architecture to build, the
+    build server's location and type (raya.cloud.catalogue.build_type) and where the
+    artifacts come from."""
     return {
         "architecture": architecture,
         "cluster_name": config.cluster_name,
-        "location": config.location,
+        "location": location,
+        "server_type": server_type,
         "fcos_builds_url": endpoints.fcos_builds,
         "k3s_releases_url": endpoints.k3s_releases,
     }

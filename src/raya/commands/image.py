@@ -63,9 +63,14 @@ def build(
     """Build the FCOS snapshot of each architecture the fleet uses (x86, and arm for cax*
     types) with Packer, skipping each that Hetzner already has with its labels.
 
+    Each is built where a node of its architecture runs, on the server type of that
+    architecture Hetzner sells there, available and not deprecated, with the smallest disk
+    (the snapshot's minimum), then the cheapest; refused, nothing created, where none is.
+
     Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
     """
     root = project_root(root)
+    import datetime
     import shlex
 
     from raya.cloud.image import (
@@ -110,6 +115,25 @@ def build(
     if not missing:
         _say("nothing to build")
         return
+    from raya.cloud import catalogue
+
+    with err.status("reading Hetzner's catalogue of server types..."):
+        offers = catalogue.offers(token, hcloud_endpoint, None, ImageError)
+    now = datetime.datetime.now(datetime.UTC)
+    builders = {}
+    for architecture in missing:
+        # Snapshots serve every location: built where a node of that architecture runs.
+        places = [
+            node.location or cluster.config.location
+            for node in cluster.nodes
+            if node.architecture == architecture
+        ]
+        builders[architecture] = catalogue.build_type(
+            offers, list(dict.fromkeys(places)), architecture, now,
+            f"where the fleet's {architecture} nodes run",
+        )  # fmt: skip
+        location, server_type = builders[architecture]
+        _say(f"{architecture} build server: {server_type} in {location}")
     packer = find_packer()
     endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
     for architecture in missing:
@@ -120,7 +144,9 @@ def build(
             f"k3s {pins.k3s.version}"
         )
     for architecture in missing:
-        variables = packer_variables(cluster.config, endpoints, architecture)
+        variables = packer_variables(
+            cluster.config, endpoints, *builders[architecture], architecture
+        )
         commands = packer_commands(packer, template, variables)
         if dry_run:
             _say(

@@ -178,7 +178,9 @@ def roll(
     --accept-volume-downtime is given. A node whose pods use claims on its own disk
     (local-path) is not touched unless --accept-local-data-loss is given. The first failure
     stops the roll and says what state it left the node in. Each node's steps, every wait
-    included, are printed first; --dry-run stops there."""
+    included, are printed first; --dry-run stops there. Before the first action, every node
+    to roll must be one whose server Hetzner can create in its location now (its type in
+    stock there, not deprecated past): else nothing is touched."""
     folder = project_root(root)
     from raya.model.pins import load_pins
     from raya.model.project import load_cluster
@@ -200,6 +202,8 @@ def roll(
             out.print(line, markup=False, soft_wrap=True)
     if dry_run:
         return
+    # Before the first drain: a server whose replacement Hetzner cannot create is not touched.
+    deploy.check_replaceable(folder, stack, [step.node for step in steps])
     kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")
     if not isinstance(kubeconfig, str):
         raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")

@@ -16,6 +16,7 @@ import yaml
 
 from raya.cloud.image import fcos_image_name
 from raya.model.pins import ChartPin, ChartPins, FcosPin, K3sPin, Pins, dump_chart_pins, dump_pin
+from tests.cloud import hetzner_api
 from tests.support import http_server
 
 REPO = Path(__file__).resolve().parents[3]
@@ -44,7 +45,8 @@ class Snapshot:
 
 @dataclass
 class FakeWeb:
-    """Serves `files` (path -> body) and a fake `GET /v1/images` over `snapshots`."""
+    """Serves `files` (path -> body), a fake `GET /v1/images` over `snapshots` and Hetzner's
+    server types (tests/cloud/hetzner_api.py's catalogue)."""
 
     url: str = ""
     files: dict[str, bytes] = field(default_factory=dict)
@@ -255,6 +257,11 @@ class FakeWeb:
                 body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
                 return 401, json.dumps(body).encode(), "application/json"
             return 200, json.dumps(self.images(query)).encode(), "application/json"
+        if parts.path == "/v1/server_types":  # Hetzner's catalogue, as raya preview reads it
+            if request.headers.get("Authorization") != "Bearer test-token":
+                body = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
+                return 401, json.dumps(body).encode(), "application/json"
+            return hetzner_api.server_types(request, [])
         if parts.path in self.files:
             return 200, self.files[parts.path], "application/octet-stream"
         return 404, b"not found\n", "text/plain"
@@ -294,7 +301,7 @@ def web() -> Iterator[FakeWeb]:
 STACK = """\
 config:
   raya:clusterName: {cluster}
-  raya:location: hel1
+  raya:location: {location}
   raya:authorizedUsers: [octo-alice]
   raya:managedSubdomain: raya
   raya:parentZone: example.com
@@ -308,6 +315,7 @@ def make_project(
     cluster: str = "raya-test",
     charts: ChartPins = CHARTS,
     fleet: object = None,
+    location: str = "hel1",
 ) -> Path:
     """A raya project: Pulumi.yaml, stack `test`, the real template, `pins` and the fleet
     (`fleet`, two x86 agents by default)."""
@@ -317,7 +325,7 @@ def make_project(
         json.dumps({"agents": ["cx23", "cx23"]} if fleet is None else fleet)
     )
     (root / "Pulumi.yaml").write_text("name: raya\nruntime: python\n")
-    (root / "Pulumi.test.yaml").write_text(STACK.format(cluster=cluster))
+    (root / "Pulumi.test.yaml").write_text(STACK.format(cluster=cluster, location=location))
     for name in ("fcos.pkr.hcl", "install.sh"):
         (root / "image" / name).write_bytes((IMAGE_DIR / name).read_bytes())
     (root / "image" / "fcos.pin").write_text(dump_pin(pins.fcos))

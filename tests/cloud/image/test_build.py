@@ -4,6 +4,7 @@ stand-in `packer` on PATH that records how it is called."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import pytest
 from raya.cloud.image import MIN_PACKER, find_packer
 from raya.errors import ImageError
 from raya.model.pins import FcosPin, K3sPin, Pins, label_selector, snapshot_labels
+from tests.cloud import hetzner_api
 from tests.cloud.image import hcl
 from tests.cloud.image.conftest import FCOS, IMAGE_DIR, K3S, PINS, FakeWeb, Snapshot, make_project
 from tests.support import require_tool
@@ -76,6 +78,8 @@ def raya(
         "RAYA_FCOS_BUILDS_URL": web.fcos,
         "RAYA_K3S_RELEASES_URL": web.k3s_releases,
         "PACKER_STANDIN_LOG": str(log),
+        # The raya under test, where a worktree puts its own sources first.
+        **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
         **env,
     }
     for name in drop:
@@ -139,6 +143,8 @@ def test_a_missing_snapshot_is_built_once(project: Path, web: FakeWeb, bin_dir: 
         "-var", f"fcos_builds_url={web.fcos}",
         "-var", f"k3s_releases_url={web.k3s_releases}",
         "-var", "location=hel1",
+        # The stand-in sells cx23 and cpx11 (40 GB) in hel1, cx23 cheaper.
+        "-var", "server_type=cx23",
         template,
     ]  # fmt: skip
     for call in run.calls[1:]:
@@ -355,3 +361,105 @@ def test_an_arm_fleet_without_arm_pins_stops_before_packer(
     assert "k3s.pin: no aarch64_sha256 pinned for k3s v1.36.5+k3s1 arm64" in run.stderr
     assert "raya image pins --update" in run.stderr and "Traceback" not in run.stderr
     assert "build" not in run.commands
+
+
+# ---- the build server: a type Hetzner sells, available and not deprecated, where nodes run ----
+
+
+def build_server(run: Run) -> dict[str, str]:
+    """The `location` and `server_type` variables of each `packer build`, by architecture."""
+    found = {}
+    for call in run.calls:
+        if call["argv"][0] == "build":
+            given = dict(arg.split("=", 1) for arg in call["argv"] if "=" in arg)
+            found[given["architecture"]] = f"{given['server_type']} in {given['location']}"
+    return found
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    # The stand-in sells cx23 (the cheapest with 40 GB) in the EU only, cpx11 everywhere.
+    [("nbg1", "cx23 in nbg1"), ("ash", "cpx11 in ash"), ("hil", "cpx11 in hil"),
+     ("sin", "cpx11 in sin")],
+)  # fmt: skip
+def test_the_x86_image_builds_in_every_location_on_a_type_sold_there(
+    web: FakeWeb, bin_dir: Path, tmp_path: Path, location: str, expected: str
+) -> None:
+    project = make_project(tmp_path / "project", location=location, fleet={"agents": ["cpx21"]})
+    web.publish(PINS)
+    run = raya(project, web, bin_dir)
+    assert run.code == 0, run.stderr
+    assert build_server(run) == {"x86": expected}
+    assert f"x86 build server: {expected}" in run.stdout
+
+
+def test_a_type_out_of_stock_or_deprecated_there_is_not_built_on(
+    web: FakeWeb, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project", fleet={"agents": ["cx23"]})
+    web.publish(PINS)
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "hel1"), {"available": False})
+    run = raya(project, web, bin_dir)
+    assert build_server(run) == {"x86": "cpx11 in hel1"}
+    # Deprecated there, even with a date to come: a throwaway server takes no type leaving.
+    later = {
+        "announced": "2026-01-01T00:00:00+00:00",
+        "unavailable_after": "2099-01-01T00:00:00+00:00",
+    }
+    monkeypatch.setitem(hetzner_api.STATES, ("cpx11", "hel1"), {"deprecation": later})
+    run = raya(project, web, bin_dir)
+    # The next smallest disk (80 GB): cx33 before the dearer cpx21.
+    assert build_server(run) == {"x86": "cx33 in hel1"}
+    # In stock and deprecated elsewhere only: hel1's own state is what counts.
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "hel1"), {})
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "fsn1"), {"available": False})
+    assert build_server(raya(project, web, bin_dir)) == {"x86": "cx23 in hel1"}
+
+
+def test_an_arm_pool_builds_where_it_runs(web: FakeWeb, bin_dir: Path, tmp_path: Path) -> None:
+    fleet = {
+        "agents": ["cx23"],
+        "pools": [{"name": "arm", "type": "cax21", "count": 1, "addresses": "10.0.1.128/27",
+                   "location": "fsn1"}],
+    }  # fmt: skip
+    project = make_project(tmp_path / "project", fleet=fleet)
+    web.publish(PINS)
+    run = raya(project, web, bin_dir)
+    assert run.code == 0, run.stderr
+    assert build_server(run) == {"arm": "cax11 in fsn1", "x86": "cx23 in hel1"}
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_location_selling_no_type_of_the_architecture_is_refused_before_packer(
+    web: FakeWeb, bin_dir: Path, tmp_path: Path, dry_run: list[str]
+) -> None:
+    fleet = {"agents": [], "pools": [{"name": "arm", "type": "cax11", "count": 1,
+                                      "addresses": "10.0.1.128/27"}]}  # fmt: skip
+    project = make_project(tmp_path / "project", location="sin", fleet=fleet)
+    web.publish(PINS)
+    run = raya(project, web, bin_dir, *dry_run)
+    assert run.code == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: sin (where the fleet's arm nodes run): Hetzner sells no arm server type there "
+        "that is available and not deprecated, to build the arm snapshot on; it sells such "
+        "types in fsn1, hel1, nbg1; nothing was built"
+    )
+    assert run.calls == []  # Packer not even asked its version
+    assert not any("meta.json" in path for path in web.paths())
+
+
+def test_no_type_of_the_architecture_left_in_stock_there_is_refused(
+    web: FakeWeb, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project", location="ash", fleet={"agents": ["cpx21"]})
+    web.publish(PINS)
+    gone = {"deprecation": {"announced": "2025-01-01T00:00:00+00:00",
+                            "unavailable_after": "2025-06-01T00:00:00+00:00"}}  # fmt: skip
+    for name in ("cpx11", "cpx21", "cpx31"):
+        monkeypatch.setitem(hetzner_api.STATES, (name, "ash"), {"available": False})
+    monkeypatch.setitem(hetzner_api.STATES, ("cpx41", "ash"), gone)
+    run = raya(project, web, bin_dir)
+    assert run.code == 1
+    assert "ash (where the fleet's x86 nodes run): Hetzner sells no x86 server type" in run.stderr
+    assert "it sells such types in fsn1, hel1, hil, nbg1, sin; nothing was built" in run.stderr
+    assert run.calls == []

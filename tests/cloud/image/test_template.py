@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from raya.cloud.image import fcos_image_url, k3s_binary_url, packer_variables
 from raya.defaults import FCOS_BUILDS_URL, K3S_RELEASES_URL
-from raya.model.config import architecture as config_architecture
 from raya.model.pins import FcosPin, K3sPin, Pins, dump_pin, load_pins, snapshot_labels
 from tests.cloud.image import hcl
 from tests.cloud.image.conftest import IMAGE_DIR, PINS
@@ -100,6 +99,8 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
         "cluster_name": "raya",
         "fcos_builds_url": "http://m/fcos",
         "k3s_releases_url": "http://m/k3s",
+        "location": "sin",
+        "server_type": {"x86": "cpx11", "arm": "cax11"}[architecture],
     }
     evaluator = hcl.Evaluator(template, tmp_path, given)
     locals_ = hcl.locals_of(template)
@@ -121,9 +122,10 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
         {"x86": "a" * 64},
         {"arm": "8" * 64},
     )  # conftest's pins: the x86 and aarch64 values differ
-    # The build server is of the architecture it builds for: the model's own judgement.
-    server_type = evaluator.value(hcl.source_of(template, "hcloud", "fcos")["server_type"])
-    assert config_architecture(server_type) == architecture
+    # The build server is the one raya chose from Hetzner's catalogue, where it chose it.
+    source = hcl.source_of(template, "hcloud", "fcos")
+    assert evaluator.value(source["server_type"]) == given["server_type"]
+    assert evaluator.value(source["location"]) == given["location"]
 
 
 def test_every_variable_raya_passes_is_declared() -> None:
@@ -140,7 +142,11 @@ def test_every_variable_raya_passes_is_declared() -> None:
         "test",
     )
     declared = hcl.variables_of(hcl.load(TEMPLATE))
-    assert set(packer_variables(config, Endpoints())) <= set(declared)
+    passed = set(packer_variables(config, Endpoints(), "ash", "cpx11"))
+    assert passed <= set(declared)
+    # Those Packer would otherwise ask for, or take a default raya did not choose.
+    assert {"cluster_name", "location", "server_type"} <= passed
+    assert "default" not in declared["location"] and "default" not in declared["server_type"]
 
 
 def test_install_sh_gets_every_input_it_requires() -> None:
@@ -200,7 +206,7 @@ def test_packer_validates_the_template_for_each_architecture(
     template = without_packer_block(write_pins(tmp_path, pins))
     result = subprocess.run(
         [packer, "validate", "-var", "cluster_name=raya", "-var", f"architecture={architecture}",
-         str(template)],
+         "-var", "location=ash", "-var", "server_type=cpx11", str(template)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -25,6 +25,7 @@ from raya.cloud import deploy
 from raya.cloud import kit as recovery
 from raya.errors import ConfigError, DeployError
 from raya.model.config import load_stack_config
+from tests.cloud import hetzner_api
 from tests.cloud.program import standin_pulumi
 from tests.runner import invoke
 from tests.support import REPO
@@ -468,3 +469,99 @@ def test_a_preview_leaves_out_leaving_control_planes_the_engine_would_refuse_to_
     ]
     printed = "\n".join(standin.printed()[1])
     assert "control-plane-1 deleted" not in printed and "control-plane-2 " not in printed
+
+
+# ---- Hetzner's catalogue per location: deprecations and stock (tests/cloud/hetzner_api.py) ----
+
+PASSED = {"announced": "2025-01-01T00:00:00Z", "unavailable_after": "2025-06-01T00:00:00Z"}
+COMING = {"announced": "2026-06-01T00:00:00Z", "unavailable_after": "2099-01-01T00:00:00Z"}
+
+
+def test_a_type_deprecated_past_in_its_location_is_refused_before_pulumi(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The example fleet: agents cx23, cx23, cx33 in nbg1, the control plane cx33.
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "fsn1"), {"deprecation": PASSED})
+    assert invoke(["preview", "--root", str(project)]).exit_code == 0  # another location's
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {"deprecation": PASSED})
+    for action in ("preview", "up"):
+        result = invoke([action, "--root", str(project)])
+        assert result.exit_code == 1
+        assert str(result.exception) == (
+            f"{project / 'deploy' / 'fleet' / 'agents.json'}: agents[0] is 'cx23', which "
+            "Hetzner no longer sells in nbg1: deprecated there (announced 2025-01-01 00:00 UTC),"
+            " unavailable after 2025-06-01 00:00 UTC; accepted: a type sold in nbg1; nothing "
+            "changed"
+        )
+    assert [run[0] for run in standin.operations()] == ["preview"]
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {})
+    monkeypatch.setitem(hetzner_api.STATES, ("cx33", "nbg1"), {"deprecation": PASSED})
+    with pytest.raises(DeployError, match=r"raya:controlPlaneServerType is 'cx33', which Het"):
+        deploy.run("preview", project, "prod", lambda line: None)
+
+
+def test_an_announced_deprecation_is_warned_of_with_its_date(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {"deprecation": COMING})
+    printed: list[str] = []
+    deploy.run("up", project, "prod", printed.append)
+    assert [run[0] for run in standin.operations()] == ["up"]
+    (warning,) = [line for line in printed if line.startswith("warning: Hetzner deprecated")]
+    assert warning == (
+        "warning: Hetzner deprecated cx23 in nbg1 (announced 2026-06-01 00:00 UTC): after "
+        "2099-01-01 00:00 UTC no server of it can be created there, so agent-0, agent-1 could "
+        "then not be replaced (raya roll, up --replace) nor their pool grown; move them to "
+        "another type before then"
+    )
+    # Out of stock is no mistake in the inputs: an update without replacements goes on.
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {"available": False})
+    printed.clear()
+    deploy.run("up", project, "prod", printed.append)
+    assert not [line for line in printed if line.startswith("warning: Hetzner")]
+
+
+def test_up_replace_refuses_a_node_whose_type_cannot_be_created_there_now(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
+    servers = dict(standin.backend().hetzner["servers"])
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {"available": False})
+    result = invoke(["up", "--replace", "agent-0", "--root", str(project)])
+    assert result.exit_code == 1
+    assert str(result.exception) == (
+        "agent-0: a new cx23 server cannot be created in nbg1 now (Hetzner has none in stock "
+        "there now (available: false)), so its server is left as it is rather than deleted: "
+        "retry once it is back in stock, or give the node a type sold there"
+    )
+    assert [run[0] for run in standin.operations()] == ["up"]  # no shutdown, no update
+    assert standin.backend().hetzner["servers"] == servers
+    # agent-2 is a cx33, in stock in nbg1: its replacement goes ahead.
+    deploy.run("up", project, "prod", lambda line: None, replace=("agent-2",))
+    assert [run[0] for run in standin.operations()] == ["up", "up"]
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        ({"available": False}, "Hetzner has none in stock there now (available: false)"),
+        ({"deprecation": PASSED}, "deprecated there, unavailable after 2025-06-01 00:00 UTC"),
+    ],
+)
+def test_roll_refuses_before_its_first_action(
+    project: Path, monkeypatch: pytest.MonkeyPatch, state: dict[str, Any], why: str
+) -> None:
+    from raya.operate import roll as roll_model
+
+    built: list[dict[str, Any]] = []
+    monkeypatch.setattr(roll_model, "Roll", lambda **settings: built.append(settings))
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: built.append({}))
+    monkeypatch.setitem(hetzner_api.STATES, ("cx33", "nbg1"), state)
+    result = invoke(["roll", "agent-0", "agent-2", "--root", str(project)])
+    assert result.exit_code == 1
+    assert str(result.exception) == (
+        f"agent-2: a new cx33 server cannot be created in nbg1 now ({why}), so its server is "
+        "left as it is rather than deleted: retry once it is back in stock, or give the node "
+        "a type sold there"
+    )
+    assert built == []  # neither the cluster's API asked nor a single node drained
