@@ -37,6 +37,7 @@ from raya.model.project import load_cluster
 Action = Literal["preview", "up", "destroy"]
 OnOutput = Callable[[str], None]
 INSTALL_TIMEOUT = 60.0  # seconds without an answer from get.pulumi.com
+INSTALL_RETRY_AFTER = 600.0  # seconds a failed download of the CLI is not tried again
 SHUTDOWN_TIMEOUT = 180.0  # seconds for a server to be off after an ACPI shutdown
 SHUTDOWN_POLL = 2.0
 INSTALL_HINT = (
@@ -96,23 +97,64 @@ class Removal(Protocol):
     def after(self, leaving: Sequence[str]) -> None: ...
 
 
-def pulumi_command() -> auto.PulumiCommand:
+def pulumi_command(now: Callable[[], float] = time.time) -> auto.PulumiCommand:
     """The Pulumi CLI on PATH; else the one matching this SDK under ~/.pulumi/versions,
-    downloaded there first if it is not (which needs https://get.pulumi.com)."""
+    downloaded there first if it is not (which needs https://get.pulumi.com).
+
+    A failed download is remembered (`install_stamp`) for `INSTALL_RETRY_AFTER` seconds of
+    `now`: within them raya says so at once, instead of every command waiting on a network
+    that just failed; a later successful install forgets it."""
     previous = socket.getdefaulttimeout()
     # The SDK's download sets no timeout: without one, a filtered network hangs forever.
     socket.setdefaulttimeout(INSTALL_TIMEOUT)
+    stamp = install_stamp()
     try:
         if shutil.which("pulumi"):
             return auto.PulumiCommand()
-        return auto.PulumiCommand.install()
+        _check_no_recent_failure(stamp, now())
+        command = auto.PulumiCommand.install()
+    except DeployError:
+        raise
     except Exception as error:  # download, install script, version check: all mean the same
+        if not shutil.which("pulumi"):
+            _remember_failure(stamp, now(), str(error))
         raise DeployError(
             f"the Pulumi CLI is missing or unusable and could not be installed ({error}); "
             + INSTALL_HINT
         ) from None
     finally:
         socket.setdefaulttimeout(previous)
+    stamp.unlink(missing_ok=True)
+    return command
+
+
+def install_stamp() -> Path:
+    """Where a failed download of the Pulumi CLI is remembered: the user's cache, as the
+    CLI it stands for is the user's (~/.pulumi), whichever project asked for it."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "raya" / "pulumi-install-failed.json"
+
+
+def _check_no_recent_failure(stamp: Path, now: float) -> None:
+    try:
+        failed = json.loads(stamp.read_text(encoding="utf-8"))
+        at, why = float(failed["at"]), str(failed["error"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # none, or not one raya wrote: try the download
+    if 0 <= now - at < INSTALL_RETRY_AFTER:
+        raise DeployError(
+            f"the Pulumi CLI is missing, and downloading it failed {now - at:.0f} s ago "
+            f"({why}); raya tries again {INSTALL_RETRY_AFTER - (now - at):.0f} s from now "
+            f"(or at once if {stamp} is deleted): " + INSTALL_HINT
+        )
+
+
+def _remember_failure(stamp: Path, now: float, error: str) -> None:
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"at": now, "error": error}), encoding="utf-8")
+    except OSError:
+        pass  # not remembered: the next command tries the download again, no worse than that
 
 
 def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
