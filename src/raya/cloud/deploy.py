@@ -157,9 +157,13 @@ def _remember_failure(stamp: Path, now: float, error: str) -> None:
         pass  # not remembered: the next command tries the download again, no worse than that
 
 
-def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
-    """Stack `name` of the project at `root`, created in the backend if `create`."""
-    opts = auto.LocalWorkspaceOptions(work_dir=str(root), pulumi_command=pulumi_command())
+def open_stack(
+    root: Path, name: str, create: bool, command: auto.PulumiCommand | None = None
+) -> auto.Stack:
+    """Stack `name` of the project at `root`, created in the backend if `create`, through
+    `command` (`pulumi_command()` if None)."""
+    cli = command or pulumi_command()
+    opts = auto.LocalWorkspaceOptions(work_dir=str(root), pulumi_command=cli)
     try:
         if create:
             return auto.create_or_select_stack(name, work_dir=str(root), opts=opts)
@@ -208,6 +212,8 @@ def run(
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
+    # The CLI first: the fix for what is checked next (`pulumi config set`) needs it.
+    command = pulumi_command()
     urns: list[str] = []
     if action != "destroy":
         cluster = load_cluster(root, stack_name)
@@ -226,7 +232,7 @@ def run(
                 "which waits until each is back as a voting member), nothing changed"
             )
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
-    stack = open_stack(root, stack_name, action != "destroy")
+    stack = open_stack(root, stack_name, action != "destroy", command)
     leaving: tuple[str, ...] = ()
     if action != "destroy":
         check_sold(root, stack_name, cluster, stack)
@@ -400,8 +406,9 @@ def check_sold(root: Path, stack_name: str, cluster: Cluster, stack: auto.Stack)
     token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token")
     if not token:
         raise DeployError(
-            "HCLOUD_TOKEN is not set and the stack has no hcloud:token: export a read and "
-            "write API token of the Hetzner Cloud project (docs/deploy.md)"
+            "HCLOUD_TOKEN is not set and the stack has no hcloud:token: set a read and "
+            "write API token of the Hetzner Cloud project with `export HCLOUD_TOKEN=<token>` "
+            "or `pulumi config set --secret hcloud:token <token>` (docs/deploy.md)"
         )
     endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
     types = sorted({node.server_type for node in cluster.nodes})

@@ -269,6 +269,8 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
     Protected ones included (the control plane and its volume): the confirmation is the
     protection. The backups' bucket and its snapshots stay unless --delete-backups."""
     root = project_root(root)
+    # Before the question: a stack that is not there (or no CLI to reach it) is the news.
+    deploy_module("destroy").open_stack(root, stack, False)
     what = "its servers, DNS zone" + (" and every backup" if delete_backups else "")
     if not yes and not confirm(
         f"Destroy every resource of stack {stack}, {what} included?", to_stderr=True

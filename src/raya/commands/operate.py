@@ -150,7 +150,8 @@ def print_report(report: st.Report) -> None:
     Argument("nodes", multiple=True,
              help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
     STACK, ROOT,
-    Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
+    Option("--dry-run", kind="flag",
+           help="Print the plan; change nothing (without NODES it still runs a preview)."),
     Option("--drain-timeout", kind="seconds", default=DRAIN_TIMEOUT,
            help="Seconds to wait for a node's pods to be gone (evicted, then terminated)."),
     Option("--ready-timeout", kind="seconds", default=READY_TIMEOUT,
@@ -190,7 +191,12 @@ def roll(
     drifting: list[str] = []
     if not nodes:
         with err.status("previewing to find drift..."):
-            drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+            try:
+                drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+            except DeployError as error:
+                raise DeployError(
+                    f"roll without NODES runs a preview to find the drifting ones: {error}"
+                ) from None
     steps = roll_model.plan([n.name for n in cluster.nodes], nodes, drifting)
     if not steps:
         err.print("nothing to roll: no node drifts", markup=False)
