@@ -10,7 +10,7 @@ from raya.commands.options import HCLOUD_ENDPOINT, NODE_NAMES, ROOT, STACK, proj
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
 from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
-from raya.errors import DeployError
+from raya.errors import DeployError, RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def roll(
         with err.status("previewing to find drift..."):
             try:
                 drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
-            except DeployError as error:
+            except RayaError as error:  # whatever stops the preview
                 raise DeployError(
                     f"roll without NODES runs a preview to find the drifting ones: {error}"
                 ) from None
