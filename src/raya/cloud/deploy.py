@@ -170,7 +170,9 @@ def open_stack(
         return auto.select_stack(name, work_dir=str(root), opts=opts)
     except auto.StackNotFoundError:
         raise DeployError(
-            f"stack {name} does not exist in the Pulumi backend (nothing deployed yet?)"
+            f"stack {name} does not exist in the Pulumi backend: nothing deployed yet (`raya "
+            f"up --stack {name}` deploys it), or another backend than the one it is in "
+            "(`pulumi whoami --verbose` names this one)"
         ) from None
     except auto.CommandError as error:
         raise DeployError(f"could not open stack {name}: {_last_line(error)}") from None

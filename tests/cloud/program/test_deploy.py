@@ -310,7 +310,9 @@ def test_raya_destroy_of_no_stack_says_so_before_asking(project: Path, standin: 
     result = invoke(["destroy", "--stack", "never", "--root", str(project)], input="y\n")
     assert result.exit_code == 1
     assert result.stderr == (
-        "error: stack never does not exist in the Pulumi backend (nothing deployed yet?)\n"
+        "error: stack never does not exist in the Pulumi backend: nothing deployed yet (`raya "
+        "up --stack never` deploys it), or another backend than the one it is in (`pulumi "
+        "whoami --verbose` names this one)\n"
     )
     assert [run[0] for run in standin.operations()] == []
 
