@@ -228,7 +228,6 @@ def test_cli_too_old_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_missing_cli_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its failure stamp
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     installed = tmp_path / "versions" / "3.200.0"
 
@@ -243,7 +242,6 @@ def test_missing_cli_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_missing_cli_that_cannot_be_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its failure stamp
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
 
     def install() -> auto.PulumiCommand:
