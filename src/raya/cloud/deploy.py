@@ -27,7 +27,7 @@ from raya.cloud import kit as recovery
 from raya.cloud.image import hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.defaults import HCLOUD_API_URL
-from raya.errors import DeployError
+from raya.errors import DeployError, RayaError
 from raya.model.config import check_secret_settings, stack_file
 from raya.model.fleet import CONTROL_PLANE_NAME, Cluster, fleet_file, load_fleet, sold_problem
 from raya.model.jsonfile import DuplicateKey, loads_yaml
@@ -157,13 +157,9 @@ def _remember_failure(stamp: Path, now: float, error: str) -> None:
         pass  # not remembered: the next command tries the download again, no worse than that
 
 
-def open_stack(
-    root: Path, name: str, create: bool, command: auto.PulumiCommand | None = None
-) -> auto.Stack:
-    """Stack `name` of the project at `root`, created in the backend if `create`, through
-    `command` (`pulumi_command()` if None)."""
-    cli = command or pulumi_command()
-    opts = auto.LocalWorkspaceOptions(work_dir=str(root), pulumi_command=cli)
+def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
+    """Stack `name` of the project at `root`, created in the backend if `create`."""
+    opts = auto.LocalWorkspaceOptions(work_dir=str(root), pulumi_command=pulumi_command())
     try:
         if create:
             return auto.create_or_select_stack(name, work_dir=str(root), opts=opts)
@@ -214,17 +210,9 @@ def run(
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
-    # The CLI first: the fix for what is checked next (`pulumi config set`) needs it.
-    command = pulumi_command()
     urns: list[str] = []
     if action != "destroy":
-        cluster = load_cluster(root, stack_name)
-        check_secret_settings(stack_file(root, stack_name))
-        source = cluster.config.from_recovery_kit
-        if source:  # the program reads it too; a kit of another cluster fails here first
-            recovery.load(recovery.resolve(root, source), cluster.config)
-        load_pins(root)
-        load_chart_pins(root)
+        cluster = _checked_first(root, stack_name)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
         planes = [n.name for n in cluster.control_planes if n.name in replace]
         if len(planes) > 1:
@@ -234,7 +222,7 @@ def run(
                 "which waits until each is back as a voting member), nothing changed"
             )
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
-    stack = open_stack(root, stack_name, action != "destroy", command)
+    stack = open_stack(root, stack_name, action != "destroy")
     leaving: tuple[str, ...] = ()
     if action != "destroy":
         check_sold(root, stack_name, cluster, stack)
@@ -310,6 +298,25 @@ def run(
         raise DeployError(
             f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
         ) from None
+
+
+def _checked_first(root: Path, stack_name: str) -> Cluster:
+    """The cluster, once the stack file (its secret settings present, the recovery kit it is
+    built from), fleet and pins are found valid. When they are not, the Pulumi CLI is
+    looked for first: the fix of a stack value (`pulumi config set`) needs it, so a missing
+    CLI is the first thing to say."""
+    try:
+        cluster = load_cluster(root, stack_name)
+        check_secret_settings(stack_file(root, stack_name))
+        source = cluster.config.from_recovery_kit
+        if source:  # the program reads it too; a kit of another cluster fails here first
+            recovery.load(recovery.resolve(root, source), cluster.config)
+        load_pins(root)
+        load_chart_pins(root)
+    except RayaError:
+        pulumi_command()
+        raise
+    return cluster
 
 
 def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> None:
