@@ -118,3 +118,11 @@ def backups_on_the_stand_in(
                       access_key=access_key, secret_key=secret_key, token_hash="")  # fmt: skip
 
     monkeypatch.setattr("raya.commands.deploy.backup_target", stand_in_bucket)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's cache, where raya remembers a failed download of the Pulumi CLI
+    (`raya.cloud.deploy.install_stamp`), is each test's own: no test reads another's failure
+    nor leaves one to the person running them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

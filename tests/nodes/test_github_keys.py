@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -611,3 +612,38 @@ def test_keys_command_example_takes_no_stack() -> None:
     result = raya("keys", "--example", "--stack", "prod")
     assert result.returncode == 2
     assert "--example is its own project; it takes no --root or --stack" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "retried"),
+    [(socket.EAI_NONAME, False), (socket.EAI_AGAIN, True)],
+    ids=["unknown-name", "resolver-busy"],
+)
+def test_a_name_that_does_not_resolve_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch, code: int, retried: bool
+) -> None:
+    # What getaddrinfo raises for github.com on a machine without DNS (-2, "Name or service
+    # not known"), against a resolver that could not answer this time (-3): asked of no
+    # resolver, so that the test talks to no other address.
+    asked: list[str] = []
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(host)
+        raise socket.gaierror(code, "no such name")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    sleeps = Sleeps()
+    with pytest.raises(KeysError) as caught:
+        fetch_keys(["octo-alice"], "https://github.invalid", sleep=sleeps)
+    if retried:
+        assert len(asked) == 4
+        assert sleeps == [1, 2, 4]
+        assert "failed 4 times" in str(caught.value)
+    else:
+        assert asked == ["github.invalid"]
+        assert sleeps == []
+        assert str(caught.value) == (
+            "raya:authorizedUsers: octo-alice: https://github.invalid/octo-alice.keys: cannot "
+            "resolve its host ([Errno -2] no such name), not retried: check this machine's "
+            "network and DNS"
+        )

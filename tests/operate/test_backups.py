@@ -568,3 +568,27 @@ def test_a_retention_below_2n_minus_1_leaves_a_control_plane_without_a_snapshot(
                  T0 + 2 * SIX_HOURS + offset, JOIN_SECRET)  # fmt: skip
     assert held(target) == {"control-plane-1", "control-plane-2"}
     assert first.directory  # on its own volume it still has them
+
+
+def test_an_endpoint_whose_name_does_not_resolve_is_asked_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What getaddrinfo raises for a name no DNS knows (-2): asked of no resolver. botocore
+    # retries a connection that failed (EndpointConnectionError), a name included.
+    asked: list[str] = []
+
+    def getaddrinfo(host: str, *args: object, **kwargs: object) -> list[object]:
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    nowhere = bk.Target(endpoint="storage.invalid", bucket="raya-etcd-00000000", folder="raya",
+                        region=REGION, access_key="GOOG1EXAMPLE", secret_key="not-a-secret",
+                        token_hash=token_hash(JOIN_SECRET))  # fmt: skip
+    with pytest.raises(bk.BackupError) as caught:
+        bk.list_snapshots(nowhere)
+    assert str(caught.value) == (
+        "s3://raya-etcd-00000000/raya: storage.invalid: cannot resolve its host ([Errno -2] "
+        "Name or service not known), not retried: check this machine's network and DNS"
+    )
+    assert asked == ["storage.invalid"]

@@ -29,7 +29,7 @@ from raya.cloud import kit as recovery
 from raya.cloud.image import hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.defaults import HCLOUD_API_URL
-from raya.errors import DeployError
+from raya.errors import DeployError, RayaError
 from raya.model.config import check_secret_settings, stack_file
 from raya.model.fleet import (
     CONTROL_PLANE_NAME,
@@ -46,6 +46,7 @@ from raya.model.project import load_cluster
 Action = Literal["preview", "up", "destroy"]
 OnOutput = Callable[[str], None]
 INSTALL_TIMEOUT = 60.0  # seconds without an answer from get.pulumi.com
+INSTALL_RETRY_AFTER = 600.0  # seconds a failed download of the CLI is not tried again
 SHUTDOWN_TIMEOUT = 180.0  # seconds for a server to be off after an ACPI shutdown
 SHUTDOWN_POLL = 2.0
 INSTALL_HINT = (
@@ -105,23 +106,64 @@ class Removal(Protocol):
     def after(self, leaving: Sequence[str]) -> None: ...
 
 
-def pulumi_command() -> auto.PulumiCommand:
+def pulumi_command(now: Callable[[], float] = time.time) -> auto.PulumiCommand:
     """The Pulumi CLI on PATH; else the one matching this SDK under ~/.pulumi/versions,
-    downloaded there first if it is not (which needs https://get.pulumi.com)."""
+    downloaded there first if it is not (which needs https://get.pulumi.com).
+
+    A failed download is remembered (`install_stamp`) for `INSTALL_RETRY_AFTER` seconds of
+    `now`: within them raya says so at once, instead of every command waiting on a network
+    that just failed; a later successful install forgets it."""
     previous = socket.getdefaulttimeout()
     # The SDK's download sets no timeout: without one, a filtered network hangs forever.
     socket.setdefaulttimeout(INSTALL_TIMEOUT)
+    stamp = install_stamp()
     try:
         if shutil.which("pulumi"):
             return auto.PulumiCommand()
-        return auto.PulumiCommand.install()
+        _check_no_recent_failure(stamp, now())
+        command = auto.PulumiCommand.install()
+    except DeployError:
+        raise
     except Exception as error:  # download, install script, version check: all mean the same
+        if not shutil.which("pulumi"):
+            _remember_failure(stamp, now(), str(error))
         raise DeployError(
             f"the Pulumi CLI is missing or unusable and could not be installed ({error}); "
             + INSTALL_HINT
         ) from None
     finally:
         socket.setdefaulttimeout(previous)
+    stamp.unlink(missing_ok=True)
+    return command
+
+
+def install_stamp() -> Path:
+    """Where a failed download of the Pulumi CLI is remembered: the user's cache, as the
+    CLI it stands for is the user's (~/.pulumi), whichever project asked for it."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "raya" / "pulumi-install-failed.json"
+
+
+def _check_no_recent_failure(stamp: Path, now: float) -> None:
+    try:
+        failed = json.loads(stamp.read_text(encoding="utf-8"))
+        at, why = float(failed["at"]), str(failed["error"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # none, or not one raya wrote: try the download
+    if 0 <= now - at < INSTALL_RETRY_AFTER:
+        raise DeployError(
+            f"the Pulumi CLI is missing, and downloading it failed {now - at:.0f} s ago "
+            f"({why}); raya tries again {INSTALL_RETRY_AFTER - (now - at):.0f} s from now "
+            f"(or at once if {stamp} is deleted): " + INSTALL_HINT
+        )
+
+
+def _remember_failure(stamp: Path, now: float, error: str) -> None:
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"at": now, "error": error}), encoding="utf-8")
+    except OSError:
+        pass  # not remembered: the next command tries the download again, no worse than that
 
 
 def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
@@ -133,7 +175,9 @@ def open_stack(root: Path, name: str, create: bool) -> auto.Stack:
         return auto.select_stack(name, work_dir=str(root), opts=opts)
     except auto.StackNotFoundError:
         raise DeployError(
-            f"stack {name} does not exist in the Pulumi backend (nothing deployed yet?)"
+            f"stack {name} does not exist in the Pulumi backend: nothing deployed yet (`raya "
+            f"up --stack {name}` deploys it), or another backend than the one it is in "
+            "(`pulumi whoami --verbose` names this one)"
         ) from None
     except auto.CommandError as error:
         raise DeployError(f"could not open stack {name}: {_last_line(error)}") from None
@@ -177,13 +221,7 @@ def run(
         raise DeployError("replace: a destroy replaces nothing")
     urns: list[str] = []
     if action != "destroy":
-        cluster = load_cluster(root, stack_name)
-        check_secret_settings(stack_file(root, stack_name))
-        source = cluster.config.from_recovery_kit
-        if source:  # the program reads it too; a kit of another cluster fails here first
-            recovery.load(recovery.resolve(root, source), cluster.config)
-        load_pins(root)
-        load_chart_pins(root)
+        cluster = _checked_first(root, stack_name)
         urns = [_server_urn(root, stack_name, name) for name in _nodes(cluster, replace)]
         planes = [n.name for n in cluster.control_planes if n.name in replace]
         if len(planes) > 1:
@@ -269,6 +307,25 @@ def run(
         raise DeployError(
             f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
         ) from None
+
+
+def _checked_first(root: Path, stack_name: str) -> Cluster:
+    """The cluster, once the stack file (its secret settings present, the recovery kit it is
+    built from), fleet and pins are found valid. When they are not, the Pulumi CLI is
+    looked for first: the fix of a stack value (`pulumi config set`) needs it, so a missing
+    CLI is the first thing to say."""
+    try:
+        cluster = load_cluster(root, stack_name)
+        check_secret_settings(stack_file(root, stack_name))
+        source = cluster.config.from_recovery_kit
+        if source:  # the program reads it too; a kit of another cluster fails here first
+            recovery.load(recovery.resolve(root, source), cluster.config)
+        load_pins(root)
+        load_chart_pins(root)
+    except RayaError:
+        pulumi_command()
+        raise
+    return cluster
 
 
 def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> None:
@@ -510,8 +567,9 @@ def _token(root: Path, stack_name: str, stack: auto.Stack | None) -> str:
         token = _stack_setting(stack or open_stack(root, stack_name, False), "hcloud:token")
     if not token:
         raise DeployError(
-            "HCLOUD_TOKEN is not set and the stack has no hcloud:token: export a read and "
-            "write API token of the Hetzner Cloud project (docs/deploy.md)"
+            "HCLOUD_TOKEN is not set and the stack has no hcloud:token: set a read and "
+            "write API token of the Hetzner Cloud project with `export HCLOUD_TOKEN=<token>` "
+            "or `pulumi config set --secret hcloud:token <token>` (docs/deploy.md)"
         )
     return token
 

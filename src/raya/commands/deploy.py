@@ -270,11 +270,13 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
     protection. The backups' bucket and its snapshots stay unless --delete-backups."""
     root = project_root(root)
     what = "its servers, DNS zone" + (" and every backup" if delete_backups else "")
-    if not yes and not confirm(
-        f"Destroy every resource of stack {stack}, {what} included?", to_stderr=True
-    ):
-        err.print("nothing destroyed")
-        raise SystemExit(1)
+    if not yes:
+        # Before the question: a stack that is not there (or no CLI to reach it) is the news.
+        deploy_module("destroy").open_stack(root, stack, False)
+        if not confirm(f"Destroy every resource of stack {stack}, {what} included?",
+                       to_stderr=True):  # fmt: skip
+            err.print("nothing destroyed")
+            raise SystemExit(1)
     _run("destroy", stack, root, delete_backups=delete_backups)
     _say_where_the_kit_is(root, stack, delete_backups)
     if delete_backups:

@@ -96,8 +96,8 @@ def build(
     token = os.environ.get("HCLOUD_TOKEN", "")
     if not token:
         raise ImageError(
-            "HCLOUD_TOKEN is not set: export a read and write API token of the Hetzner Cloud "
-            "project (Security > API tokens in the Hetzner console)"
+            "HCLOUD_TOKEN is not set: `export HCLOUD_TOKEN=<token>`, a read and write API "
+            "token of the Hetzner Cloud project (Security > API tokens in the Hetzner console)"
         )
     missing = []
     for architecture in sorted({node.architecture for node in cluster.nodes}):

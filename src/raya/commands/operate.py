@@ -10,7 +10,7 @@ from raya.commands.options import HCLOUD_ENDPOINT, NODE_NAMES, ROOT, STACK, proj
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
 from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
-from raya.errors import DeployError
+from raya.errors import DeployError, RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
@@ -150,7 +150,8 @@ def print_report(report: st.Report) -> None:
     Argument("nodes", multiple=True,
              help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
     STACK, ROOT,
-    Option("--dry-run", kind="flag", help="Print the plan; change nothing."),
+    Option("--dry-run", kind="flag",
+           help="Print the plan; change nothing (without NODES it still runs a preview)."),
     Option("--drain-timeout", kind="seconds", default=DRAIN_TIMEOUT,
            help="Seconds to wait for a node's pods to be gone (evicted, then terminated)."),
     Option("--ready-timeout", kind="seconds", default=READY_TIMEOUT,
@@ -192,7 +193,12 @@ def roll(
     drifting: list[str] = []
     if not nodes:
         with err.status("previewing to find drift..."):
-            drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+            try:
+                drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
+            except RayaError as error:  # whatever stops the preview
+                raise DeployError(
+                    f"roll without NODES runs a preview to find the drifting ones: {error}"
+                ) from None
     steps = roll_model.plan([n.name for n in cluster.nodes], nodes, drifting)
     if not steps:
         err.print("nothing to roll: no node drifts", markup=False)

@@ -159,6 +159,7 @@ def _fetch_one(
     # Here, not at the top: the node templates read this module's constants, and a render
     # has no use for HTTP (about a third of a render's imports).
     import http.client
+    import socket
     import urllib.error
     import urllib.request
 
@@ -180,9 +181,16 @@ def _fetch_one(
                 continue
             raise KeysError(f"{SETTING}: {handle}: {url} answered {problem}") from None
         except (OSError, http.client.HTTPException) as error:
-            # Timeouts, refused or reset connections, truncated answers: all worth a retry.
             reason = error.reason if isinstance(error, urllib.error.URLError) else error
             problem = str(reason) or type(reason).__name__
+            # A name that does not resolve will not on the next try either; a resolver that
+            # could not answer (EAI_AGAIN) may, as timeouts, refused or reset connections and
+            # truncated answers may.
+            if isinstance(reason, socket.gaierror) and reason.errno != socket.EAI_AGAIN:
+                raise KeysError(
+                    f"{SETTING}: {handle}: {url}: cannot resolve its host ({problem}), "
+                    "not retried: check this machine's network and DNS"
+                ) from None
             continue
         if len(body) > MAX_BODY:
             raise KeysError(f"{SETTING}: {handle}: {url} answered more than {MAX_BODY} bytes")
@@ -206,7 +214,8 @@ def fetch_keys(
     """Every handle's keys, fetched in parallel, sorted by handle.
 
     A timeout, a dropped connection, a 429 or a 5xx is retried up to `attempts` tries in
-    all, waiting `backoff` seconds, then twice that, and so on; anything else fails at once.
+    all, waiting `backoff` seconds, then twice that, and so on; anything else (a 404, a host
+    name that does not resolve) fails at once.
     """
     if attempts < 1:
         raise ValueError("attempts must be at least 1")

@@ -104,10 +104,24 @@ def parse_name(name: str) -> tuple[str, datetime.datetime] | None:
 
 
 def _client(target: Target) -> Any:
+    import socket
+    import urllib.parse
+
     import boto3
     from botocore.config import Config
 
     scheme = "http" if target.insecure else "https"
+    # botocore retries a connection that failed, a name that does not resolve included, which
+    # will not resolve on the next try either (a resolver that could not answer may).
+    host = urllib.parse.urlsplit(f"{scheme}://{target.endpoint}").hostname or target.endpoint
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as error:
+        if error.errno != socket.EAI_AGAIN:
+            raise BackupError(
+                f"{target.where}: {target.endpoint}: cannot resolve its host ({error}), not "
+                "retried: check this machine's network and DNS"
+            ) from None
     return boto3.client(
         "s3",
         endpoint_url=f"{scheme}://{target.endpoint}",

@@ -650,6 +650,8 @@ def deployed_cloud(
     engine = Engine(hetzner, zones, snapshots)
     stack = EngineStack(engine, root)
     monkeypatch.setattr(deploy, "open_stack", lambda root, name, create: stack.open())
+    # The engine is the CLI too: raya looks for one before naming refused input.
+    monkeypatch.setattr(deploy, "pulumi_command", lambda: None)
     # Hetzner's API on 127.0.0.1 (the `hetzner_api` fixture) answers for this model's servers.
     monkeypatch.setattr(hetzner_api, "MODEL", hetzner)
     cloud = Cloud(hetzner, engine, stack, root)

@@ -288,7 +288,9 @@ def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
     assert protected == ["backups", "control-plane", "control-plane-state"]
     mark = len(standin.calls())
     refused = invoke(["destroy", "--root", str(project)], input="n\n")
-    assert refused.exit_code == 1 and standin.calls()[mark:] == []
+    # It looked the stack up before asking, and did nothing more.
+    assert refused.exit_code == 1
+    assert standin.calls()[mark:] == [["stack", "select", "--stack", "prod"]]
     agreed = invoke(["destroy", "--root", str(project)], input="y\n")
     assert agreed.exit_code == 0, agreed.output
     assert standin.backend().snapshot == {}
@@ -300,6 +302,18 @@ def test_raya_destroy_asks_first(project: Path, standin: Standin) -> None:
     (imported,) = [run[1] for run in standin.runs() if run[0] == "imported"]
     assert [r["urn"].rsplit("::", 1)[1] for r in imported["deployment"]["resources"]
             if r.get("protect")] == []  # fmt: skip
+
+
+def test_raya_destroy_of_no_stack_says_so_before_asking(project: Path, standin: Standin) -> None:
+    shutil.copy(project / "Pulumi.prod.yaml", project / "Pulumi.never.yaml")
+    result = invoke(["destroy", "--stack", "never", "--root", str(project)], input="y\n")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: stack never does not exist in the Pulumi backend: nothing deployed yet (`raya "
+        "up --stack never` deploys it), or another backend than the one it is in (`pulumi "
+        "whoami --verbose` names this one)\n"
+    )
+    assert [run[0] for run in standin.operations()] == []
 
 
 def test_open_stack_drives_the_cli_in_the_project(project: Path, standin: Standin) -> None:
