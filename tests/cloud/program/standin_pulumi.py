@@ -242,12 +242,26 @@ def update(args: list[str], stack: str, preview: bool) -> int:
     events.write(args)
     if not preview:
         backend.serial = engine._serial
-        keep_hetzner(backend, hetzner)
-        if failure is None:
-            backend.outputs = dict(engine.exported)
-        backend.history.append({"kind": "update", "changes": counts,
-                                "result": "failed" if failure else "succeeded"})  # fmt: skip
-        save(stack, backend)
+        record(stack, backend, hetzner, "update", counts, failure, dict(engine.exported))
+    return ended(failure)
+
+
+def record(
+    stack: str, backend: Backend, hetzner: Any, kind: str, counts: dict[str, int],
+    failure: str | None, outputs: dict[str, Any],
+) -> None:  # fmt: skip
+    """What an update or destroy leaves in the backend: Hetzner's servers, the outputs (only
+    when it succeeded), a line of history."""
+    keep_hetzner(backend, hetzner)
+    if failure is None:
+        backend.outputs = outputs
+    backend.history.append({"kind": kind, "changes": counts,
+                            "result": "failed" if failure else "succeeded"})  # fmt: skip
+    save(stack, backend)
+
+
+def ended(failure: str | None) -> int:
+    """The CLI's exit: the engine's error on stderr and 255, or 0."""
     if failure is not None:
         print(failure, file=sys.stderr)
         return 255
@@ -330,16 +344,8 @@ def destroy(args: list[str], stack: str) -> int:
         counts["delete"] = counts.get("delete", 0) + 1
     events.finish(counts, preview=False)
     events.write(args)
-    keep_hetzner(backend, hetzner)
-    if failure is None:
-        backend.outputs = {}
-    backend.history.append({"kind": "destroy", "changes": counts,
-                            "result": "failed" if failure else "succeeded"})  # fmt: skip
-    save(stack, backend)
-    if failure is not None:
-        print(failure, file=sys.stderr)
-        return 255
-    return 0
+    record(stack, backend, hetzner, "destroy", counts, failure, {})
+    return ended(failure)
 
 
 def main(args: list[str]) -> int:
