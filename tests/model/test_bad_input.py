@@ -293,7 +293,7 @@ def test_no_two_stacks_of_accepted_names_share_a_server_name(tmp_path: Path) -> 
             {**BASE_STACK, "clusterName": cluster_name, "controlPlanes": 3}, "Pulumi.test.yaml"
         )
         for node in build_cluster(config, fleet, str(path)).nodes:
-            name = server_name(cluster_name, node)
+            name = server_name(cluster_name, node.name)
             assert owner.setdefault(name, cluster_name) == cluster_name, name
     assert len(owner) == len(CLUSTER_NAMES) * (3 + 2 + 11 * len(accepted))
 

@@ -536,9 +536,9 @@ def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
         )
         cluster = build_cluster(config, ("cx23",) * 3, "agents.json")
         longest = f"{name}-agent-{(1 << 23) - 1}"  # the last agent a /9 addresses
-        for server in (*(server_name(name, node) for node in cluster.nodes), longest):
+        for server in (*(server_name(name, node.name) for node in cluster.nodes), longest):
             assert label.fullmatch(server), server
-    assert server_name("raya", cluster.control_plane) == "raya-control-plane"
+    assert server_name("raya", cluster.control_plane.name) == "raya-control-plane"
 
 
 @pytest.mark.parametrize(("value", "count"), [(None, 1), (1, 1), (3, 3), (5, 5), ("3", 3)])

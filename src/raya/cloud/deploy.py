@@ -37,6 +37,7 @@ from raya.model.fleet import (
     Node,
     fleet_file,
     load_fleet,
+    server_name,
     sold_problem,
 )
 from raya.model.jsonfile import DuplicateKey, loads_yaml
@@ -339,7 +340,7 @@ def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> Non
     client = hcloud_client(token, os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL)
     try:
         for node in nodes:
-            name = f"{cluster_name}-{node}"  # raya.model.fleet.server_name
+            name = server_name(cluster_name, node)
             server = client.servers.get_by_name(name)
             if server is None or server.id is None or server.status == "off":
                 continue

@@ -79,10 +79,10 @@ class Fleet:
     pools: tuple[Pool, ...] = ()
 
 
-def server_name(cluster_name: str, node: Node) -> str:
-    """The node's Hetzner server name: unique per Hetzner project, so prefixed by the cluster
-    (one stack each); hostnames and k3s node names stay `node.name`."""
-    return f"{cluster_name}-{node.name}"
+def server_name(cluster_name: str, node_name: str) -> str:
+    """A node's Hetzner server name: unique per Hetzner project, so prefixed by the cluster
+    (one stack each); hostnames and k3s node names stay the node's name."""
+    return f"{cluster_name}-{node_name}"
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def define_volume(cluster: Cluster, node: Node) -> hcloud.Volume:
     config = cluster.config
     return hcloud.Volume(
         f"{node.name}-state",
-        name=f"{server_name(config.cluster_name, node)}-state",
+        name=f"{server_name(config.cluster_name, node.name)}-state",
         size=config.control_plane_volume_size,
         location=config.location,
         labels={"managed_by": config.cluster_name, "role": "control-plane-state"},
@@ -127,7 +127,7 @@ def define_server(
     )
     server = hcloud.Server(
         node.name,
-        name=server_name(cluster.config.cluster_name, node),
+        name=server_name(cluster.config.cluster_name, node.name),
         image=image,
         server_type=node.server_type,
         location=node.location or cluster.config.location,
