@@ -37,7 +37,7 @@ FCOS_BUILDS = Option(
 )  # fmt: skip
 K3S_RELEASES = Option(
     "--k3s-releases-url", kind="url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
-    help="Where k3s release binaries and sha256sum-amd64.txt are published.",
+    help="Where k3s release binaries and their sha256sum-amd64.txt and -arm64.txt are published.",
 )  # fmt: skip
 
 
