@@ -234,11 +234,13 @@ def pins(
         _complete(root, fcos_builds_url, k3s_releases_url)
         return
     from raya.cloud.image import (
+        ARM_ARCH,
         Endpoints,
         PinChange,
         chart_updates,
         latest_pins,
         pin_changes,
+        unpinned,
         write_pins,
     )
     from raya.model.pins import chart_pins_path, load_chart_pins, load_pins
@@ -273,6 +275,8 @@ def pins(
     if update:
         write_pins(changes)
         return
+    for line in unpinned(root, current, ARM_ARCH):  # the fix that moves no version
+        _say(line)
     if any(change.changed for change in changes):
         _say("run `raya image pins --update` to rewrite them")
     if problems:

@@ -615,3 +615,21 @@ def test_unpinned_names_the_command_that_adds_the_missing_sha256(project: Path) 
         f"{project}/image/k3s.pin: no aarch64_sha256 pinned for k3s {K3S.version} arm64; "
         "`raya image pins --complete` adds it for the pinned release without moving it",
     )
+
+
+def test_the_report_names_complete_for_pins_without_aarch64(tmp_path: Path, web: FakeWeb) -> None:
+    """Same releases upstream, only the aarch64 sha256s missing: the report says the pins
+    differ (--update would add them too) and names the fix that moves nothing."""
+    project = make_project(tmp_path / "project", pins=X86_ONLY)
+    web.publish(PINS)
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"{project}/image/fcos.pin: no aarch64_sha256 pinned for FCOS {FCOS.version} aarch64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it"
+    ) in result.stdout
+    assert f"{project}/image/k3s.pin: no aarch64_sha256 pinned for k3s" in result.stdout
+    assert snapshot(project) == before
+    result = pins(make_project(tmp_path / "complete"), web)
+    assert "--complete" not in result.stdout
