@@ -633,3 +633,16 @@ def test_the_report_names_complete_for_pins_without_aarch64(tmp_path: Path, web:
     assert snapshot(project) == before
     result = pins(make_project(tmp_path / "complete"), web)
     assert "--complete" not in result.stdout
+
+
+def test_check_pins_refuses_a_missing_aarch64_sha256_without_fetching_it(
+    project: Path, web: FakeWeb
+) -> None:
+    """Nothing to compare is no match: check_pins (the build's last check before Packer)
+    refuses pins without the architecture's sha256 on its own, naming --complete."""
+    with pytest.raises(ImageError) as caught:
+        check_pins(project, X86_ONLY, endpoints(web), "arm")
+    assert str(caught.value) == "; ".join(unpinned(project, X86_ONLY, "arm")) + "; not building"
+    assert web.requests == []
+    web.publish(PINS)
+    check_pins(project, X86_ONLY, endpoints(web), "x86")  # an x86 build needs nothing more
