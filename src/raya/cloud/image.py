@@ -346,7 +346,7 @@ def check_pins(
 ) -> None:
     """Raise if a pinned sha256 of `architecture`'s artefacts is missing or differs from what
     upstream publishes for that release."""
-    field = "sha256" if architecture == HCLOUD_ARCH else ARM_SHA256
+    field = _sha256_field(architecture)
     problems = list(unpinned(root, pins, architecture))
 
     def compare(path: Path, what: str, pinned: str | None, upstream: Callable[[], str]) -> None:
@@ -369,13 +369,17 @@ def check_pins(
         raise ImageError("; ".join(problems) + "; not building")
 
 
+def _sha256_field(architecture: str) -> str:
+    """The pin files' field holding the sha256 of `architecture`'s artefact."""
+    return "sha256" if architecture == HCLOUD_ARCH else ARM_SHA256
+
+
 def unpinned(root: Path, pins: Pins, architecture: str) -> tuple[str, ...]:
     """One line per pin file that has no sha256 for `architecture`'s artefact, naming the
     command that adds it (pin files from before ARM support have none for arm)."""
-    field = "sha256" if architecture == HCLOUD_ARCH else ARM_SHA256
     return tuple(
-        f"{path}: no {field} pinned for {what}; `{COMPLETE_COMMAND}` adds it for the pinned "
-        "release without moving it"
+        f"{path}: no {_sha256_field(architecture)} pinned for {what}; `{COMPLETE_COMMAND}` "
+        "adds it for the pinned release without moving it"
         for path, what, pinned in (
             (
                 fcos_pin_path(root),
