@@ -8,6 +8,7 @@ an endpoint a caller can replace, so tests point them at local servers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from raya.errors import ImageError
 from raya.files import write_atomically
 from raya.model.config import StackConfig
 from raya.model.pins import (
+    ARM_SHA256,
     CHART_VERSION,
     FCOS_ARCHITECTURES,
     K3S_ARCHITECTURES,
@@ -51,6 +53,9 @@ if TYPE_CHECKING:
 K3S_CHANNEL = "stable"
 # Architectures by Hetzner's names (`x86`, `arm`); FCOS and k3s name them their own way.
 HCLOUD_ARCH = "x86"
+ARM_ARCH = "arm"  # the one a pin may lack (pin files from before ARM support)
+# What adds the checksums a pin lacks, for the release it pins.
+COMPLETE_COMMAND = "raya image pins --complete"
 # `packer init` and `required_plugins` arrived in Packer 1.7.
 MIN_PACKER = (1, 7)
 PACKER_INSTALL = (
@@ -215,9 +220,21 @@ def latest_fcos(stream: str, builds_url: str = FCOS_BUILDS_URL) -> FcosPin:
 def upstream_fcos_sha256(
     pin: FcosPin, builds_url: str = FCOS_BUILDS_URL, architecture: str = HCLOUD_ARCH
 ) -> str:
-    """The sha256 of the pinned release's Hetzner image, from its build metadata."""
+    """The sha256 of the pinned release's Hetzner image for `architecture`, from the build
+    metadata of that release (coreos-assembler's `meta.json`), never the stream's newest.
+    The metadata must be of the pinned release (`buildid`) and architecture
+    (`coreos-assembler.basearch`), as coreos-assembler's `cmd-generate-release-meta` reads
+    them into the release's `release` and architecture."""
     url = f"{fcos_build_url(builds_url, pin, architecture)}/meta.json"
     data = _fetch_json(url)
+    fcos_arch = FCOS_ARCHITECTURES[architecture]
+    for field, expected in (("buildid", pin.version), ("coreos-assembler.basearch", fcos_arch)):
+        found = _text(data, (field,), url)
+        if found != expected:
+            raise ImageError(
+                f"{url}: {field} is {found!r}, not {expected!r}: not the metadata of the "
+                "pinned release and architecture"
+            )
     path = _text(data, ("images", "hetzner", "path"), url)
     expected = fcos_image_name(pin.version, architecture)
     if path != expected:
@@ -329,15 +346,11 @@ def check_pins(
 ) -> None:
     """Raise if a pinned sha256 of `architecture`'s artefacts is missing or differs from what
     upstream publishes for that release."""
-    field = "sha256" if architecture == HCLOUD_ARCH else "aarch64_sha256"
-    problems = []
+    field = _sha256_field(architecture)
+    problems = list(unpinned(root, pins, architecture))
 
     def compare(path: Path, what: str, pinned: str | None, upstream: Callable[[], str]) -> None:
-        if pinned is None:
-            problems.append(
-                f"{path}: no {field} pinned for {what}; `raya image pins --update` records it"
-            )
-        elif (published := upstream()) != pinned:
+        if pinned is not None and (published := upstream()) != pinned:
             problems.append(f"{path}: {field} is {pinned} but {what} is published with {published}")
 
     compare(
@@ -354,6 +367,47 @@ def check_pins(
     )
     if problems:
         raise ImageError("; ".join(problems) + "; not building")
+
+
+def _sha256_field(architecture: str) -> str:
+    """The pin files' field holding the sha256 of `architecture`'s artefact."""
+    return "sha256" if architecture == HCLOUD_ARCH else ARM_SHA256
+
+
+def unpinned(root: Path, pins: Pins, architecture: str) -> tuple[str, ...]:
+    """One line per pin file that has no sha256 for `architecture`'s artefact, naming the
+    command that adds it (pin files from before ARM support have none for arm)."""
+    return tuple(
+        f"{path}: no {_sha256_field(architecture)} pinned for {what}; `{COMPLETE_COMMAND}` "
+        "adds it for the pinned release without moving it"
+        for path, what, pinned in (
+            (
+                fcos_pin_path(root),
+                f"FCOS {pins.fcos.version} {FCOS_ARCHITECTURES[architecture]}",
+                pins.fcos.sha256_for(architecture),
+            ),
+            (
+                k3s_pin_path(root),
+                f"k3s {pins.k3s.version} {K3S_ARCHITECTURES[architecture]}",
+                pins.k3s.sha256_for(architecture),
+            ),
+        )
+        if pinned is None
+    )
+
+
+def complete_pins(pins: Pins, endpoints: Endpoints) -> Pins:
+    """`pins` with the aarch64 sha256s they lack, read from the upstream files of the pinned
+    releases themselves (FCOS' build metadata of that version, k3s' `sha256sum-arm64.txt` of
+    that tag): no version moves, and what is pinned stays as it is."""
+    fcos, k3s = pins.fcos, pins.k3s
+    if fcos.aarch64_sha256 is None:
+        arm = upstream_fcos_sha256(fcos, endpoints.fcos_builds, ARM_ARCH)
+        fcos = dataclasses.replace(fcos, aarch64_sha256=arm)
+    if k3s.aarch64_sha256 is None:
+        arm = upstream_k3s_sha256(k3s.version, endpoints.k3s_releases, ARM_ARCH)
+        k3s = dataclasses.replace(k3s, aarch64_sha256=arm)
+    return Pins(fcos=fcos, k3s=k3s)
 
 
 def pin_changes(root: Path, current: Pins, latest: Pins) -> tuple[PinChange, PinChange]:

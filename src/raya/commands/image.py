@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from raya.cloud.image import AnyPin
-    from raya.model.pins import ChartPin
+    from raya.model.pins import ChartPin, FcosPin, K3sPin
 
 commands = Commands()  # what this module adds to `raya`
 commands.group("image", help=COMMANDS["image"][1])
@@ -37,7 +37,7 @@ FCOS_BUILDS = Option(
 )  # fmt: skip
 K3S_RELEASES = Option(
     "--k3s-releases-url", kind="url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
-    help="Where k3s release binaries and sha256sum-amd64.txt are published.",
+    help="Where k3s release binaries and their sha256sum-amd64.txt and -arm64.txt are published.",
 )  # fmt: skip
 
 
@@ -67,7 +67,9 @@ def build(
     architecture Hetzner sells there, available and not deprecated, with the smallest disk
     (the snapshot's minimum), then the cheapest; refused, nothing created, where none is.
 
-    Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building.
+    Needs HCLOUD_TOKEN. The pinned sha256s are checked against upstream before building;
+    pins without the aarch64 ones an arm node needs are refused first, naming
+    `raya image pins --complete`.
     """
     root = project_root(root)
     import datetime
@@ -83,6 +85,7 @@ def build(
         packer_variables,
         run_packer,
         template_path,
+        unpinned,
     )
     from raya.model.pins import label_selector, load_pins, snapshot_labels
     from raya.model.project import load_cluster
@@ -92,6 +95,12 @@ def build(
     template = template_path(root)
     if not template.is_file():
         raise ImageError(f"{template}: the Packer template is missing")
+    architectures = sorted({node.architecture for node in cluster.nodes})
+    # Before Hetzner or Packer is asked: a pin without the sha256 of an architecture the
+    # fleet runs cannot build its snapshot, and its fix needs no token.
+    unpinned_lines = [line for arch in architectures for line in unpinned(root, pins, arch)]
+    if unpinned_lines:
+        raise ImageError("; ".join(unpinned_lines) + "; nothing was built")
     labels = snapshot_labels(pins, cluster.config.cluster_name)
     token = os.environ.get("HCLOUD_TOKEN", "")
     if not token:
@@ -100,7 +109,7 @@ def build(
             "token of the Hetzner Cloud project (Security > API tokens in the Hetzner console)"
         )
     missing = []
-    for architecture in sorted({node.architecture for node in cluster.nodes}):
+    for architecture in architectures:
         with err.status(f"asking Hetzner for the {architecture} snapshot..."):
             snapshots = find_snapshots(token, labels, hcloud_endpoint, architecture)
         for snapshot in snapshots:
@@ -178,6 +187,9 @@ def _describe(pin: AnyPin) -> str:
 
 @commands.command(
     Option("--update", kind="flag", help="Rewrite the pin files that are not current."),
+    Option("--complete", kind="flag",
+           help="Add the aarch64 sha256s (an ARM pool's) that the FCOS and k3s pins lack, read "
+           "from the pinned releases themselves: no version moves, nothing else changes."),
     Option("--stream", help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
            show_default="the pinned stream"),
     ROOT, FCOS_BUILDS,
@@ -197,26 +209,38 @@ def _describe(pin: AnyPin) -> str:
     group="image",
 )  # fmt: skip
 def pins(
-    *, update: bool, stream: str | None, root: Path | None, fcos_builds_url: str,
-    k3s_channels_url: str, k3s_releases_url: str, cert_manager_charts_url: str,
-    external_dns_charts_url: str, hetzner_charts_url: str,
+    *, update: bool, complete: bool, stream: str | None, root: Path | None,
+    fcos_builds_url: str, k3s_channels_url: str, k3s_releases_url: str,
+    cert_manager_charts_url: str, external_dns_charts_url: str, hetzner_charts_url: str,
 ) -> None:  # fmt: skip
     """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
+    With --complete, adds the aarch64 sha256s the FCOS and k3s pins lack for the releases
+    they pin (an ARM pool needs them), and moves nothing.
     """
     if stream is not None and stream not in FCOS_STREAMS:
         raise BadParameter(
             f"{stream!r}; accepted: {', '.join(FCOS_STREAMS)}", param_hint="--stream"
         )
+    if complete and (update or stream is not None):
+        raise BadParameter(
+            "keeps the pinned releases; --update and --stream move them: use one or the other",
+            param_hint="--complete",
+        )
     root = project_root(root)
+    if complete:
+        _complete(root, fcos_builds_url, k3s_releases_url)
+        return
     from raya.cloud.image import (
+        ARM_ARCH,
         Endpoints,
         PinChange,
         chart_updates,
         latest_pins,
         pin_changes,
+        unpinned,
         write_pins,
     )
     from raya.model.pins import chart_pins_path, load_chart_pins, load_pins
@@ -251,6 +275,8 @@ def pins(
     if update:
         write_pins(changes)
         return
+    for line in unpinned(root, current, ARM_ARCH):  # the fix that moves no version
+        _say(line)
     if any(change.changed for change in changes):
         _say("run `raya image pins --update` to rewrite them")
     if problems:
@@ -258,3 +284,23 @@ def pins(
             "the chart pins do not match their repositories (see above): review the change "
             "upstream, then `raya image pins --update` moves to the newest releases"
         )
+
+
+def _complete(root: Path, fcos_builds_url: str, k3s_releases_url: str) -> None:
+    """`raya image pins --complete`: every missing sha256 read before any pin is written."""
+    from raya.cloud.image import Endpoints, complete_pins, pin_changes, write_pins
+    from raya.model.pins import load_pins
+
+    current = load_pins(root)
+    endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
+    with err.status("reading the pinned releases' aarch64 sha256s..."):
+        completed = complete_pins(current, endpoints)
+    changes = pin_changes(root, current, completed)
+    added: tuple[FcosPin | K3sPin, ...] = (completed.fcos, completed.k3s)
+    for change, pin in zip(changes, added, strict=True):
+        name = change.path.relative_to(root)
+        if change.changed:
+            _say(f"{name}: {_describe(change.old)}; aarch64_sha256 added: {pin.aarch64_sha256}")
+        else:
+            _say(f"{name}: complete, {_describe(change.old)}")
+    write_pins(changes)

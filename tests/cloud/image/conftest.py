@@ -90,7 +90,20 @@ class FakeWeb:
     def publish_fcos(self, pin: FcosPin, *, latest: bool = True, meta_sha256: str = "") -> None:
         """The stream metadata (if `latest`) and build metadata of FCOS release `pin`, for
         x86_64 (`meta_sha256` replaces its published sha256) and aarch64 (as the real
-        stream publishes both: `streams/stable.json`, `architectures.<arch>`)."""
+        stream publishes both: `streams/stable.json`, `architectures.<arch>`).
+
+        Each release keeps its own build metadata, whatever the stream moves on to:
+        coreos-assembler's `meta.json` of each architecture, at
+        `<builds>/prod/streams/<stream>/builds/<version>/<arch>/meta.json`
+        (coreos/coreos-assembler `src/cmd-generate-release-meta`, `url_builder`: every
+        artefact of a release is under `{stream_baseurl}/{stream}/builds/{version}/{arch}/`,
+        `stream_baseurl` being https://builds.coreos.fedoraproject.org/prod/streams; its
+        `append_build` takes the release from `buildid` and the architecture from
+        `coreos-assembler.basearch`). Its fields follow coreos-assembler `src/v1.json`:
+        `buildid`, `name`, `ostree-commit`, `ostree-timestamp` and `ostree-version`
+        required; `images.<platform>` an artifact with `path` and `sha256` required, `size`
+        and `uncompressed-sha256` optional; `sha256` is of the file at `path` (the
+        compressed `.raw.xz`, as the stream's `disk.sha256` is)."""
         architectures = {}
         for architecture, fcos_arch, sha256 in (
             ("x86", "x86_64", meta_sha256 or pin.sha256),
@@ -102,8 +115,18 @@ class FakeWeb:
                 f"{build}/meta.json",
                 {
                     "buildid": pin.version,
+                    "name": "fedora-coreos",
+                    "ostree-commit": "e" * 64,
+                    "ostree-timestamp": "2026-07-20T12:00:00Z",
+                    "ostree-version": pin.version,
+                    "coreos-assembler.basearch": fcos_arch,
                     "images": {
-                        "hetzner": {"path": name, "sha256": sha256, "size": 1},
+                        "hetzner": {
+                            "path": name,
+                            "sha256": sha256,
+                            "size": 1,
+                            "uncompressed-sha256": "d" * 64,
+                        },
                         "metal": {"path": name.replace("hetzner", "metal"), "sha256": "c" * 64},
                     },
                 },
@@ -131,7 +154,17 @@ class FakeWeb:
             )
 
     def publish_k3s(self, pin: K3sPin, *, stable: bool = True, listed_sha256: str = "") -> None:
-        """k3s release `pin`'s checksum file, and the channels (stable -> pin if `stable`)."""
+        """k3s release `pin`'s checksum files, and the channels (stable -> pin if `stable`).
+
+        A release publishes one checksum file per architecture beside its binaries, and keeps
+        them once published: `releases/download/<tag>/sha256sum-<arch>.txt` with the binary
+        `k3s` (amd64) or `k3s-<arch>` (k3s-io/k3s `install.sh`, `download_hash`: HASH_URL
+        `${GITHUB_URL}/download/${VERSION_K3S}/sha256sum-${ARCH}.txt`, the hash on the line
+        ending ` k3s${SUFFIX}`; `setup_verify_arch`: SUFFIX `-arm64` for arm64, none for
+        amd64; `scripts/package-cli`: BIN_SUFFIX; `scripts/validate-artifacts`: a release's
+        assets are k3s, k3s-arm64, k3s-armhf, the airgap image archives, k3s-images.txt and
+        sha256sum-amd64.txt, sha256sum-arm.txt, sha256sum-arm64.txt). The files name no
+        version: only their place under the tag says which release they are of."""
         self.files[f"/k3s/releases/download/{pin.version}/sha256sum-amd64.txt"] = (
             f"{'e' * 64}  k3s-airgap-images-amd64.tar.gz\n"
             f"{listed_sha256 or pin.sha256}  k3s\n"

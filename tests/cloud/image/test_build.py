@@ -343,11 +343,13 @@ def test_each_architecture_the_fleet_uses_is_built_unless_it_exists(
     assert "nothing to build" in run.stdout
 
 
-def test_an_arm_fleet_without_arm_pins_stops_before_packer(
+def test_an_arm_fleet_without_arm_pins_stops_before_anything_then_complete_fixes_it(
     web: FakeWeb, bin_dir: Path, tmp_path: Path
 ) -> None:
     """Pin files written before ARM support have no aarch64 field: still valid, but an ARM
-    snapshot cannot be built from them."""
+    snapshot cannot be built from them. The build refuses before it asks Hetzner or Packer
+    anything, naming `raya image pins --complete`; that adds the aarch64 sha256s of the
+    pinned releases, so the labels stay and the x86 snapshot the nodes run stays theirs."""
     x86_only = Pins(
         fcos=FcosPin(FCOS.stream, FCOS.version, FCOS.sha256),
         k3s=K3sPin(K3S.version, K3S.sha256),
@@ -355,12 +357,34 @@ def test_an_arm_fleet_without_arm_pins_stops_before_packer(
     project = make_project(tmp_path / "project", pins=x86_only, fleet=ARM_FLEET)
     web.publish(PINS)
     web.snapshots = [Snapshot(7, dict(LABELS))]
-    run = raya(project, web, bin_dir)
+    run = raya(project, web, bin_dir, drop=("HCLOUD_TOKEN",))  # its fix needs no token
     assert run.code == 1
-    assert "fcos.pin: no aarch64_sha256 pinned for FCOS 44.20260720.3.1 aarch64" in run.stderr
-    assert "k3s.pin: no aarch64_sha256 pinned for k3s v1.36.5+k3s1 arm64" in run.stderr
-    assert "raya image pins --update" in run.stderr and "Traceback" not in run.stderr
-    assert "build" not in run.commands
+    fcos_pin, k3s_pin = project / "image" / "fcos.pin", project / "image" / "k3s.pin"
+    assert (
+        f"error: {fcos_pin}: no aarch64_sha256 pinned for FCOS 44.20260720.3.1 aarch64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it; "
+        f"{k3s_pin}: no aarch64_sha256 pinned for k3s v1.36.5+k3s1 arm64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it; "
+        "nothing was built"
+    ) in run.stderr.replace("\n", "")
+    assert "Traceback" not in run.stderr
+    assert web.requests == [] and run.calls == []
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "raya", "image", "pins", "--complete", "--root", str(project)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "RAYA_FCOS_BUILDS_URL": web.fcos,
+            "RAYA_K3S_RELEASES_URL": web.k3s_releases,
+            **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
+        },
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    run = raya(project, web, bin_dir)
+    assert run.code == 0, run.stderr
+    assert "x86 snapshot 7 (" in run.stdout  # the same labels: the x86 nodes keep theirs
+    assert built_architectures(run) == ["arm"]
 
 
 # ---- the build server: a type Hetzner sells, available and not deprecated, where nodes run ----

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,11 +18,13 @@ from raya.cloud.image import (
     chart_releases,
     chart_updates,
     check_pins,
+    complete_pins,
     latest_fcos,
     latest_k3s,
     latest_pins,
     newest_chart,
     pin_changes,
+    unpinned,
     upstream_fcos_sha256,
     upstream_k3s_sha256,
     write_pins,
@@ -55,6 +59,8 @@ def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess
         "RAYA_CERT_MANAGER_CHARTS_URL": web.cert_manager_charts,
         "RAYA_EXTERNAL_DNS_CHARTS_URL": web.external_dns_charts,
         "RAYA_HETZNER_CHARTS_URL": web.hetzner_charts,
+        # The raya under test, where a worktree puts its own sources first.
+        **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
     }
     return subprocess.run(
         [sys.executable, "-m", "raya", "image", "pins", "--root", str(project), *args],
@@ -449,3 +455,194 @@ def test_latest_fcos_wants_both_architectures_of_one_release(web: FakeWeb) -> No
     assert web.files["/fcos/streams/stable.json"] != stream
     with pytest.raises(ImageError, match=r"aarch64 hetzner artifact is of release 44\.20260811"):
         latest_fcos("stable", web.fcos)
+
+
+# ---- `--complete`: the aarch64 sha256s of the pinned releases, no version moved ----
+
+X86_ONLY = Pins(FcosPin(FCOS.stream, FCOS.version, FCOS.sha256), K3sPin(K3S.version, K3S.sha256))
+
+
+def publish_pinned_and_newer(web: FakeWeb) -> None:
+    """Upstream as it is when an ARM pool is added: the pinned releases publish both
+    architectures' files, and the stream and the stable channel have moved on."""
+    web.publish_fcos(PINS.fcos, latest=False)
+    web.publish_k3s(PINS.k3s, stable=False)
+    web.publish(Pins(NEW_FCOS, NEW_K3S))
+
+
+def test_complete_adds_the_aarch64_sha256s_of_the_pinned_releases(
+    tmp_path: Path, web: FakeWeb
+) -> None:
+    project = make_project(tmp_path / "project", pins=X86_ONLY)
+    publish_pinned_and_newer(web)
+    before = snapshot(project)
+    result = pins(project, web, "--complete")
+    assert result.returncode == 0, result.stderr
+    # The versions pinned, not the stream's 44.20260810.3.0 nor the channel's v1.36.6+k3s1.
+    assert load_pins(project) == PINS
+    assert load_pins(project).fcos.aarch64_sha256 == "8" * 64
+    assert load_pins(project).k3s.aarch64_sha256 == "9" * 64
+    assert (
+        f"image/fcos.pin: stable {FCOS.version} (sha256 {FCOS.sha256}); aarch64_sha256 added: "
+        f"{'8' * 64}"
+    ) in result.stdout
+    assert (
+        f"image/k3s.pin: {K3S.version} (sha256 {K3S.sha256}); aarch64_sha256 added: {'9' * 64}"
+    ) in result.stdout
+    after = snapshot(project)
+    for name, field, added in (("fcos.pin", "aarch64_sha256", "8" * 64),
+                               ("k3s.pin", "aarch64_sha256", "9" * 64)):  # fmt: skip
+        old, new = before[name][0].decode(), after[name][0].decode()
+        # Every byte up to the x86 sha256 stays; the one field is added after it.
+        assert new.startswith(old.removesuffix("\n}\n") + ",\n")
+        assert json.loads(new) == {**json.loads(old), field: added}
+    assert after["charts.pin"] == before["charts.pin"]
+    # Only the pinned releases' own aarch64 files were read: no stream, no channel.
+    assert sorted(web.paths()) == [
+        f"/fcos/prod/streams/stable/builds/{FCOS.version}/aarch64/meta.json",
+        f"/k3s/releases/download/{K3S.version}/sha256sum-arm64.txt",
+    ]
+    # What was written is what a build of each architecture verifies against upstream.
+    for architecture in ("x86", "arm"):
+        check_pins(project, load_pins(project), endpoints(web), architecture)
+
+
+def test_complete_pins_are_left_alone_and_nothing_is_fetched(
+    project: Path, web: FakeWeb
+) -> None:
+    before = snapshot(project)
+    result = pins(project, web, "--complete")
+    assert result.returncode == 0, result.stderr
+    assert f"image/fcos.pin: complete, stable {FCOS.version} (sha256 {FCOS.sha256})" in (
+        result.stdout
+    )
+    assert f"image/k3s.pin: complete, {K3S.version}" in result.stdout
+    assert snapshot(project) == before
+    assert web.requests == []
+
+
+def test_complete_adds_only_what_one_pin_lacks(tmp_path: Path, web: FakeWeb) -> None:
+    project = make_project(tmp_path / "project", pins=Pins(PINS.fcos, X86_ONLY.k3s))
+    publish_pinned_and_newer(web)
+    before = snapshot(project)
+    result = pins(project, web, "--complete")
+    assert result.returncode == 0, result.stderr
+    after = snapshot(project)
+    assert after["fcos.pin"] == before["fcos.pin"]  # bytes and modification time
+    assert load_pins(project) == PINS
+    assert web.paths() == [f"/k3s/releases/download/{K3S.version}/sha256sum-arm64.txt"]
+
+
+META = f"/fcos/prod/streams/stable/builds/{FCOS.version}/aarch64/meta.json"
+ARM64_SUMS = f"/k3s/releases/download/{K3S.version}/sha256sum-arm64.txt"
+
+
+def _meta(web: FakeWeb, **fields: object) -> None:
+    web.serve_json(META, {**json.loads(web.files[META]), **fields})
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (
+            lambda web: _meta(web, buildid=NEW_FCOS.version),
+            f"{META}: buildid is '{NEW_FCOS.version}', not '{FCOS.version}': not the metadata "
+            "of the pinned release and architecture",
+        ),
+        (
+            lambda web: _meta(web, **{"coreos-assembler.basearch": "x86_64"}),
+            f"{META}: coreos-assembler.basearch is 'x86_64', not 'aarch64'",
+        ),
+        (
+            lambda web: _meta(
+                web,
+                images={"hetzner": {"path": f"fedora-coreos-{NEW_FCOS.version}-hetzner."
+                                            "aarch64.raw.xz", "sha256": "8" * 64}},
+            ),
+            f"{META}: the hetzner image is fedora-coreos-{NEW_FCOS.version}-hetzner.aarch64."
+            f"raw.xz, not fedora-coreos-{FCOS.version}-hetzner.aarch64.raw.xz",
+        ),
+        (lambda web: web.files.pop(META), f"{META}: HTTP 404"),
+        (lambda web: web.files.pop(ARM64_SUMS), f"{ARM64_SUMS}: HTTP 404"),
+        (
+            lambda web: web.files.update({ARM64_SUMS: f"{'9' * 64}  k3s\n".encode()}),
+            f"{ARM64_SUMS}: no line for the k3s-arm64 binary",
+        ),
+    ],
+    ids=["another-release", "another-architecture", "another-image", "no-fcos-metadata",
+         "no-arm64-sums", "no-arm64-line"],
+)  # fmt: skip
+def test_complete_refuses_what_is_not_the_pinned_release_and_writes_nothing(
+    tmp_path: Path, web: FakeWeb, spoil: Any, message: str
+) -> None:
+    """Every sha256 is read before any pin is written: a refusal of either leaves both pin
+    files (and the charts') byte for byte and time for time as they were."""
+    project = make_project(tmp_path / "project", pins=X86_ONLY)
+    publish_pinned_and_newer(web)
+    spoil(web)
+    before = snapshot(project)
+    result = pins(project, web, "--complete")
+    assert result.returncode == 1
+    assert message in result.stderr.replace("\n", "")
+    assert "Traceback" not in result.stderr
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("other", [["--update"], ["--stream", "next"]])
+def test_complete_with_a_move_is_a_usage_error(
+    project: Path, web: FakeWeb, other: list[str]
+) -> None:
+    before = snapshot(project)
+    result = pins(project, web, "--complete", *other)
+    assert result.returncode == 2
+    assert "--complete" in result.stderr and "one or the other" in result.stderr
+    assert web.requests == [] and snapshot(project) == before
+
+
+def test_complete_pins_unit(web: FakeWeb) -> None:
+    """complete_pins keeps every pinned value and fills the aarch64 ones from the pinned
+    releases, whatever newer releases upstream publishes."""
+    publish_pinned_and_newer(web)
+    assert complete_pins(X86_ONLY, endpoints(web)) == PINS
+    assert complete_pins(PINS, endpoints(web)) == PINS
+
+
+def test_unpinned_names_the_command_that_adds_the_missing_sha256(project: Path) -> None:
+    assert unpinned(project, X86_ONLY, "x86") == ()
+    assert unpinned(project, X86_ONLY, "arm") == (
+        f"{project}/image/fcos.pin: no aarch64_sha256 pinned for FCOS {FCOS.version} aarch64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it",
+        f"{project}/image/k3s.pin: no aarch64_sha256 pinned for k3s {K3S.version} arm64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it",
+    )
+
+
+def test_the_report_names_complete_for_pins_without_aarch64(tmp_path: Path, web: FakeWeb) -> None:
+    """Same releases upstream, only the aarch64 sha256s missing: the report says the pins
+    differ (--update would add them too) and names the fix that moves nothing."""
+    project = make_project(tmp_path / "project", pins=X86_ONLY)
+    web.publish(PINS)
+    before = snapshot(project)
+    result = pins(project, web)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"{project}/image/fcos.pin: no aarch64_sha256 pinned for FCOS {FCOS.version} aarch64; "
+        "`raya image pins --complete` adds it for the pinned release without moving it"
+    ) in result.stdout
+    assert f"{project}/image/k3s.pin: no aarch64_sha256 pinned for k3s" in result.stdout
+    assert snapshot(project) == before
+    result = pins(make_project(tmp_path / "complete"), web)
+    assert "--complete" not in result.stdout
+
+
+def test_check_pins_refuses_a_missing_aarch64_sha256_without_fetching_it(
+    project: Path, web: FakeWeb
+) -> None:
+    """Nothing to compare is no match: check_pins (the build's last check before Packer)
+    refuses pins without the architecture's sha256 on its own, naming --complete."""
+    with pytest.raises(ImageError) as caught:
+        check_pins(project, X86_ONLY, endpoints(web), "arm")
+    assert str(caught.value) == "; ".join(unpinned(project, X86_ONLY, "arm")) + "; not building"
+    assert web.requests == []
+    web.publish(PINS)
+    check_pins(project, X86_ONLY, endpoints(web), "x86")  # an x86 build needs nothing more
