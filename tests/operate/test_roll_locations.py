@@ -37,7 +37,7 @@ def in_fsn1(name: str) -> dict[str, Any]:
     volume = hetzner_volume(name)
     volume["spec"]["nodeAffinity"] = csi.provision(
         {"provisioner": csi.DRIVER, "volumeBindingMode": "WaitForFirstConsumer"},
-        csi.published_labels("fsn1", []),
+        csi.published_labels("fsn1"),
     )
     return volume
 
@@ -45,7 +45,7 @@ def in_fsn1(name: str) -> dict[str, Any]:
 def state(clock: Clock, nodes: list[str]) -> ka.Cluster:
     """`nodes`, each labelled with its location by the CSI driver; db-0 (a StatefulSet's) on
     fsn-0 uses a claim on a volume in fsn1; web-1 on agent-0."""
-    labels = {name: csi.published_labels(WHERE[name], []) for name in nodes}
+    labels = {name: csi.published_labels(WHERE[name]) for name in nodes}
     found = ka.Cluster(
         nodes={name: ka.node_object(name, OLD, labels=labels[name]) for name in nodes},
         clock=clock.now,

@@ -10,11 +10,11 @@ chart and driver version image/charts.pin holds), for the tests of raya's storag
   the node plugin, whose DaemonSet sets no `HCLOUD_VOLUME_DEFAULT_LOCATION`). The kubelet puts
   each segment on its Node as a label and its key in the CSINode's `topologyKeys`
   (kubernetes `pkg/volume/csi/nodeinfomanager/nodeinfomanager.go`, `InstallCSIDriver`,
-  `updateTopologyLabels`). The plugin runs as the chart's DaemonSet, whose pods tolerate no
-  taint (chart `values.yaml`, `node.tolerations: []`): a node tainted NoSchedule or NoExecute
-  runs none and publishes nothing (the DaemonSet controller adds tolerations of the
-  `node.kubernetes.io/*` conditions only, `pkg/controller/daemon/util`,
-  `AddOrUpdateDaemonPodTolerations`).
+  `updateTopologyLabels`). The plugin runs as the chart's DaemonSet on every node: with
+  `node.tolerations` empty (its default, raya's too) its pods tolerate every NoSchedule and
+  NoExecute taint (chart `templates/node/daemonset.yaml`).
+- A pod without tolerations goes only to a node without a NoSchedule or NoExecute taint (the
+  scheduler's TaintToleration plugin; k8s.io/api `core/v1/toleration.go`, `ToleratesTaint`).
 - The scheduler's VolumeBinding plugin lets a pod whose claim is unbound (a
   `WaitForFirstConsumer` class) onto a node only if the node's labels match the class's
   `allowedTopologies` (`pkg/scheduler/framework/plugins/volumebinding/binder.go`,
@@ -47,12 +47,16 @@ class ProvisioningFailed(Exception):
     """The driver's InvalidArgument: requirements naming no location."""
 
 
-def published_labels(location: str, taints: Sequence[str]) -> dict[str, str]:
+def published_labels(location: str) -> dict[str, str]:
     """The labels the driver's node plugin has the kubelet put on a node of a server in
-    `location` with `taints` (k3s `node-taint` syntax, `key[=value]:Effect`)."""
-    if any(taint.rsplit(":", 1)[1] in ("NoSchedule", "NoExecute") for taint in taints):
-        return {}  # no node plugin there
+    `location`, whatever its taints."""
     return {LOCATION_SEGMENT: location}
+
+
+def takes_plain_pods(taints: Sequence[str]) -> bool:
+    """Whether a pod without tolerations may go to a node with `taints` (k3s `node-taint`
+    syntax, `key[=value]:Effect`)."""
+    return not any(taint.rsplit(":", 1)[1] in ("NoSchedule", "NoExecute") for taint in taints)
 
 
 def topology_matches(terms: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:

@@ -39,16 +39,16 @@ def cluster(agents: tuple[str, ...], *pools: Pool, schedulable: bool = False) ->
 
 
 def deployed(fleet: Cluster) -> tuple[dict[str, dict[str, str]], list[dict[str, Any]]]:
-    """Each server's node labels as the driver publishes them (its location, its taints from
-    its k3s config), and the StorageClasses the control plane's manifests hold."""
+    """The node labels the driver publishes for each server a pod without tolerations may go
+    to (its location; its taints from its k3s config), and the StorageClasses the control
+    plane's manifests hold."""
     result = run(provider_mocks(), fleet)
     texts = user_data(result)
     labels = {}
     for name, server in result.of_type(SERVER).items():
         k3s = yaml.safe_load(ignition_files(texts[name])[K3S_CONFIG])
-        labels[name] = csi.published_labels(
-            reveal(server.inputs)["location"], k3s.get("node-taint") or []
-        )
+        if csi.takes_plain_pods(k3s.get("node-taint") or []):
+            labels[name] = csi.published_labels(reveal(server.inputs)["location"])
     manifest = yaml.safe_load_all(ignition_files(texts["control-plane"])[CHARTS])
     classes = [doc for doc in manifest if doc["kind"] == "StorageClass"]
     return labels, classes
@@ -88,7 +88,7 @@ def test_one_class_per_location_taking_only_that_locations_nodes(
         allowed = sorted(
             name
             for name, found in labels.items()
-            if found and csi.topology_matches(storage_class["allowedTopologies"], found)
+            if csi.topology_matches(storage_class["allowedTopologies"], found)
         )
         assert allowed == sorted(places[location]), storage_class["metadata"]["name"]
         # Wherever of those it goes, the driver creates the volume in that location, and the
@@ -103,19 +103,18 @@ def test_one_class_per_location_taking_only_that_locations_nodes(
 
 def test_the_default_class_creates_the_volume_where_its_first_pod_lands() -> None:
     """The chart's `hcloud-volumes` (WaitForFirstConsumer, no allowedTopologies): any node
-    with the driver takes the first pod, and the volume's pods stay in that one's location."""
+    takes the first pod, and the volume's pods stay in that one's location."""
     labels, _ = deployed(cluster(("cx23",) * 3, FSN))
     default = {
         "provisioner": "csi.hetzner.cloud",
         "volumeBindingMode": "WaitForFirstConsumer",  # the chart's template, its only mode
     }
-    anywhere = sorted(n for n, found in labels.items() if found and csi.topology_matches([], found))
+    # The control plane is tainted: not for a pod without tolerations.
+    anywhere = sorted(n for n, found in labels.items() if csi.topology_matches([], found))
     assert anywhere == ["agent-0", "agent-1", "agent-2", "fsn-0", "fsn-1"]
-    affinity = csi.provision(default, labels["fsn-1"])
-    assert sorted(n for n, f in labels.items() if csi.affinity_matches(affinity, f)) == [
-        "fsn-0",
-        "fsn-1",
-    ]
-    # The control plane is tainted: no node plugin there, so no volume either.
+    for first, then in (("fsn-1", ["fsn-0", "fsn-1"]), ("agent-0", list(LIST))):
+        affinity = csi.provision(default, labels[first])
+        assert sorted(n for n, f in labels.items() if csi.affinity_matches(affinity, f)) == then
+    # Requirements naming no location: the driver refuses rather than guess.
     with pytest.raises(csi.ProvisioningFailed):
-        csi.provision(default, labels["control-plane"])
+        csi.provision(default, {"kubernetes.io/hostname": "agent-0"})
