@@ -2,8 +2,9 @@
 cert-manager, installed by k3s itself.
 
 The control plane's config drops `HelmChart` resources (applied by k3s' helm-controller), a
-`HelmChartConfig` for k3s' own Traefik and two Let's Encrypt `ClusterIssuer`s into k3s'
-auto-deploy manifests directory, next to the Secrets holding the credentials they use.
+`HelmChartConfig` for k3s' own Traefik, two Let's Encrypt `ClusterIssuer`s and a
+`StorageClass` per location where pods run into k3s' auto-deploy manifests directory, next to
+the Secrets holding the credentials they use.
 `manifests` builds those files (pure, deterministic); `addon_status` reads what the cluster
 reports about them, for `raya status`.
 """
@@ -196,10 +197,10 @@ def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
 def hcloud_csi_values(config: StackConfig) -> dict[str, Any]:
     """The CSI driver's values: the default StorageClass keeps a volume whose claim is
     deleted (docs/using.md) and, bound when its first pod is scheduled (the chart's
-    `WaitForFirstConsumer`), creates it in that pod's node's location (the cluster's
-    location is the driver's fallback for a request naming none). Its node pods read their server's
-    id and location from the metadata service, which raya's guard closes to pod networks:
-    they run on the host's (docs/security.md)."""
+    `WaitForFirstConsumer`), creates it in that pod's node's location (the cluster's is the
+    driver's fallback for a request naming none). Its node pods read their server's id and
+    location from the metadata service, which raya's guard closes to pod networks: they run
+    on the host's (docs/security.md)."""
     return {
         "controller": {"hcloudVolumeDefaultLocation": config.location},
         "node": {"hostNetwork": True},
@@ -224,12 +225,13 @@ def location_class_name(location: str) -> str:
 
 def location_storage_class(location: str) -> dict[str, Any]:
     """A StorageClass of Hetzner Volumes in `location` only: its claims' pods are scheduled
-    only on nodes whose driver publishes that location (the scheduler filters nodes by a
-    class's `allowedTopologies` before provisioning, and by the volume's node affinity after),
-    and the driver creates the volume there. Otherwise the default class's: bound when the
-    first pod is scheduled, expandable, kept when its claim is deleted. The chart's own
-    template gives no class `allowedTopologies` (chart/templates/core/storageclass.yaml), so
-    raya writes these itself."""
+    only on nodes whose driver publishes that location (the scheduler's VolumeBinding filters
+    nodes by a class's `allowedTopologies` before provisioning and by the volume's node
+    affinity after: kubernetes `pkg/scheduler/framework/plugins/volumebinding/binder.go`,
+    `checkVolumeProvisions`, `checkBoundClaims`), and the driver creates the volume there.
+    Otherwise the default class's: bound when the first pod is scheduled, expandable, kept
+    when its claim is deleted. The chart's own template gives no class `allowedTopologies`
+    (chart/templates/core/storageclass.yaml), so raya writes these itself."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
