@@ -73,6 +73,8 @@ def test_roll_hands_its_timeouts_and_nodes_on(
         ([], {"accept_local_loss": False, "without_drain": False}),
         (["--accept-local-data-loss"], {"accept_local_loss": True, "without_drain": False}),
         (["--delete-without-drain"], {"accept_local_loss": False, "without_drain": True}),
+        (["--accept-volume-downtime"], {"accept_volume_downtime": True, "without_drain": False}),
+        ([], {"accept_volume_downtime": False}),
     ],
 )
 def test_up_hands_its_removal_options_on(

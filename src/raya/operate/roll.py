@@ -42,7 +42,7 @@ The first failure stops the roll and says what state it left the node in.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -405,11 +405,12 @@ def _pinned_to(volume: Any) -> str:
     return described or "any node"
 
 
-def stranded(kube: Kubernetes, node: str) -> list[str]:
+def stranded(kube: Kubernetes, node: str, leaving: Collection[str] = ()) -> list[str]:
     """The claims on Hetzner Volumes used by pods a drain of `node` evicts that no other node
-    could take now, as `namespace/claim (pod name; pinned to ...)`: their pods would stay
-    Pending until the node is back."""
-    others = [n for n in kube.nodes() if n.metadata.name != node]
+    (nor one of `leaving`) could take now, as `namespace/claim (pod name; pinned to ...)`:
+    their pods would stay Pending until a node where their volume is can take them."""
+    gone = {node, *leaving}
+    others = [n for n in kube.nodes() if n.metadata.name not in gone]
     found = []
     for pod in kube.pods_on(node):
         if stays(pod):
