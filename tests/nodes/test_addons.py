@@ -22,7 +22,7 @@ from cloudcoil.models.cert_manager.v1 import ClusterIssuer
 
 from raya.errors import RenderError
 from raya.model.config import StackConfig, parse_stack_config
-from raya.model.fleet import Cluster
+from raya.model.fleet import Cluster, build_cluster
 from raya.model.pins import load_chart_pins, load_pins
 from raya.nodes.addons import (
     CERT_MANAGER,
@@ -90,7 +90,8 @@ def values_schema(chart: str, version: str) -> Any:
 
 
 def helm_charts(text: str | bytes) -> dict[str, dict[str, Any]]:
-    """The HelmCharts of the charts manifest, by name."""
+    """The documents of the charts manifest (HelmCharts, Traefik's HelmChartConfig, the
+    location StorageClasses), by name."""
     return {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(text)}
 
 
@@ -119,6 +120,11 @@ def config(**changes: Any) -> StackConfig:
     return parse_stack_config(values, "test")
 
 
+def fleet(stack: StackConfig) -> Cluster:
+    """`stack` with one agent, in its location."""
+    return build_cluster(stack, ("cx23",), "test")
+
+
 KEYS = {
     project: example_service_account_key(f"dns@{project}.iam.gserviceaccount.com", project)
     for project in ("alpha-project", "beta-project-2")
@@ -131,13 +137,14 @@ def test_each_manifest_validates_against_the_schema_of_its_kind(
     found = documents(ignition_files(rendered["control-plane"].ignition))
     kinds = sorted(doc["kind"] for docs in found.values() for doc in docs)
     # The Secrets: two service account keys, the cluster's Hetzner token, the snapshots' S3
-    # settings.
+    # settings; the StorageClass of the example's one location.
     assert kinds == [
         "ClusterIssuer",
         "ClusterIssuer",
         *["HelmChart"] * 4,
         "HelmChartConfig",
         *["Secret"] * 4,
+        "StorageClass",
     ]
     for name, docs in found.items():
         for doc in docs:
@@ -145,7 +152,7 @@ def test_each_manifest_validates_against_the_schema_of_its_kind(
                 jsonschema.validate(doc, HELM_CHART)
             elif doc["kind"] == "HelmChartConfig":
                 jsonschema.validate(doc, HELM_CHART_CONFIG)
-            elif doc["kind"] == "Secret":
+            elif doc["kind"] in ("Secret", "StorageClass"):
                 kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
             else:
                 assert name == ISSUERS_MANIFEST
@@ -185,6 +192,12 @@ def test_the_validators_refuse_a_misspelled_field(rendered: dict[str, RenderedNo
     secret["stringdata"] = secret.pop("stringData")
     with pytest.raises(kubernetes_validate.ValidationError, match="'stringdata' was unexpected"):
         kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
+    (storage_class,) = [
+        copy.deepcopy(doc) for doc in found[CHARTS_MANIFEST] if doc["kind"] == "StorageClass"
+    ]
+    storage_class["allowedTopology"] = storage_class.pop("allowedTopologies")
+    with pytest.raises(kubernetes_validate.ValidationError, match="'allowedTopology' was unexp"):
+        kubernetes_validate.validate(storage_class, K8S_VERSION, strict=True)
 
 
 def test_external_dns_values_validate_against_the_pinned_charts_schema(
@@ -212,6 +225,7 @@ def test_the_charts_are_the_pinned_ones_from_their_repositories(
         "traefik",
         "cert-manager",
         "external-dns",
+        "hcloud-volumes-nbg1",  # the example's one location
     ]
     pins = load_chart_pins(REPO)
     for chart, pin in (
@@ -389,7 +403,7 @@ def test_traefik_becomes_a_load_balancer_over_the_private_network(
 
 def test_locations_follow_the_stack() -> None:
     stack = config(location="hel1", clusterName="lab")
-    files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
+    files = manifests(fleet(stack), PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
     ccm = hetzner_values(files, "hcloud-cloud-controller-manager")
     assert ccm["env"]["HCLOUD_LOAD_BALANCERS_LOCATION"] == {"value": "hel1"}
     assert hetzner_values(files, "hcloud-csi")["controller"] == {
@@ -398,6 +412,10 @@ def test_locations_follow_the_stack() -> None:
     traefik = hetzner_values(files, "traefik")
     assert traefik["service"]["annotations"]["load-balancer.hetzner.cloud/location"] == "hel1"
     assert traefik["service"]["annotations"]["load-balancer.hetzner.cloud/name"] == "lab-ingress"
+    storage_class = helm_charts(files[CHARTS_MANIFEST])["hcloud-volumes-hel1"]
+    assert storage_class["allowedTopologies"] == [
+        {"matchLabelExpressions": [{"key": "csi.hetzner.cloud/location", "values": ["hel1"]}]}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -418,7 +436,7 @@ def test_locations_follow_the_stack() -> None:
 )
 def test_zone_and_project_follow_the_stack(stack: StackConfig, project: str) -> None:
     zone = stack.zone_dns_name.rstrip(".")
-    files = manifests(stack, PINNED, KEYS[project], KEYS[project])
+    files = manifests(fleet(stack), PINNED, KEYS[project], KEYS[project])
     chart = helm_charts(files[CHARTS_MANIFEST])["external-dns"]
     values = yaml.safe_load(chart["spec"]["valuesContent"])
     assert values["domainFilters"] == [zone]
@@ -458,7 +476,7 @@ def test_two_clusters_never_share_an_owner_id() -> None:
     same_name = [config(), config(managedSubdomain="other"), config(parentZone="example.net")]
     owners = set()
     for stack in same_name:
-        files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
+        files = manifests(fleet(stack), PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
         chart = helm_charts(files[CHARTS_MANIFEST])["external-dns"]
         owners.add(yaml.safe_load(chart["spec"]["valuesContent"])["txtOwnerId"])
     assert len(owners) == len(same_name)
@@ -475,7 +493,7 @@ def test_two_clusters_never_share_an_owner_id() -> None:
 )
 def test_a_key_without_a_usable_project_is_refused(key: str) -> None:
     with pytest.raises(RenderError, match=r"secrets: cert_manager_key has no usable project_id"):
-        manifests(config(), PINNED, KEYS["alpha-project"], key)
+        manifests(fleet(config()), PINNED, KEYS["alpha-project"], key)
 
 
 def test_the_control_plane_render_uses_the_keys_projects(
@@ -513,8 +531,8 @@ def test_no_agent_carries_any_of_it(
 
 def test_manifests_are_deterministic_and_carry_no_key() -> None:
     stack = config()
-    first = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
-    assert first == manifests(stack, PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
+    first = manifests(fleet(stack), PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
+    assert first == manifests(fleet(stack), PINNED, KEYS["alpha-project"], KEYS["beta-project-2"])
     for key in KEYS.values():
         private_key = json.loads(key)["private_key"]
         assert all(private_key not in text for text in first.values())
@@ -522,7 +540,7 @@ def test_manifests_are_deterministic_and_carry_no_key() -> None:
     bumped = dataclasses.replace(
         PINNED, external_dns=dataclasses.replace(PINNED.external_dns, version="9.9.9")
     )
-    second = manifests(stack, bumped, KEYS["alpha-project"], KEYS["beta-project-2"])
+    second = manifests(fleet(stack), bumped, KEYS["alpha-project"], KEYS["beta-project-2"])
     assert [name for name in first if first[name] != second[name]] == [CHARTS_MANIFEST]
     assert helm_charts(second[CHARTS_MANIFEST])["external-dns"]["spec"]["version"] == "9.9.9"
 

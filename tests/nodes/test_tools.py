@@ -173,7 +173,7 @@ def test_ignition_applies_the_control_plane(
     manifests = seed / "manifests"
     assert manifests.stat().st_mode & 0o777 == 0o700
     # The credentials Secrets (the snapshots' S3 keys too) and the add-ons (HelmCharts,
-    # ClusterIssuers), each 0600.
+    # ClusterIssuers, StorageClasses), each 0600.
     assert {p.name: p.stat().st_mode & 0o777 for p in manifests.iterdir()} == {
         "raya-etcd-s3.yaml": 0o600,
         "raya-cert-manager-credentials.yaml": 0o600,
@@ -186,9 +186,12 @@ def test_ignition_applies_the_control_plane(
         p.name: [doc["kind"] for doc in yaml.safe_load_all(p.read_text())]
         for p in manifests.iterdir()
     }
-    assert kinds["raya-helm-charts.yaml"] == [*["HelmChart"] * 2, "HelmChartConfig"] + [
-        "HelmChart"
-    ] * 2
+    assert kinds["raya-helm-charts.yaml"] == [
+        *["HelmChart"] * 2,
+        "HelmChartConfig",
+        *["HelmChart"] * 2,
+        "StorageClass",  # the example's one location's
+    ]
     assert kinds["raya-cluster-issuers.yaml"] == ["ClusterIssuer", "ClusterIssuer"]
     assert (root / "etc/rancher/k3s/config.yaml").stat().st_mode & 0o777 == 0o600
     # /usr/local is /var/usrlocal, as on FCOS

@@ -37,8 +37,16 @@ its controllers and the kubelet do, not from what raya expects:
 - Controllers: a ReplicaSet replaces a pod as soon as it is terminating (its active pods
   exclude those with a deletionTimestamp, `pkg/controller/controller_utils.go`,
   `FilterActivePods`); a StatefulSet re-creates a pod of the same name only once the old one
-  is gone. The scheduler puts a new pod on a Ready, schedulable node whose machine runs; it is
-  Ready `pod_start` seconds later.
+  is gone. The scheduler puts a new pod on a Ready, schedulable node whose machine runs, and
+  whose labels each PersistentVolume bound to the pod's claims admits (its VolumeBinding
+  plugin, `pkg/scheduler/framework/plugins/volumebinding/binder.go`, `checkBoundClaims` ->
+  `pkg/volume/util/util.go`, `CheckNodeAffinity`: no required affinity admits every node, else
+  any term whose every expression holds; `In`, `NotIn`, `Exists`, `DoesNotExist` here); it is
+  Ready `pod_start` seconds later. A node's labels are what its kubelet sets
+  (`kubernetes.io/hostname`, `pkg/kubelet/kubelet_node_status.go`, `initialNode`) and, per
+  node, `node_labels`: those Hetzner's CSI node plugin has the kubelet add
+  (`csi.hetzner.cloud/location`, its server's; `pkg/volume/csi/nodeinfomanager`,
+  `InstallCSIDriver`), put back on the Node a new server registers.
 - Nodes and machines (`pkg/kubelet/kubelet_node_status.go`, `tryRegisterWithAPIServer`, and
   the node lifecycle controller's `--node-monitor-grace-period`, 40 s): a deleted server's
   node keeps its last status (Ready, old boot ID) until the grace passes, then its Ready
@@ -195,6 +203,8 @@ class Cluster:
     attachments: dict[str, dict[str, Any]] = field(default_factory=dict)  # VolumeAttachments
     volume_servers: dict[str, int] = field(default_factory=dict)  # PV -> server (Hetzner's view)
     templates: dict[str, list[Any]] = field(default_factory=dict)  # controller -> pod volumes
+    # node -> the labels its kubelet adds at registration beyond its own (the CSI topology)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     _next_server: int = 200000
     _unmounted: dict[tuple[str, str], float] = field(default_factory=dict)  # (node, PV) -> when
     _unwanted: dict[str, float] = field(default_factory=dict)  # attachment -> not needed since
@@ -425,7 +435,9 @@ class Cluster:
         node = self.nodes.get(name)
         if node is None:  # the kubelet's Create: a new Node, the new server's provider ID
             server = self.servers.get(name, 0)
-            node = self.nodes[name] = node_object(name, machine.kubelet_version, server=server)
+            node = self.nodes[name] = node_object(
+                name, machine.kubelet_version, server=server, labels=self.node_labels.get(name)
+            )
             self.events.append((machine.since, f"{name}: new Node, hcloud://{server}"))
         info = node["status"]["nodeInfo"]
         info["bootID"], info["kubeletVersion"] = machine.boot_id, machine.kubelet_version
@@ -473,9 +485,27 @@ class Cluster:
             if self._running(name) and _node_ready(node) and not node["spec"].get("unschedulable")
         )
         for found in self.pods:
-            if not found["spec"].get("nodeName") and places:
-                found["spec"]["nodeName"] = places[0]
+            if found["spec"].get("nodeName"):
+                continue
+            bound = self._bound(found)
+            fits = [n for n in places if all(_admits(v, self.nodes[n]) for v in bound)]
+            if fits:
+                found["spec"]["nodeName"] = fits[0]
                 found["status"]["startTime"] = stamp(now)
+
+    def _bound(self, found: dict[str, Any]) -> list[dict[str, Any]]:
+        """The PersistentVolumes the pod's claims are bound to, whatever their source."""
+        namespace, volumes = found["metadata"]["namespace"], []
+        for source in found["spec"].get("volumes") or []:
+            claim_name = (source.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = self.objects.get(
+                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim_name}"
+            )
+            bound = (claim or {}).get("spec", {}).get("volumeName")
+            volume = self.objects.get(f"/api/v1/persistentvolumes/{bound}") if bound else None
+            if volume is not None:
+                volumes.append(volume)
+        return volumes
 
     def _replacement(self, key: str, kind: str, now: float) -> dict[str, Any]:
         namespace, owner = key.split("/", 1)
@@ -610,13 +640,15 @@ def node_object(
     unschedulable: bool = False,
     boot: str = "b0",
     server: int | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A Node; `server` is its Hetzner server id (None: `initial_server(name)`)."""
+    """A Node; `server` is its Hetzner server id (None: `initial_server(name)`), `labels`
+    those beyond the kubelet's own `kubernetes.io/hostname`."""
     server = initial_server(name) if server is None else server
     return {
         "kind": "Node",
         "apiVersion": "v1",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "spec": {"unschedulable": unschedulable, "providerID": f"hcloud://{server}"},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
@@ -753,6 +785,28 @@ def _attachment(name: str, pv: str, node: str, now: float) -> dict[str, Any]:
 def _ready(pod_: dict[str, Any]) -> bool:
     conditions = (pod_.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _admits(volume: dict[str, Any], node_: dict[str, Any]) -> bool:
+    """`CheckNodeAffinity`: the volume's required node affinity against the node's labels."""
+    required = (volume["spec"].get("nodeAffinity") or {}).get("required")
+    if required is None:
+        return True
+    labels = node_["metadata"].get("labels") or {}
+
+    def holds(expression: dict[str, Any]) -> bool:
+        value, values = labels.get(expression["key"]), expression.get("values") or []
+        return {
+            "In": value is not None and value in values,
+            "NotIn": value is None or value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[expression["operator"]]
+
+    return any(
+        term.get("matchExpressions") and all(map(holds, term["matchExpressions"]))
+        for term in required["nodeSelectorTerms"]
+    )
 
 
 def _node_ready(node_: dict[str, Any]) -> bool:

@@ -61,7 +61,7 @@ def test_roll_hands_its_timeouts_and_nodes_on(
     assert (settings["drain_timeout"], settings["ready_timeout"]) == (42.5, 7.0)
     assert settings["accept_local_loss"] is True
     lines = result.stdout.splitlines()
-    assert lines[0] == "agent-1:" and "  2. cordon" in lines  # its steps, printed first
+    assert lines[0] == "agent-1:" and "  3. cordon" in lines  # its steps, printed first
     # Without the options: the documented default drain timeout (docs/using.md), 600 s.
     invoke(["roll", "agent-1", "--root", str(project)])
     assert (roll.built[1]["drain_timeout"], roll.built[1]["accept_local_loss"]) == (600.0, False)
@@ -73,6 +73,8 @@ def test_roll_hands_its_timeouts_and_nodes_on(
         ([], {"accept_local_loss": False, "without_drain": False}),
         (["--accept-local-data-loss"], {"accept_local_loss": True, "without_drain": False}),
         (["--delete-without-drain"], {"accept_local_loss": False, "without_drain": True}),
+        (["--accept-volume-downtime"], {"accept_volume_downtime": True, "without_drain": False}),
+        ([], {"accept_volume_downtime": False}),
     ],
 )
 def test_up_hands_its_removal_options_on(

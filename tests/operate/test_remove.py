@@ -19,10 +19,12 @@ from raya.cloud.kubeconfig import api_client
 from raya.defaults import WITHOUT_DRAIN
 from raya.operate import remove as rm
 from raya.operate import roll as rl
+from tests.cloud.program import csi_topology as csi
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
 from tests.operate.test_roll import Clock, local_path_volume, use_claim
+from tests.operate.test_roll_locations import in_fsn1
 from tests.runner import invoke
 
 PIN = PINS.k3s.version
@@ -327,6 +329,48 @@ def test_a_leaving_node_with_a_local_path_claim_stops_the_update_unless_accepted
     accepted = up(cloud, "--accept-local-data-loss")
     assert accepted.exit_code == 0, accepted.output
     assert "delete server raya-web-2 (off)" in cloud.since(mark)
+
+
+def in_locations(cluster: ka.Cluster) -> None:
+    """The pool's nodes in fsn1, the others in nbg1, as the CSI driver labels them; shop-1 on
+    web-2 keeps its data on a Hetzner Volume in fsn1."""
+    for name, node in cluster.nodes.items():
+        location = "fsn1" if name.startswith("web-") else "nbg1"
+        node["metadata"]["labels"].update(csi.published_labels(location))
+    use_claim(cluster, "shop-1", "cart", in_fsn1("pvc-5c1d"))
+
+
+def test_removing_the_last_nodes_of_a_volumes_location_stops_the_update_unless_accepted(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    in_locations(cluster)
+    (cloud.root / "deploy" / "fleet" / "agents.json").write_text('{"agents": ["cx23"]}')
+    mark = len(cloud.hetzner.log)
+    text = failure(up(cloud))
+    assert (
+        "web-2: pods on Hetzner Volumes would have no node to go to once the leaving nodes are "
+        "gone (none staying where their volume is, Ready and schedulable): default/cart (pod "
+        "shop-1; pinned to csi.hetzner.cloud/location in fsn1)"
+    ) in " ".join(text.split())
+    assert cloud.since(mark) == []  # checked before anything changes: no server touched
+    assert not cluster.nodes["web-2"]["spec"].get("unschedulable")  # not even cordoned
+    accepted = up(cloud, "--accept-volume-downtime")
+    assert accepted.exit_code == 0, accepted.output
+    assert "delete server raya-web-2 (off)" in cloud.since(mark)
+    # Its ReplicaSet's new pod waits: no node left where the volume is.
+    (shop,) = [p for p in cluster.pods if p["metadata"]["name"].startswith("shop-")]
+    assert shop["spec"]["nodeName"] == ""
+
+
+def test_a_node_leaving_its_location_to_others_takes_no_flag(
+    cloud: Cloud, cluster: ka.Cluster, api: str
+) -> None:
+    in_locations(cluster)
+    pool_count(cloud.root, 2)  # web-2 leaves; web-0 and web-1 stay in fsn1
+    result = up(cloud)
+    assert result.exit_code == 0, result.output
+    (shop,) = [p for p in cluster.pods if p["metadata"]["name"].startswith("shop-")]
+    assert shop["spec"]["nodeName"] == "web-0"  # not agent-0 nor a control plane: nbg1
 
 
 def test_an_unreachable_api_refuses_unless_asked_to_delete_undrained(

@@ -318,13 +318,15 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "  7. wait until every node is Ready",
         "agent-2:",
         "  1. check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
-        "  2. cordon",
-        "  3. drain: evict its pods, wait until they are gone",
-        "  4. wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
-        "  5. delete its Node object (its running kubelet does not register again)",
-        "  6. replace its server (raya up --replace: shut down, wait until off, delete, create)",
-        "  7. delete the VolumeAttachments left for the old server",
-        "  8. wait until the new server registers a new Node (a new boot, the new server's "
+        "  2. check that each Hetzner Volume its pods use has another Ready, schedulable node "
+        "where the volume is (or --accept-volume-downtime)",
+        "  3. cordon",
+        "  4. drain: evict its pods, wait until they are gone",
+        "  5. wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
+        "  6. delete its Node object (its running kubelet does not register again)",
+        "  7. replace its server (raya up --replace: shut down, wait until off, delete, create)",
+        "  8. delete the VolumeAttachments left for the old server",
+        "  9. wait until the new server registers a new Node (a new boot, the new server's "
         "provider ID), Ready on the pinned k3s",
     ]
     result = invoke(["roll", "--root", str(project)])

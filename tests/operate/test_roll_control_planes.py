@@ -15,8 +15,8 @@ def test_control_planes_come_first_one_at_a_time_in_their_order() -> None:
         "control-plane", "control-plane-1", "control-plane-2", "agent-1",
     ]  # fmt: skip
     assert steps[0].actions == (
-        rl.QUORUM, rl.LOCAL_DATA, rl.CORDON, rl.DRAIN, rl.DETACH, rl.REPLACE, rl.DELETE_GONE_NODE,
-        rl.LEFTOVERS, rl.BACK, rl.MEMBER, rl.ALL_READY,
+        rl.QUORUM, rl.LOCAL_DATA, rl.VOLUME_PLACES, rl.CORDON, rl.DRAIN, rl.DETACH, rl.REPLACE,
+        rl.DELETE_GONE_NODE, rl.LEFTOVERS, rl.BACK, rl.MEMBER, rl.ALL_READY,
     )  # fmt: skip
     assert steps[1].actions == steps[2].actions == steps[0].actions
     assert [(s.node, s.actions) for s in rl.plan(NODES, ["control-plane-1"], [])] == [

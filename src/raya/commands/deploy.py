@@ -149,10 +149,13 @@ def preview(*, stack: str, root: Path | None) -> None:
     Option("--accept-local-data-loss", kind="flag",
            help="Delete leaving nodes whose pods use local-path claims: their data goes "
            "with the server."),
+    Option("--accept-volume-downtime", kind="flag",
+           help="Delete leaving nodes although no node staying where their pods' Hetzner "
+           "Volumes are could take those pods: they wait, Pending, until one joins there."),
 )  # fmt: skip
 def up(
     *, stack: str, root: Path | None, no_destroy_protected: bool, replace: list[str],
-    delete_without_drain: bool, accept_local_data_loss: bool,
+    delete_without_drain: bool, accept_local_data_loss: bool, accept_volume_downtime: bool,
 ) -> None:  # fmt: skip
     """Create or update the cluster: image lookup, network, servers, PKI, DNS, service accounts.
 
@@ -162,7 +165,9 @@ def up(
     Nodes the inputs no longer declare (a smaller pool, a pool gone, fewer control planes)
     are cordoned and drained first, and a control plane's etcd member removed, one at a
     time and never below quorum, before Pulumi deletes their servers; anything refused
-    stops it before Pulumi runs.
+    stops it before Pulumi runs. A leaving node whose pods use local-path claims, or Hetzner
+    Volumes that no node staying in their location could take, is refused unless
+    --accept-local-data-loss or --accept-volume-downtime says so.
 
     It ends by checking, with the backups writer's own key, that it can HEAD the backups'
     bucket and put and delete an object in the cluster's folder, as k3s will (asked again
@@ -184,6 +189,7 @@ def up(
         remote=node_runner(root, stack),
         clock=roll_model.Clock(),
         accept_local_loss=accept_local_data_loss,
+        accept_volume_downtime=accept_volume_downtime,
         without_drain=delete_without_drain,
     )
     result = _run(

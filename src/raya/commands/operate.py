@@ -160,8 +160,9 @@ def print_report(report: st.Report) -> None:
            help="Roll nodes whose pods use local-path claims: their data is deleted with "
            "the server."),
     Option("--accept-volume-downtime", kind="flag",
-           help="Roll the sole control plane although pods on it use Hetzner Volume claims: "
-           "they are down until it is back."),
+           help="Roll the sole control plane although pods on it use Hetzner Volume claims, "
+           "or a node whose pods' Hetzner Volumes no other node where they are could take: "
+           "those pods are down until it is back."),
 )  # fmt: skip
 def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
@@ -176,7 +177,9 @@ def roll(
     their volumes detached. Each old Node object is deleted before the new server registers,
     so that the new Node carries the new server's provider ID. The sole control plane is not
     drained: pods on it using Hetzner Volume claims stop the roll unless
-    --accept-volume-downtime is given. A node whose pods use claims on its own disk
+    --accept-volume-downtime is given; so does a node whose pods use Hetzner Volumes that no
+    other Ready, schedulable node where the volume is (its location) could take. A node whose
+    pods use claims on its own disk
     (local-path) is not touched unless --accept-local-data-loss is given. The first failure
     stops the roll and says what state it left the node in. Each node's steps, every wait
     included, are printed first; --dry-run stops there. Before the first action, every node

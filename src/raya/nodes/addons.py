@@ -2,8 +2,9 @@
 cert-manager, installed by k3s itself.
 
 The control plane's config drops `HelmChart` resources (applied by k3s' helm-controller), a
-`HelmChartConfig` for k3s' own Traefik and two Let's Encrypt `ClusterIssuer`s into k3s'
-auto-deploy manifests directory, next to the Secrets holding the credentials they use.
+`HelmChartConfig` for k3s' own Traefik, two Let's Encrypt `ClusterIssuer`s and a
+`StorageClass` per location where pods run into k3s' auto-deploy manifests directory, next to
+the Secrets holding the credentials they use.
 `manifests` builds those files (pure, deterministic); `addon_status` reads what the cluster
 reports about them, for `raya status`.
 """
@@ -21,6 +22,7 @@ import yaml
 from raya.defaults import CERT_MANAGER_CHARTS, EXTERNAL_DNS_CHARTS, HETZNER_CHARTS
 from raya.errors import RenderError
 from raya.model.config import StackConfig
+from raya.model.fleet import Cluster
 from raya.model.pins import ChartPins
 
 NAMESPACE = "kube-system"  # where k3s' own HelmCharts live, and the credentials Secrets
@@ -85,13 +87,20 @@ K3S_CLUSTER_CIDR = "10.42.0.0/16"
 # The default StorageClass: Hetzner Volumes, kept when their claim is deleted.
 STORAGE_CLASS = "hcloud-volumes"
 RECLAIM_POLICY = "Retain"
+# Hetzner's CSI driver, its name as the provisioner of its volumes, and the topology key its
+# node plugin publishes with the server's location, which the volumes it creates are pinned
+# to (hetznercloud/csi-driver, internal/driver/driver.go: PluginName, TopologySegmentLocation;
+# node.go, NodeGetInfo; controller.go, CreateVolume).
+CSI_DRIVER = "csi.hetzner.cloud"
+LOCATION_TOPOLOGY_KEY = f"{CSI_DRIVER}/location"
 # k3s' local-path StorageClass: still there, no longer the default (raya-local-path.service).
 LOCAL_PATH_CLASS = "local-path"
 # Hetzner's smallest load balancer (lb11), for Traefik's Service.
 LOAD_BALANCER_TYPE = "lb11"
 LB = "load-balancer.hetzner.cloud"  # the cloud controller's annotation prefix
-# Files of the manifests directory: the HelmCharts and Traefik's HelmChartConfig share one
-# (it compresses better), the issuers have their own (see `manifests`).
+# Files of the manifests directory: the HelmCharts, Traefik's HelmChartConfig and the location
+# StorageClasses share one (it compresses better), the issuers have their own (see
+# `manifests`).
 CHARTS_MANIFEST = "raya-helm-charts.yaml"
 ISSUERS_MANIFEST = "raya-cluster-issuers.yaml"
 # ClusterIssuer name -> ACME directory.
@@ -186,15 +195,53 @@ def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
 
 
 def hcloud_csi_values(config: StackConfig) -> dict[str, Any]:
-    """The CSI driver's values: volumes in the cluster's location; the default StorageClass
-    keeps a volume whose claim is deleted (docs/using.md). Its node pods read their server's
-    id from the metadata service, which raya's guard closes to pod networks: they run on
-    the host's (docs/security.md)."""
+    """The CSI driver's values: the default StorageClass keeps a volume whose claim is
+    deleted (docs/using.md) and, bound when its first pod is scheduled (the chart's
+    `WaitForFirstConsumer`), creates it in that pod's node's location (the cluster's is the
+    driver's fallback for a request naming none). Its node pods read their server's id and
+    location from the metadata service, which raya's guard closes to pod networks: they run
+    on the host's (docs/security.md)."""
     return {
         "controller": {"hcloudVolumeDefaultLocation": config.location},
         "node": {"hostNetwork": True},
         "storageClasses": [
             {"name": STORAGE_CLASS, "defaultStorageClass": True, "reclaimPolicy": RECLAIM_POLICY}
+        ],
+    }
+
+
+def volume_locations(cluster: Cluster) -> tuple[str, ...]:
+    """The locations where pods can run, sorted: each agent's, and the control planes' (the
+    cluster's) when they take pods (raya:controlPlaneSchedulable)."""
+    places = {node.location or cluster.config.location for node in cluster.agents}
+    if cluster.config.control_plane_schedulable:
+        places.add(cluster.config.location)
+    return tuple(sorted(places))
+
+
+def location_class_name(location: str) -> str:
+    return f"{STORAGE_CLASS}-{location}"
+
+
+def location_storage_class(location: str) -> dict[str, Any]:
+    """A StorageClass of Hetzner Volumes in `location` only: its claims' pods are scheduled
+    only on nodes whose driver publishes that location (the scheduler's VolumeBinding filters
+    nodes by a class's `allowedTopologies` before provisioning and by the volume's node
+    affinity after: kubernetes `pkg/scheduler/framework/plugins/volumebinding/binder.go`,
+    `checkVolumeProvisions`, `checkBoundClaims`), and the driver creates the volume there.
+    Otherwise the default class's: bound when the first pod is scheduled, expandable, kept
+    when its claim is deleted. The chart's own template gives no class `allowedTopologies`
+    (chart/templates/core/storageclass.yaml), so raya writes these itself."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": location_class_name(location), "labels": MANAGED_BY},
+        "provisioner": CSI_DRIVER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+        "reclaimPolicy": RECLAIM_POLICY,
+        "allowedTopologies": [
+            {"matchLabelExpressions": [{"key": LOCATION_TOPOLOGY_KEY, "values": [location]}]}
         ],
     }
 
@@ -285,7 +332,7 @@ def cluster_issuer(name: str, server: str, config: StackConfig, project: str) ->
 
 
 def manifests(
-    config: StackConfig, charts: ChartPins, external_dns_key: str, cert_manager_key: str
+    cluster: Cluster, charts: ChartPins, external_dns_key: str, cert_manager_key: str
 ) -> dict[str, str]:
     """The add-ons' manifest files (name -> text) for the control plane's manifests directory.
 
@@ -293,6 +340,7 @@ def manifests(
     holding the cluster's zone. The issuers have a file of their own: k3s retries a file that
     fails to apply every 15 s, so they land once cert-manager's CRDs and webhook are up.
     """
+    config = cluster.config
     external_dns_project = service_account_project("external_dns_key", external_dns_key)
     cert_manager_project = service_account_project("cert_manager_key", cert_manager_key)
     return {
@@ -307,6 +355,7 @@ def manifests(
                     charts.external_dns.version,
                     external_dns_values(config, external_dns_project),
                 ),
+                *(location_storage_class(location) for location in volume_locations(cluster)),
             ]
         ),
         ISSUERS_MANIFEST: _manifest(

@@ -335,7 +335,7 @@ def _context(
             },
             "addons": sorted(
                 addon_manifests(
-                    config, charts, secrets.external_dns_key, secrets.cert_manager_key
+                    cluster, charts, secrets.external_dns_key, secrets.cert_manager_key
                 ).items()
             ),
         }

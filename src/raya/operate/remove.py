@@ -63,6 +63,7 @@ from raya.operate.roll import (
     Drain,
     Kubernetes,
     is_control_plane,
+    stranded,
 )
 
 REMOVE = "etcd.k3s.cattle.io/remove"
@@ -142,6 +143,8 @@ class Removal:
     clock: Clock = field(default_factory=Clock)
     drain_timeout: float = DRAIN_TIMEOUT
     accept_local_loss: bool = False
+    # `--accept-volume-downtime`: delete the last nodes where pods' Hetzner Volumes are.
+    accept_volume_downtime: bool = False
     without_drain: bool = False
     member_timeout: float = MEMBER_TIMEOUT
     watch: float = COMEBACK_WATCH
@@ -212,6 +215,26 @@ class Removal:
         for name in leaving:
             if name in nodes:
                 self.step(name, functools.partial(self.drainer_of().check_local_data, name))
+                self.step(name, functools.partial(self.check_volume_places, name, leaving))
+
+    def check_volume_places(self, name: str, leaving: Sequence[str]) -> None:
+        """Refuse to delete a node whose pods use Hetzner Volumes that no node staying could
+        take (a volume attaches only in its location), unless accepted."""
+        claims = stranded(self.kube, name, leaving)
+        if not claims:
+            return
+        if not self.accept_volume_downtime:
+            raise RemovalError(
+                "pods on Hetzner Volumes would have no node to go to once the leaving nodes "
+                f"are gone (none staying where their volume is, Ready and schedulable): "
+                f"{', '.join(claims)}; they would stay Pending until a node there joins. Keep "
+                "a node in that location, move their data first, or pass "
+                "--accept-volume-downtime"
+            )
+        self.say(
+            f"{name}: its pods wait for a node where their volume is, as accepted: "
+            f"{', '.join(claims)}"
+        )
 
     def health(self) -> dict[str, str]:
         """Every etcd member's node, read again: '' when healthy (a voter on a Ready node,

@@ -31,6 +31,10 @@ pods on it using Hetzner Volumes stop with it, refused unless the operator accep
 
 A claim whose volume lives on the node's own disk (k3s' local-path) would be lost with the
 server: a node with such a claim in use is not touched unless the operator accepts the loss.
+A Hetzner Volume lives in one location, and its PersistentVolume's node affinity keeps its
+pods there (`csi.hetzner.cloud/location`): a node is drained only if every such volume its
+pods use has another node to go to, Ready and schedulable for the pod, unless the operator
+accepts that they wait until the node is back.
 The first failure stops the roll and says what state it left the node in.
 """
 
@@ -38,19 +42,18 @@ The first failure stops the roll and says what state it left the node in.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from raya.cloud.kubeconfig import reason
 from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
 from raya.errors import RayaError
-from raya.nodes.addons import STORAGE_CLASS
+from raya.nodes.addons import CSI_DRIVER, STORAGE_CLASS
 from raya.operate import etcd
 
 POLL = 5.0  # seconds between two looks at the API
 CONTROL_PLANE = "control-plane"
-CSI_DRIVER = "csi.hetzner.cloud"  # the provisioner of hcloud-volumes, the chart's StorageClass
 # k3s' etcd member controller's finalizer on every node (k3s pkg/etcd/member_controller.go,
 # wrangler OnRemove): it removes the node's etcd member, which etcd refuses for a sole member.
 ETCD_FINALIZER = "wrangler.cattle.io/managed-etcd-controller"
@@ -64,6 +67,7 @@ class RollError(RayaError):
 # each node and `Roll` runs them by name: what `--dry-run` shows is what a roll does.
 QUORUM = "quorum"
 LOCAL_DATA = "local data"
+VOLUME_PLACES = "volume places"
 VOLUME_DOWNTIME = "volume downtime"
 CORDON = "cordon"
 DRAIN = "drain"
@@ -79,6 +83,8 @@ ALL_READY = "all ready"
 ACTIONS = {
     QUORUM: "check that every other control plane is Ready and a voting etcd member",
     LOCAL_DATA: "check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
+    VOLUME_PLACES: "check that each Hetzner Volume its pods use has another Ready, schedulable "
+    "node where the volume is (or --accept-volume-downtime)",
     VOLUME_DOWNTIME: "check that no pod on it uses a Hetzner Volume claim "
     "(or --accept-volume-downtime)",
     CORDON: "cordon",
@@ -134,12 +140,13 @@ def actions(node: str, control_planes: int) -> tuple[str, ...]:
     would remove the sole etcd member and cannot, is released."""
     if not is_control_plane(node):
         return (
-            LOCAL_DATA, CORDON, DRAIN, DETACH, DELETE_NODE, REPLACE, LEFTOVERS, BACK,
+            LOCAL_DATA, VOLUME_PLACES, CORDON, DRAIN, DETACH, DELETE_NODE, REPLACE, LEFTOVERS,
+            BACK,
         )  # fmt: skip
     if control_planes > 1:
         return (
-            QUORUM, LOCAL_DATA, CORDON, DRAIN, DETACH, REPLACE, DELETE_GONE_NODE, LEFTOVERS, BACK,
-            MEMBER, ALL_READY,
+            QUORUM, LOCAL_DATA, VOLUME_PLACES, CORDON, DRAIN, DETACH, REPLACE, DELETE_GONE_NODE,
+            LEFTOVERS, BACK, MEMBER, ALL_READY,
         )  # fmt: skip
     return (
         LOCAL_DATA, VOLUME_DOWNTIME, DELETE_SOLE_NODE, REPLACE, BACK, LEFTOVERS, ALL_READY,
@@ -308,6 +315,122 @@ def claims_on(kube: Kubernetes, node: str, on_its_disk: bool) -> list[str]:
     return sorted(set(found))
 
 
+def _requirement_matches(requirement: Any, value: str | None) -> bool:
+    """One node selector requirement against a node's value for its key (None: absent), as
+    Kubernetes matches them (k8s.io/component-helpers `scheduling/corev1/nodeaffinity`, via
+    `labels.Selector`: NotIn and DoesNotExist hold for an absent label, Gt and Lt compare
+    integers and hold for no absent or non-integer one)."""
+    operator, values = requirement.operator, requirement.values or []
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    try:
+        number, bound = int(value or ""), int(values[0])
+    except (ValueError, IndexError):
+        return False
+    return number > bound if operator == "Gt" else operator == "Lt" and number < bound
+
+
+def volume_fits(volume: Any, node: Any) -> bool:
+    """The PersistentVolume's required node affinity admits `node` (kubernetes
+    `pkg/volume/util/util.go`, `CheckNodeAffinity`, which the scheduler's VolumeBinding
+    plugin applies to a pod's bound claims): none admits every node; else any term whose
+    every label expression and field (`metadata.name`) holds; a term with neither admits no
+    node."""
+    affinity = volume.spec.node_affinity
+    required = affinity.required if affinity is not None else None
+    if required is None:
+        return True
+    labels = node.metadata.labels or {}
+    for term in required.node_selector_terms or []:
+        expressions, fields = term.match_expressions or [], term.match_fields or []
+        if not expressions and not fields:
+            continue
+        name = node.metadata.name
+        by_label = all(_requirement_matches(e, labels.get(e.key)) for e in expressions)
+        by_name = all(f.key == "metadata.name" and _requirement_matches(f, name) for f in fields)
+        if by_label and by_name:
+            return True
+    return False
+
+
+# What a cordon amounts to for the scheduler (its NodeUnschedulable plugin): a taint.
+CORDONED = ("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+
+def _tolerates(toleration: Any, key: str, value: str, effect: str) -> bool:
+    """k8s.io/api `core/v1/toleration.go`, `ToleratesTaint`: the same effect (or none), the
+    same key (or none, with Exists), and with Equal the same value."""
+    if toleration.effect and toleration.effect != effect:
+        return False
+    if toleration.key and toleration.key != key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return (toleration.operator or "Equal") == "Equal" and (toleration.value or "") == value
+
+
+def takes(node: Any, pod: Any) -> bool:
+    """Whether the scheduler could put `pod` on `node` as far as the node itself goes: Ready,
+    and each of its NoSchedule and NoExecute taints tolerated (TaintToleration), a cordon
+    counting as one (NodeUnschedulable). The pod's own node selector and affinity are not
+    weighed."""
+    taints = [(t.key, t.value or "", t.effect) for t in node.spec.taints or []]
+    if node.spec.unschedulable:
+        taints.append(CORDONED)
+    tolerations = pod.spec.tolerations or []
+    return ready(node) and all(
+        any(_tolerates(toleration, *taint) for toleration in tolerations)
+        for taint in taints
+        if taint[2] in ("NoSchedule", "NoExecute")
+    )
+
+
+def _pinned_to(volume: Any) -> str:
+    """Where a volume's node affinity pins it, for a person: `key in a, b` per expression."""
+    affinity = volume.spec.node_affinity
+    terms = affinity.required.node_selector_terms if affinity and affinity.required else []
+    described = " or ".join(
+        " and ".join(
+            f"{e.key} {e.operator.lower()} {', '.join(e.values or [])}".rstrip()
+            for e in [*(term.match_expressions or []), *(term.match_fields or [])]
+        )
+        for term in terms
+    )
+    return described or "any node"
+
+
+def stranded(kube: Kubernetes, node: str, leaving: Collection[str] = ()) -> list[str]:
+    """The claims on Hetzner Volumes used by pods a drain of `node` evicts that no other node
+    (nor one of `leaving`) could take now, as `namespace/claim (pod name; pinned to ...)`:
+    their pods would stay Pending until a node where their volume is can take them."""
+    gone = {node, *leaving}
+    others = [n for n in kube.nodes() if n.metadata.name not in gone]
+    found = []
+    for pod in kube.pods_on(node):
+        if stays(pod):
+            continue
+        for source in pod.spec.volumes or []:
+            if source.persistent_volume_claim is None:
+                continue
+            namespace, name = pod.metadata.namespace, source.persistent_volume_claim.claim_name
+            claim = kube.claim(namespace, name)
+            bound = claim.spec.volume_name if claim is not None else None
+            volume = kube.volume(bound) if bound else None
+            if volume is None or volume.spec.csi is None or volume.spec.csi.driver != CSI_DRIVER:
+                continue
+            if not any(volume_fits(volume, other) and takes(other, pod) for other in others):
+                found.append(
+                    f"{namespace}/{name} (pod {pod.metadata.name}; pinned to {_pinned_to(volume)})"
+                )
+    return sorted(set(found))
+
+
 def managed(pod: Any) -> bool:
     return any(owner.controller for owner in pod.metadata.owner_references or [])
 
@@ -323,7 +446,8 @@ class Drain:
     drain_timeout: float = DRAIN_TIMEOUT
     # `--accept-local-data-loss`: touch nodes whose pods use local-path claims.
     accept_local_loss: bool = False
-    # `--accept-volume-downtime`: replace the sole control plane under pods on Hetzner Volumes.
+    # `--accept-volume-downtime`: replace the sole control plane under pods on Hetzner Volumes,
+    # or drain a node whose pods' Hetzner Volumes no other node can take.
     accept_volume_downtime: bool = False
 
     def check_local_data(self, name: str) -> None:
@@ -338,6 +462,21 @@ class Drain:
                 "--accept-local-data-loss"
             )
         self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
+
+    def check_volume_places(self, name: str) -> None:
+        """Refuse to drain a node whose pods use Hetzner Volumes that no other node could
+        take (another location's nodes cannot attach them), unless accepted."""
+        claims = stranded(self.kube, name)
+        if not claims:
+            return
+        if not self.accept_volume_downtime:
+            raise RollError(
+                "pods on Hetzner Volumes would have no node to go to while this node is "
+                f"replaced (no other node where their volume is, Ready and schedulable): "
+                f"{', '.join(claims)}; they would stay Pending until it is back. Add a node "
+                "there first (a pool in that location), or pass --accept-volume-downtime"
+            )
+        self.say(f"{name}: down with it until it is back, as accepted: {', '.join(claims)}")
 
     def check_volume_downtime(self, name: str) -> None:
         """Refuse to replace an undrained node under pods on Hetzner Volumes, unless accepted:
@@ -421,6 +560,7 @@ class Roll(Drain):
         run: dict[str, Callable[[str], None]] = {
             QUORUM: self.check_quorum,
             LOCAL_DATA: self.check_local_data,
+            VOLUME_PLACES: self.check_volume_places,
             VOLUME_DOWNTIME: self.check_volume_downtime,
             CORDON: self.cordon,
             DRAIN: self.drain_node,

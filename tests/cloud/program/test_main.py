@@ -208,6 +208,7 @@ def test_main_installs_the_projects_chart_pins_with_the_stacks_settings(
     charts = {
         doc["metadata"]["name"]: doc["spec"]
         for doc in yaml.safe_load_all(files[f"{manifests}/raya-helm-charts.yaml"])
+        if doc["kind"] != "StorageClass"
     }
     assert charts["external-dns"]["version"] == "9.8.7"
     assert charts["cert-manager"]["version"] == pins.cert_manager.version
