@@ -95,12 +95,20 @@ def first_run(sha: str, command: str, cache: Path, work: Path, label: str) -> Ru
         shutil.rmtree(folder)
 
 
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+WIDTH = 48  # of a cell: "  5.6 s ( 5.4- 12.5)  first  0.2 s  silent  1.1 s"
+
+
 def summary(runs: list[Run]) -> str:
+    """Median (min-max) seconds, and the medians of the first line's and the longest silence."""
     seconds = [run.seconds for run in runs]
     silence = statistics.median(run.silence for run in runs)
     first = statistics.median(run.first_line for run in runs)
-    return (f"{statistics.median(seconds):6.1f} s ({min(seconds):.1f}-{max(seconds):.1f})"
-            f"  first line {first:5.1f} s  silent {silence:5.1f} s")  # fmt: skip
+    return (f"{statistics.median(seconds):5.1f} s ({min(seconds):4.1f}-{max(seconds):5.1f})"
+            f"  first {first:4.1f} s  silent {silence:4.1f} s")  # fmt: skip
 
 
 def main() -> None:
@@ -121,6 +129,7 @@ def main() -> None:
     if args.only:
         sides = {args.only: sides[args.only]}
     work = Path(tempfile.mkdtemp(prefix="raya-firstrun-"))
+    load = load_average()
     shared = work / "cache"
     if args.cache == "warm":
         for side, sha in sides.items():
@@ -141,13 +150,13 @@ def main() -> None:
     print(
         f"first run in a fresh clone, {args.rounds} rounds, median (min-max) wall clock;"
         f" {args.cache} pip/uv cache; uv on PATH: {uv}; {os.cpu_count()} cores,"
-        f" load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}; logs in {work}"
+        f" load average {load} before, {load_average()} after; logs in {work}"
     )
-    print(f"  {'command':<26} {'target':>6}   " + "   ".join(
-        f"{side} {sha:<47}" for side, sha in sides.items()))  # fmt: skip
+    print(f"  {'command':<26} {'target':>6}  "
+          + "  ".join(f"{side + ' ' + sha:<{WIDTH}}" for side, sha in sides.items()))  # fmt: skip
     for command, target in COMMANDS.items():
-        cells = [summary(runs[side, command]) for side in sides]
-        print(f"  {command:<26} {target:5.0f} s   " + "   ".join(cells))
+        cells = [f"{summary(runs[side, command]):<{WIDTH}}" for side in sides]
+        print(f"  {command:<26} {target:4.0f} s  " + "  ".join(cells))
     for folder in work.glob("cache*"):
         shutil.rmtree(folder, ignore_errors=True)
 
