@@ -57,15 +57,54 @@ def _progress(line: str) -> None:
 
 def deploy_module(command: str) -> ModuleType:
     """`raya.cloud.deploy`, imported on use: the rest of raya works without Pulumi's packages (the
-    [deploy] extra)."""
-    try:
-        from raya.cloud import deploy
-    except ImportError as error:
+    [deploy] extra). Run through `./raya`, which names its set-up script in RAYA_BOOTSTRAP, a
+    command installs them the first time it needs them, so that no `--help` waits for them."""
+    missing = _missing_for_deploy()
+    # A module of raya's own missing is a broken install, which no extra mends.
+    ours = missing is not None and missing.partition(".")[0] == "raya"
+    if missing and not ours and install_extra("deploy", command, missing):
+        missing = _missing_for_deploy()
+    if missing:
         raise DeployError(
-            f"raya {command} needs the Pulumi packages ({error.name} is missing): "
+            f"raya {command} needs the Pulumi packages ({missing} is missing): "
             "install raya's [deploy] extra, e.g. `scripts/bootstrap deploy`"
-        ) from None
+        )
+    from raya.cloud import deploy
+
     return deploy
+
+
+def _missing_for_deploy() -> str | None:
+    """The module whose absence stops `raya.cloud.deploy` from loading, or None: it loads."""
+    try:
+        from raya.cloud import deploy  # noqa: F401
+    except ImportError as error:
+        return error.name or "a module"
+    return None
+
+
+def install_extra(extra: str, command: str, missing: str) -> bool:
+    """Installs raya's `extra` with RAYA_BOOTSTRAP (its output on stderr, stdout being the
+    command's); False when raya was not started by `./raya`."""
+    import os
+
+    bootstrap = os.environ.get("RAYA_BOOTSTRAP")
+    if not bootstrap:
+        return False
+    import importlib
+    import subprocess
+    import sys
+
+    sys.stderr.write(f"raya {command} needs raya's [{extra}] extra ({missing} is missing)\n")
+    sys.stderr.flush()
+    status = subprocess.run([bootstrap, extra], stdout=sys.stderr, check=False).returncode
+    if status != 0:
+        raise DeployError(
+            f"installing raya's [{extra}] extra for raya {command} failed "
+            f"(`{bootstrap} {extra}` exited {status}; its output is above)"
+        )
+    importlib.invalidate_caches()  # the import system's view of site-packages predates it
+    return True
 
 
 def _run(
