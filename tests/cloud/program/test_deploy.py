@@ -80,6 +80,8 @@ def standin(
     monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "pulumi.log"))
     monkeypatch.setenv("STANDIN_STATE", str(tmp_path / "backend"))
     monkeypatch.setenv("STANDIN_STACKS", "prod staging failing")
+    # The deployer's: the stand-in's state is sealed with it, as a passphrase stack's is.
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse battery staple")
     (tmp_path / "pulumi.log").touch()
     return Standin(tmp_path / "pulumi.log")
 
