@@ -131,6 +131,23 @@ def test_each_job_reads_exactly_the_secrets_the_security_table_gives_it() -> Non
     assert found == READS
 
 
+def test_the_security_page_names_each_jobs_secrets() -> None:
+    """docs/security.md's table of jobs says what READS says (names without `secrets.` or
+    `vars.`; a cell may name several jobs of one workflow: `test, packer`)."""
+    text = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
+    table = text[text.index("| job | secrets and variables | decrypts |") :].split("\n\n")[0]
+    documented: dict[tuple[str, str], set[str]] = {}
+    for line in table.splitlines()[2:]:
+        job, names, _ = (cell.strip() for cell in line.strip("|").split(" | "))
+        workflow = re.findall(r"`([\w-]+\.yml)`", job)[0]
+        jobs = job.split("`")[2].split("(")[0]
+        for name in (part.strip() for part in jobs.split(",")):
+            documented[(workflow, name)] = set(re.findall(r"`(\w+)`", names))
+    assert documented == {
+        key: {reference.split(".", 1)[1] for reference in value} for key, value in READS.items()
+    }
+
+
 def test_only_the_deploy_job_can_decrypt_the_state() -> None:
     """The passphrase reaches one job, through the production environment; the preview runs
     without it, and says so to raya (`--without-secrets`: a Pulumi preview cannot start
