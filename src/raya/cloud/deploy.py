@@ -244,9 +244,10 @@ def run(
         try:  # decrypts: without the passphrase, the first place the CLI says so
             state = stack.export_stack()
         except auto.CommandError as error:
-            raise DeployError(
-                f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
-            ) from None
+            why = _last_line(error)
+            if action == "preview" and "PULUMI_CONFIG_PASSPHRASE" in why:
+                why += "; without it, `raya preview --without-secrets` decrypts nothing"
+            raise DeployError(f"pulumi {action} of stack {stack_name} failed: {why}") from None
         leaving = _leaving((state.deployment or {}).get("resources", []), cluster)
         if leaving and action == "up" and removal is None:
             raise DeployError(

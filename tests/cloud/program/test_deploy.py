@@ -602,6 +602,7 @@ def test_no_pulumi_preview_starts_without_the_passphrase(
     with pytest.raises(DeployError) as error:
         deploy.run("preview", project, "prod", lambda line: None)
     assert "passphrase must be set with PULUMI_CONFIG_PASSPHRASE" in str(error.value)
+    assert str(error.value).endswith("`raya preview --without-secrets` decrypts nothing")
     assert [run[0] for run in standin.operations()] == ["up"]
 
 
