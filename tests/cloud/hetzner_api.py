@@ -18,6 +18,13 @@ with its `id`, `name` and `status` (API reference, "Servers": `running`, `off`, 
 the action (`shutdown_server`, status `running` until it is done: a client polls the
 server's status); an unknown id is 404 `not_found`.
 
+Snapshots, when a test gives them as `SNAPSHOTS` (the engine model's `Snapshot`s, so that the
+program's look-up and this API see the same images): `GET /v1/images` with the filters the
+API reference lists ("List Images": `type`, `status`, `architecture`, `label_selector`, each
+`type`/`status`/`architecture` repeatable and or-ed) answers `images`, each with its `id`,
+`type`, `status`, `architecture`, `created` and `labels`; a `label_selector` of `k=v` terms
+(comma-separated, all required: the only form raya writes, `raya.model.pins.label_selector`).
+
 The catalogue is this test's own, in the shape Hetzner sells: the shared x86 types of the
 current generation (cx23...) and the Arm64 types (cax*) in the EU locations only, the older
 shared x86 (cpx*) everywhere, dearer outside the EU (as `prices` per location are). A test
@@ -67,6 +74,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], int, str]] = {
 }
 # (type, location) -> the fields of its `locations` entry a test replaces.
 STATES: dict[tuple[str, str], dict[str, object]] = {}
+# The project's snapshots (tests/cloud/program/mocks.py `Snapshot`), for `GET /v1/images`.
+SNAPSHOTS: list[Any] = []
 
 
 def _price(net: str, location: str) -> dict[str, str]:
@@ -168,6 +177,30 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
     return NOT_FOUND
 
 
+def images(request: BaseHTTPRequestHandler) -> Reply:
+    """`GET /v1/images` over `SNAPSHOTS`, filtered as the API reference says."""
+    query = parse_qs(urlsplit(request.path).query)
+    wanted = dict(
+        term.split("=", 1) for term in ",".join(query.get("label_selector", [])).split(",") if term
+    )
+
+    def kept(snapshot: Any) -> bool:
+        return (
+            "snapshot" in query.get("type", ["snapshot"])
+            and snapshot.status in query.get("status", [snapshot.status])
+            and snapshot.architecture in query.get("architecture", [snapshot.architecture])
+            and all(snapshot.labels.get(key) == value for key, value in wanted.items())
+        )
+
+    found = [
+        {"id": s.id, "type": "snapshot", "status": s.status, "architecture": s.architecture,
+         "created": s.created, "labels": s.labels, "description": f"snapshot {s.id}"}
+        for s in SNAPSHOTS if kept(s)
+    ]  # fmt: skip
+    body = {"images": found, "meta": _pages(len(found))}
+    return 200, json.dumps(body).encode(), "application/json"
+
+
 def respond(request: BaseHTTPRequestHandler, asked: list[str]) -> Reply:
     """The answer to `request`; each name asked for is appended to `asked`."""
     parts = urlsplit(request.path)
@@ -176,6 +209,8 @@ def respond(request: BaseHTTPRequestHandler, asked: list[str]) -> Reply:
         return 401, json.dumps(refused).encode(), "application/json"
     if parts.path.startswith("/v1/servers"):
         return servers(request, MODEL or Hetzner())  # no model: a project without servers
+    if parts.path == "/v1/images" and request.command == "GET":
+        return images(request)
     if parts.path != "/v1/server_types":
         return NOT_FOUND
     return server_types(request, asked)

@@ -26,7 +26,7 @@ from pulumi import automation as auto
 
 from raya.cloud import catalogue
 from raya.cloud import kit as recovery
-from raya.cloud.image import hcloud_client
+from raya.cloud.image import find_snapshots, hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
 from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError, RayaError
@@ -41,8 +41,10 @@ from raya.model.fleet import (
     sold_problem,
 )
 from raya.model.jsonfile import DuplicateKey, loads_yaml
-from raya.model.pins import load_chart_pins, load_pins
+from raya.model.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.model.project import load_cluster
+from raya.nodes.identity import generate_example_secrets
+from raya.nodes.render import part_digests, render_cluster
 
 Action = Literal["preview", "up", "destroy"]
 OnOutput = Callable[[str], None]
@@ -92,6 +94,9 @@ class Result:
     leaving: tuple[str, ...] = ()
     # An update's `recoveryKit` output (raya.cloud.kit's document): secrets, never shown.
     recovery_kit: dict[str, Any] | None = field(default=None, repr=False)
+    # A preview without secrets only: nodes the inputs declare that have no server in the
+    # state yet (`up` creates them).
+    arriving: tuple[str, ...] = ()
 
 
 class Removal(Protocol):
@@ -236,7 +241,14 @@ def run(
     leaving: tuple[str, ...] = ()
     if action != "destroy":
         check_sold(root, stack_name, cluster, stack, on_output, replace)
-        leaving = _leaving(stack, cluster)
+        try:  # decrypts: without the passphrase, the first place the CLI says so
+            state = stack.export_stack()
+        except auto.CommandError as error:
+            why = _last_line(error)
+            if action == "preview" and "PULUMI_CONFIG_PASSPHRASE" in why:
+                why += "; without it, `raya preview --without-secrets` decrypts nothing"
+            raise DeployError(f"pulumi {action} of stack {stack_name} failed: {why}") from None
+        leaving = _leaving((state.deployment or {}).get("resources", []), cluster)
         if leaving and action == "up" and removal is None:
             raise DeployError(
                 f"this update would delete {', '.join(leaving)}, which the inputs no longer "
@@ -329,6 +341,97 @@ def _checked_first(root: Path, stack_name: str) -> Cluster:
     return cluster
 
 
+def preview_without_secrets(root: Path, stack_name: str, on_output: OnOutput) -> Result:
+    """What a job holding no secret of the stack can preview (a pull request's: the
+    passphrase is the deploy job's alone, docs/security.md): each node's drift in the parts
+    no secret enters (`users`, `image`), the nodes `up` would create, and those it would
+    remove (`Result.leaving`). Nothing is decrypted, so no Pulumi preview runs: the CLI
+    decrypts the whole state before the engine starts (pulumi/pulumi
+    `pkg/resource/stack/deployment.go`, `DeserializeDeploymentV3`) and refuses to start
+    without the passphrase (`pkg/secrets/passphrase/manager.go`, `readPassphrase`); nor can
+    the `config` part be compared, the digest of an Ignition holding the cluster's keys and
+    tokens. What is read: the inputs (validated as for a preview), the state with its secrets
+    sealed (`export_sealed`), and Hetzner's API with `HCLOUD_TOKEN` (a Read token suffices):
+    where each server type is sold, and the pins' snapshot."""
+    token = os.environ.get("HCLOUD_TOKEN")
+    if not token:
+        raise DeployError(
+            "a preview without secrets reads Hetzner's API with HCLOUD_TOKEN (a token with "
+            "Read permission suffices), which is not set; it does not decrypt the stack's "
+            "hcloud:token"
+        )
+    cluster = _checked_first(root, stack_name)
+    stack = open_stack(root, stack_name, create=False)
+    check_sold(root, stack_name, cluster, stack, on_output)
+    resources = export_sealed(stack)
+    servers = {
+        str(resource["urn"]).rsplit("::", 1)[-1]: resource.get("outputs") or {}
+        for resource in resources
+        if resource.get("type") == SERVER_TYPE
+    }
+    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
+    labels = snapshot_labels(load_pins(root), cluster.config.cluster_name)
+    try:
+        snapshots = [s for s in find_snapshots(token, labels, endpoint) if s.status == "available"]
+    except RayaError as error:
+        raise DeployError(f"the pins' snapshot: {error}") from None
+    # The program's choice (`raya.cloud.program.cluster.find_snapshot`): the newest available.
+    image = str(max(snapshots, key=lambda s: s.created).id) if snapshots else ""
+    if not image:
+        on_output(
+            "no snapshot for the pins yet (`raya image build`, which main.yml runs after the "
+            "merge, makes it): every node's image differs from them"
+        )
+    users = _users_digests(root, cluster)
+    found: dict[str, tuple[str, ...]] = {}
+    for node in cluster.nodes:
+        outputs = servers.get(node.name)
+        if outputs is None:
+            continue
+        running = outputs.get("labels") or {}
+        parts = drift.drift_parts(
+            running, str(outputs.get("image")), {"users": users[node.name]}, image
+        )
+        if parts:
+            found[node.name] = parts
+    return Result(
+        changes={},
+        outputs={},
+        drift=found,
+        leaving=_leaving(resources, cluster),
+        arriving=tuple(node.name for node in cluster.nodes if node.name not in servers),
+    )
+
+
+def export_sealed(stack: auto.Stack) -> list[dict[str, Any]]:
+    """The state's resources, each secret as its ciphertext: `pulumi stack export` without
+    `--show-secrets`, which asks nothing of the secrets provider (pulumi/pulumi
+    `pkg/cmd/pulumi/stack/stack_export.go`: only `--show-secrets` deserializes the deployment;
+    `pkg/backend/diy/backend.go`, `ExportDeployment`, marshals the stored checkpoint). Not
+    the SDK's `export_stack`, which always adds `--show-secrets` (pulumi
+    `sdk/python/lib/pulumi/automation/_local_workspace.py`)."""
+    workspace = stack.workspace
+    try:
+        result = workspace.pulumi_command.run(
+            ["stack", "export", "--stack", stack.name], workspace.work_dir, workspace.env_vars
+        )
+        resources = json.loads(result.stdout)["deployment"].get("resources") or []
+    except auto.CommandError as error:
+        raise DeployError(f"could not export stack {stack.name}: {_last_line(error)}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise DeployError(f"stack export of {stack.name}: not a deployment ({error})") from None
+    return list(resources)
+
+
+def _users_digests(root: Path, cluster: Cluster) -> dict[str, str]:
+    """Each node's `users` digest (`part_digests`), rendered with throwaway secrets: that
+    part is the authorized users' handles file alone, whatever the secrets."""
+    secrets = generate_example_secrets(node.name for node in cluster.nodes)
+    volumes = {node.name: str(k) for k, node in enumerate(cluster.control_planes, 1)}
+    rendered = render_cluster(cluster, secrets, charts=load_chart_pins(root), volume_id=volumes)
+    return {node.node.name: part_digests(node.ignition)["users"] for node in rendered}
+
+
 def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> None:
     """Shut the servers of `nodes` down through Hetzner's API (an ACPI shutdown) and wait
     until each is `off`, before the engine deletes them: the hcloud provider's
@@ -397,11 +500,9 @@ def _urn(root: Path, stack_name: str, kind: str, name: str) -> str:
     return f"urn:pulumi:{stack_name}::{project}::{kind}::{name}"
 
 
-def _leaving(stack: auto.Stack, cluster: Cluster) -> tuple[str, ...]:
-    """The nodes whose servers are in the stack's state but not in the inputs: agents first,
-    then control planes, each by name and number (`web-2` before `web-10`)."""
-    state = stack.export_stack()
-    resources = state.deployment.get("resources", []) if state.deployment else []
+def _leaving(resources: Sequence[Mapping[str, Any]], cluster: Cluster) -> tuple[str, ...]:
+    """The nodes whose servers are in the state's `resources` but not in the inputs: agents
+    first, then control planes, each by name and number (`web-2` before `web-10`)."""
     declared = {node.name for node in cluster.nodes}
     names = [
         str(resource["urn"]).rsplit("::", 1)[-1]

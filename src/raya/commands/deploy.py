@@ -130,15 +130,7 @@ def _run(
     )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)
-    if action == "preview" and result.leaving:
-        out.print(leaving_plan(result.leaving), markup=False, soft_wrap=True)
-    for node, parts in result.drift.items():
-        out.print(
-            f"drift: {node} runs other {', '.join(parts)} than the inputs render; "
-            "left as it is (docs/deploy.md, Day two)",
-            markup=False,
-            soft_wrap=True,
-        )
+    _print_nodes(result.leaving if action == "preview" else (), result.drift)
     return result
 
 
@@ -162,12 +154,44 @@ def leaving_plan(leaving: tuple[str, ...]) -> str:
     )
 
 
-@commands.command(STACK, ROOT)
-def preview(*, stack: str, root: Path | None) -> None:
+@commands.command(
+    STACK, ROOT,
+    Option("--without-secrets", kind="flag",
+           help="Decrypt nothing (no PULUMI_CONFIG_PASSPHRASE needed; HCLOUD_TOKEN may be a "
+           "Read token): the nodes up would create or remove and each node's users and image "
+           "drift, read from the state with its secrets sealed; no Pulumi preview, no config "
+           "drift (what a pull request's preview runs)."),
+)  # fmt: skip
+def preview(*, stack: str, root: Path | None, without_secrets: bool) -> None:
     """Show what `raya up` would change, and each node's drift, without changing anything.
 
     Nodes the inputs no longer declare are listed with what `raya up` does to them first."""
-    _run("preview", stack, root)
+    if not without_secrets:
+        _run("preview", stack, root)
+        return
+    result = deploy_module("preview").preview_without_secrets(project_root(root), stack, _progress)
+    arriving = ", ".join(result.arriving) or "none"
+    out.print(
+        f"preview of stack {stack} without secrets: nodes to create: {arriving}; the config "
+        "part of drift and every other resource are compared by `raya preview` with the "
+        "stack's passphrase",
+        markup=False,
+        soft_wrap=True,
+    )
+    _print_nodes(result.leaving, result.drift)
+
+
+def _print_nodes(leaving: tuple[str, ...], drift: dict[str, tuple[str, ...]]) -> None:
+    """What `raya up` does to the nodes leaving, then each drifting node's parts."""
+    if leaving:
+        out.print(leaving_plan(leaving), markup=False, soft_wrap=True)
+    for node, parts in drift.items():
+        out.print(
+            f"drift: {node} runs other {', '.join(parts)} than the inputs render; "
+            "left as it is (docs/deploy.md, Day two)",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @commands.command(

@@ -36,6 +36,23 @@ never a recording of another project. What it writes is the CLI's own protocol:
   with the engine's own words (pkg/resource/deploy/step.go, `deleteProtectedError`), one
   retained on delete calls no provider (`DeleteStep.Apply`).
 - `stack output --json`: secrets as `[secret]` unless `--show-secrets`.
+- the stack's secrets provider is a passphrase: a command that decrypts (`preview`, `up`,
+  `destroy`, which load the stack's config and its state; `stack export --show-secrets`)
+  fails, exit 255, without `PULUMI_CONFIG_PASSPHRASE` or `PULUMI_CONFIG_PASSPHRASE_FILE`, with
+  the CLI's words (pulumi/pulumi `pkg/secrets/passphrase/manager.go`, `readPassphrase`: not
+  interactive and neither variable set). The state is decrypted whole before anything runs
+  (`pkg/resource/stack/deployment.go`, `DeserializeDeploymentV3`: every resource's secrets
+  through `BatchDecrypt`), so no preview runs on a state it cannot decrypt.
+- `stack export` without `--show-secrets` decrypts nothing (`pkg/cmd/pulumi/stack/
+  stack_export.go`: only `--show-secrets` deserializes the deployment with the secrets
+  provider; `pkg/backend/diy/backend.go`, `ExportDeployment`, marshals the checkpoint as
+  stored): each resource's `outputs`, its secrets as their ciphertext
+  (`{"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "ciphertext":
+  "v1:<nonce>:<sealed>"}`, `apitype.SecretV1`; AES-256-GCM, as `symmetricCrypter` seals).
+  Which outputs are secret is the engine's rule: those whose input of the same name was
+  secret (`pkg/resource/plugin/provider_plugin.go`, `annotateSecrets`), those named in
+  `additionalSecretOutputs`, and those the providers' schemas mark secret
+  (`PROVIDER_SECRETS`). Sealed at `up`, with a key from the passphrase it was given.
 
 Run as `python -m tests.cloud.program.standin_pulumi ARGS` by a wrapper script named `pulumi`.
 The backend is the folder $STANDIN_STATE (one file per stack: the engine model's state and
@@ -48,7 +65,9 @@ as `["imported", state]`.
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -76,6 +95,21 @@ DONE = {"create": "created", "update": "updated", "delete": "deleted",
 COUNTED = {"create": "create", "same": "same", "update": "update", "replace": "replace",
            "delete": "delete"}  # fmt: skip
 
+# The outputs each provider's schema marks secret (pulumi-random `RandomPassword.result`,
+# pulumi-tls `PrivateKey.privateKey*`, pulumi-gcp `serviceaccount.Key.privateKey` and
+# `storage.HmacKey.secret`): the provider returns them as secrets.
+PROVIDER_SECRETS = {
+    "random:index/randomPassword:RandomPassword": {"result", "bcryptHash"},
+    "tls:index/privateKey:PrivateKey": {"privateKeyPem", "privateKeyOpenssh", "privateKeyPemPkcs8"},
+    "gcp:serviceaccount/key:Key": {"privateKey"},
+    "gcp:storage/hmacKey:HmacKey": {"secret"},
+}
+SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+PASSPHRASE_MISSING = (
+    "error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or "
+    "PULUMI_CONFIG_PASSPHRASE_FILE environment variables"
+)
+
 
 @dataclass
 class Backend:
@@ -87,6 +121,8 @@ class Backend:
     hetzner: dict[str, Any] = field(default_factory=dict)  # Hetzner's servers, volumes, log
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    # URN -> secret output -> its ciphertext, as the state stores it.
+    sealed: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def backend_file(stack: str) -> Path:
@@ -213,6 +249,60 @@ def warnings_logged(events: Events) -> Iterator[None]:
         root.removeHandler(handler)
 
 
+def passphrase() -> str | None:
+    """The passphrase the CLI was given, as `readPassphrase` looks for it (an empty variable
+    counts: `os.LookupEnv`)."""
+    if "PULUMI_CONFIG_PASSPHRASE" in os.environ:
+        return os.environ["PULUMI_CONFIG_PASSPHRASE"]
+    if path := os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE"):
+        return Path(path).read_text()
+    return None
+
+
+def seal(engine: Any, phrase: str) -> dict[str, dict[str, str]]:
+    """Each resource's secret outputs as the state stores them: sealed with AES-256-GCM under
+    a key from the passphrase, a fresh nonce each, `v1:<nonce>:<sealed>` in base64."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from tests.cloud.program.mocks import is_secret
+
+    key = AESGCM(hashlib.sha256(phrase.encode()).digest())
+    sealed: dict[str, dict[str, str]] = {}
+    for resource in engine.snapshot.values():
+        registered = engine.resources.get(resource.name)
+        secret = set(PROVIDER_SECRETS.get(resource.typ, ()))
+        if registered is not None:
+            secret |= {name for name, value in registered.inputs.items() if is_secret(value)}
+            secret |= set(registered.secret_outputs)
+        for name in sorted(secret & set(resource.outputs)):
+            nonce = os.urandom(12)
+            text = json.dumps(resource.outputs[name]).encode()
+            parts = (base64.b64encode(nonce).decode(),
+                     base64.b64encode(key.encrypt(nonce, text, None)).decode())  # fmt: skip
+            sealed.setdefault(resource.urn, {})[name] = "v1:{}:{}".format(*parts)
+    return sealed
+
+
+def export(stack: str, show_secrets: bool) -> dict[str, Any]:
+    """`stack export`: each resource with its outputs, secrets sealed unless `show_secrets`
+    (then in clear, `plaintext`, as `SerializeDeployment` with `ShowSecrets` writes them)."""
+    backend = load(stack)
+    resources = []
+    for r in backend.snapshot.values():
+        sealed = backend.sealed.get(r.urn, {})
+        outputs = {
+            name: {SECRET_SIG[0]: SECRET_SIG[1], "plaintext": json.dumps(value)}
+            if show_secrets and name in sealed
+            else {SECRET_SIG[0]: SECRET_SIG[1], "ciphertext": sealed[name]}
+            if name in sealed
+            else value
+            for name, value in r.outputs.items()
+        }
+        resources.append({"urn": r.urn, "type": r.typ, "id": r.id, "outputs": outputs,
+                          "protect": r.protect, "retainOnDelete": r.retain_on_delete})  # fmt: skip
+    return {"version": 3, "deployment": {"resources": resources}}
+
+
 def update(args: list[str], stack: str, preview: bool) -> int:
     """`pulumi preview | up`: raya's program through the engine model, on the stored state (a
     copy of it, left as it was, for a preview)."""
@@ -242,6 +332,7 @@ def update(args: list[str], stack: str, preview: bool) -> int:
     events.write(args)
     if not preview:
         backend.serial = engine._serial
+        backend.sealed = seal(engine, passphrase() or "")
         record(stack, backend, hetzner, "update", counts, failure, dict(engine.exported))
     return ended(failure)
 
@@ -354,6 +445,12 @@ def main(args: list[str]) -> int:
         args = args[1:]
     log(args)
     stack = option(args, "--stack") or ""
+    decrypts = args[:1] in (["preview"], ["up"], ["destroy"]) or (
+        args[:2] == ["stack", "export"] and "--show-secrets" in args
+    )
+    if decrypts and passphrase() is None:
+        print(PASSPHRASE_MISSING, file=sys.stderr)
+        return 255
     if args[:1] == ["version"]:
         print(VERSION)
     elif args[:2] == ["stack", "select"] and stack not in os.environ["STANDIN_STACKS"].split():
@@ -370,12 +467,7 @@ def main(args: list[str]) -> int:
         print(json.dumps({name: value if shown or not secret else "[secret]"
                           for name, (value, secret) in load(stack).outputs.items()}))  # fmt: skip
     elif args[:2] == ["stack", "export"]:
-        resources = [
-            {"urn": r.urn, "type": r.typ, "id": r.id, "protect": r.protect,
-             "retainOnDelete": r.retain_on_delete}
-            for r in load(stack).snapshot.values()
-        ]  # fmt: skip
-        print(json.dumps({"version": 3, "deployment": {"resources": resources}}))
+        print(json.dumps(export(stack, "--show-secrets" in args)))
     elif args[:2] == ["stack", "import"]:
         state = json.loads(Path(str(option(args, "--file"))).read_text())
         log(["imported", state])

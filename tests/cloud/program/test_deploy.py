@@ -27,6 +27,8 @@ from raya.errors import ConfigError, DeployError
 from raya.model.config import load_stack_config
 from tests.cloud import hetzner_api
 from tests.cloud.program import standin_pulumi
+from tests.cloud.program.mocks import Snapshot
+from tests.cloud.program.test_program import LABELS, provider_mocks
 from tests.runner import invoke
 from tests.support import REPO
 
@@ -80,6 +82,8 @@ def standin(
     monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "pulumi.log"))
     monkeypatch.setenv("STANDIN_STATE", str(tmp_path / "backend"))
     monkeypatch.setenv("STANDIN_STACKS", "prod staging failing")
+    # The deployer's: the stand-in's state is sealed with it, as a passphrase stack's is.
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse battery staple")
     (tmp_path / "pulumi.log").touch()
     return Standin(tmp_path / "pulumi.log")
 
@@ -579,3 +583,89 @@ def test_roll_refuses_before_its_first_action(
         "a type sold there"
     )
     assert built == []  # neither the cluster's API asked nor a single node drained
+
+
+# --- Previews without the stack's secrets (a pull request's: docs/security.md) ---------------
+
+# The cluster's Hetzner token the `project` fixture sets, `secure:` in its stack file.
+CLUSTER_TOKEN = "hcloudTestToken0" * 4
+NODES = ["control-plane", "agent-0", "agent-1", "agent-2"]
+
+
+def test_no_pulumi_preview_starts_without_the_passphrase(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why a pull request's preview cannot be Pulumi's: the CLI decrypts the stack's config
+    and its whole state before the engine starts."""
+    deploy.run("up", project, "prod", lambda line: None)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE")
+    with pytest.raises(DeployError) as error:
+        deploy.run("preview", project, "prod", lambda line: None)
+    assert "passphrase must be set with PULUMI_CONFIG_PASSPHRASE" in str(error.value)
+    assert str(error.value).endswith("`raya preview --without-secrets` decrypts nothing")
+    assert [run[0] for run in standin.operations()] == ["up"]
+
+
+def test_a_preview_without_secrets_decrypts_nothing_and_still_shows_drift(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hetzner's API serves the snapshots the engine model's program chose from (42, newest).
+    snapshots = provider_mocks().snapshots
+    monkeypatch.setattr(hetzner_api, "SNAPSHOTS", snapshots)
+    deploy.run("up", project, "prod", lambda line: None)
+    secrets = [*secret_values(standin.backend()), CLUSTER_TOKEN]
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE")
+    mark = len(standin.calls())
+    lines: list[str] = []
+
+    same = deploy.preview_without_secrets(project, "prod", lines.append)
+    assert (same.drift, same.arriving, same.leaving) == ({}, (), ())
+
+    stack_file = project / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text().replace("    - octo-bob\n",
+                                                         "    - octo-bob\n    - octo-carol\n"))
+    users = deploy.preview_without_secrets(project, "prod", lines.append)
+    assert users.drift == {node: ("users",) for node in NODES}
+
+    snapshots.append(Snapshot(50, LABELS, created="2026-12-01T00:00:00+00:00"))
+    both = deploy.preview_without_secrets(project, "prod", lines.append)
+    assert both.drift == {node: ("users", "image") for node in NODES}
+
+    fleet = project / "deploy" / "fleet" / "agents.json"
+    document = json.loads(fleet.read_text())
+    document["agents"] = [*document["agents"], document["agents"][0]]
+    fleet.write_text(json.dumps(document))
+    grown = deploy.preview_without_secrets(project, "prod", lines.append)
+    assert grown.arriving == ("agent-3",)
+
+    # The CLI was asked for the stack and its state, sealed: nothing that decrypts.
+    assert standin.calls()[mark:] == [
+        ["stack", "select", "--stack", "prod"], ["stack", "export", "--stack", "prod"]
+    ] * 4
+    sealed = json.dumps(standin_pulumi.export("prod", show_secrets=False))
+    assert secrets and [s for s in secrets if s in sealed] == []
+    assert [s for s in secrets if s in "\n".join(lines)] == []
+
+
+def test_raya_preview_without_secrets_prints_each_drifting_node(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hetzner_api, "SNAPSHOTS", provider_mocks().snapshots)
+    deploy.run("up", project, "prod", lambda line: None)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE")
+    monkeypatch.setattr(hetzner_api, "SNAPSHOTS", [])  # a pin bump: main builds its snapshot
+    result = invoke(["preview", "--without-secrets", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    assert "no snapshot for the pins yet" in result.output
+    assert "preview of stack prod without secrets: nodes to create: none" in result.output
+    for node in NODES:
+        assert f"drift: {node} runs other image than the inputs render" in result.output
+    # Without HCLOUD_TOKEN it says what it needs, before asking the CLI anything.
+    monkeypatch.delenv("HCLOUD_TOKEN")
+    mark = len(standin.calls())
+    refused = invoke(["preview", "--without-secrets", "--root", str(project)])
+    assert refused.exit_code != 0
+    assert "HCLOUD_TOKEN (a token with Read permission suffices), which is not set" in (
+        refused.output
+    )
+    assert standin.calls()[mark:] == []

@@ -47,7 +47,7 @@ def test_pull_requests_test_validate_and_preview() -> None:
     workflow = load("pull-request.yml")
     assert runs(workflow, "test") == [".ci/run"]
     assert any(line.startswith("packer validate") for line in runs(workflow, "packer"))
-    assert runs(workflow, "preview") == ["./raya preview --stack prod"]
+    assert runs(workflow, "preview") == ["./raya preview --stack prod --without-secrets"]
 
 
 def test_main_builds_the_image_then_deploys_one_run_at_a_time() -> None:
@@ -61,8 +61,13 @@ def test_main_builds_the_image_then_deploys_one_run_at_a_time() -> None:
     assert workflow["jobs"]["deploy"]["needs"] == ["test"]
 
 
-# Production's write credentials, as the production environment holds them (docs/deploy.md).
-PRODUCTION = {"secrets.HCLOUD_TOKEN", "vars.GCP_DEPLOY_SERVICE_ACCOUNT"}
+# Production's credentials, as the production environment holds them (docs/deploy.md): the
+# write token, the deploy identity and the passphrase that decrypts the state.
+PRODUCTION = {
+    "secrets.HCLOUD_TOKEN",
+    "vars.GCP_DEPLOY_SERVICE_ACCOUNT",
+    "secrets.PULUMI_CONFIG_PASSPHRASE",
+}
 
 
 def references(node: Any) -> set[str]:
@@ -92,6 +97,76 @@ def test_the_preview_uses_read_only_credentials() -> None:
     assert preview["env"]["HCLOUD_TOKEN"] == "${{ secrets.HCLOUD_READ_TOKEN }}"
     (auth,) = [step for step in preview["steps"] if "/auth@" in step.get("uses", "")]
     assert auth["with"]["service_account"] == "${{ vars.GCP_PREVIEW_SERVICE_ACCOUNT }}"
+
+
+# Which job reads which secret and variable: the table of docs/security.md, "Credentials".
+READS = {
+    ("pull-request.yml", "test"): set(),
+    ("pull-request.yml", "packer"): set(),
+    ("pull-request.yml", "preview"): {
+        "secrets.HCLOUD_READ_TOKEN",
+        "vars.PULUMI_BACKEND_URL",
+        "vars.GCP_WORKLOAD_IDENTITY_PROVIDER",
+        "vars.GCP_PREVIEW_SERVICE_ACCOUNT",
+    },
+    ("main.yml", "test"): set(),
+    ("main.yml", "deploy"): {
+        "secrets.HCLOUD_TOKEN",
+        "secrets.PULUMI_CONFIG_PASSPHRASE",
+        "vars.GOOGLE_PROJECT",
+        "vars.PULUMI_BACKEND_URL",
+        "vars.GCP_WORKLOAD_IDENTITY_PROVIDER",
+        "vars.GCP_DEPLOY_SERVICE_ACCOUNT",
+    },
+    ("pins.yml", "propose"): set(),  # the workflow's own token, `github.token`
+}
+
+
+def test_each_job_reads_exactly_the_secrets_the_security_table_gives_it() -> None:
+    found = {
+        (name, job_name): references(job)
+        for name in NAMES
+        for job_name, job in load(name)["jobs"].items()
+    }
+    assert found == READS
+
+
+def test_the_security_page_names_each_jobs_secrets() -> None:
+    """docs/security.md's table of jobs says what READS says (names without `secrets.` or
+    `vars.`; a cell may name several jobs of one workflow: `test, packer`)."""
+    text = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
+    table = text[text.index("| job | secrets and variables | decrypts |") :].split("\n\n")[0]
+    documented: dict[tuple[str, str], set[str]] = {}
+    for line in table.splitlines()[2:]:
+        job, names, _ = (cell.strip() for cell in line.strip("|").split(" | "))
+        workflow = re.findall(r"`([\w-]+\.yml)`", job)[0]
+        jobs = job.split("`")[2].split("(")[0]
+        for name in (part.strip() for part in jobs.split(",")):
+            documented[(workflow, name)] = set(re.findall(r"`(\w+)`", names))
+    assert documented == {
+        key: {reference.split(".", 1)[1] for reference in value} for key, value in READS.items()
+    }
+
+
+def test_only_the_deploy_job_can_decrypt_the_state() -> None:
+    """The passphrase reaches one job, through the production environment; the preview runs
+    without it, and says so to raya (`--without-secrets`: a Pulumi preview cannot start
+    without the passphrase)."""
+    holders = []
+    for name in NAMES:
+        for job_name, job in load(name)["jobs"].items():
+            text = yaml.safe_dump(job)
+            if "PULUMI_CONFIG_PASSPHRASE" in text:  # the secret, the variable or its _FILE
+                holders.append((name, job_name))
+    assert holders == [("main.yml", "deploy")]
+    deploy = load("main.yml")["jobs"]["deploy"]
+    assert deploy["environment"] == "production"
+    assert deploy["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"
+    preview = load("pull-request.yml")["jobs"]["preview"]
+    assert "environment" not in preview
+    for line in runs(load("pull-request.yml"), "preview"):
+        if line.startswith("./raya preview"):
+            assert "--without-secrets" in shlex.split(line)
 
 
 def test_pins_are_bumped_weekly_by_pull_request() -> None:

@@ -25,11 +25,13 @@ def drift_parts(
     digests: Mapping[str, str],
     image: str,
 ) -> tuple[str, ...]:
-    """The parts (users, image, config) in which a server differs from the current inputs."""
+    """The parts (users, image, config) in which a server differs from the current inputs;
+    a part `digests` leaves out is not compared (a preview without secrets cannot render the
+    config's: `raya.cloud.deploy.preview_without_secrets`)."""
     differ = {
         part
         for part, label in DIGEST_LABELS.items()
-        if running_labels.get(label) != digests[part]
+        if part in digests and running_labels.get(label) != digests[part]
     }
     if running_image != image:
         differ.add("image")
