@@ -18,6 +18,8 @@ from raya.defaults import (
     HETZNER_CHARTS,
     K3S_CHANNELS_URL,
     K3S_RELEASES_URL,
+    K3S_SELINUX_API_URL,
+    K3S_SELINUX_RELEASES_URL,
 )
 from raya.errors import ImageError
 
@@ -39,6 +41,11 @@ K3S_RELEASES = Option(
     "--k3s-releases-url", kind="url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
     help="Where k3s release binaries and sha256sum-amd64.txt are published.",
 )  # fmt: skip
+K3S_SELINUX_API = Option(
+    "--k3s-selinux-api-url", kind="url", envvar="RAYA_K3S_SELINUX_API_URL",
+    default=K3S_SELINUX_API_URL,
+    help="GitHub's API for k3s-selinux's repository: its releases and their RPMs' sha256.",
+)  # fmt: skip
 
 
 def _say(message: str) -> None:
@@ -54,11 +61,16 @@ def _say(message: str) -> None:
     ROOT,
     Option("--hcloud-endpoint", kind="url", envvar="HCLOUD_ENDPOINT", default=HCLOUD_API_URL,
            help="Hetzner Cloud API endpoint (also passed to Packer)."),
-    FCOS_BUILDS, K3S_RELEASES, group="image",
+    FCOS_BUILDS, K3S_RELEASES,
+    Option("--k3s-selinux-releases-url", kind="url", envvar="RAYA_K3S_SELINUX_RELEASES_URL",
+           default=K3S_SELINUX_RELEASES_URL,
+           help="Where k3s-selinux's release RPMs are downloaded from (passed to Packer)."),
+    K3S_SELINUX_API, group="image",
 )  # fmt: skip
 def build(
     *, stack: str, dry_run: bool, root: Path | None, hcloud_endpoint: str,
-    fcos_builds_url: str, k3s_releases_url: str,
+    fcos_builds_url: str, k3s_releases_url: str, k3s_selinux_releases_url: str,
+    k3s_selinux_api_url: str,
 ) -> None:  # fmt: skip
     """Build the FCOS snapshot of each architecture the fleet uses (x86, and arm for cax*
     types) with Packer, skipping each that Hetzner already has with its labels.
@@ -135,13 +147,18 @@ def build(
         location, server_type = builders[architecture]
         _say(f"{architecture} build server: {server_type} in {location}")
     packer = find_packer()
-    endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
+    endpoints = Endpoints(
+        fcos_builds=fcos_builds_url,
+        k3s_releases=k3s_releases_url,
+        k3s_selinux_releases=k3s_selinux_releases_url,
+        k3s_selinux_api=k3s_selinux_api_url,
+    )
     for architecture in missing:
         with err.status(f"checking the {architecture} pins against upstream..."):
             check_pins(root, pins, endpoints, architecture)
         _say(
             f"{architecture} pins match upstream: FCOS {pins.fcos.version}, "
-            f"k3s {pins.k3s.version}"
+            f"k3s {pins.k3s.version}, k3s-selinux {pins.k3s_selinux.version}"
         )
     for architecture in missing:
         variables = packer_variables(
@@ -173,7 +190,7 @@ def _describe(pin: AnyPin) -> str:
     if isinstance(pin, ChartPins):
         return ", ".join(_describe_chart(name, chart) for name, chart in pin.by_name().items())
     stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
-    return f"{stream}{pin.version} (sha256 {pin.sha256})"
+    return f"{stream}{pin.version} (sha256 {pin.sha256 or 'not recorded'})"
 
 
 @commands.command(
@@ -184,7 +201,7 @@ def _describe(pin: AnyPin) -> str:
     Option("--k3s-channels-url", kind="url", envvar="RAYA_K3S_CHANNELS_URL",
            default=K3S_CHANNELS_URL,
            help="k3s release channel server (its stable channel is followed)."),
-    K3S_RELEASES,
+    K3S_RELEASES, K3S_SELINUX_API,
     Option("--cert-manager-charts-url", kind="url", envvar="RAYA_CERT_MANAGER_CHARTS_URL",
            default=CERT_MANAGER_CHARTS,
            help="Helm repository of the cert-manager chart (its index.yaml is read)."),
@@ -198,10 +215,12 @@ def _describe(pin: AnyPin) -> str:
 )  # fmt: skip
 def pins(
     *, update: bool, stream: str | None, root: Path | None, fcos_builds_url: str,
-    k3s_channels_url: str, k3s_releases_url: str, cert_manager_charts_url: str,
+    k3s_channels_url: str, k3s_releases_url: str, k3s_selinux_api_url: str,
+    cert_manager_charts_url: str,
     external_dns_charts_url: str, hetzner_charts_url: str,
 ) -> None:  # fmt: skip
-    """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
+    """Compare the pins with the newest FCOS release of the stream, the stable k3s, the
+    latest k3s-selinux release (its CoreOS RPM's sha256 as GitHub publishes it) and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
@@ -227,6 +246,7 @@ def pins(
         fcos_builds=fcos_builds_url,
         k3s_channels=k3s_channels_url,
         k3s_releases=k3s_releases_url,
+        k3s_selinux_api=k3s_selinux_api_url,
         cert_manager_charts=cert_manager_charts_url,
         external_dns_charts=external_dns_charts_url,
         hetzner_charts=hetzner_charts_url,
