@@ -66,7 +66,8 @@ locals {
   # The pins are the one source of truth: the same files decide the labels raya looks up.
   fcos = jsondecode(file("${path.root}/fcos.pin"))
   k3s  = jsondecode(file("${path.root}/k3s.pin"))
-  # sha256 null (not recorded yet) fails the build: install.sh requires one.
+  # A sha256 not recorded yet (null) is handed on as "unrecorded", which install.sh refuses
+  # (raya refuses it earlier): no build, but the template still validates.
   k3s_selinux = jsondecode(file("${path.root}/k3s-selinux.pin"))
 
   # Per architecture: FCOS' name of it, k3s' release asset and the pins' sha256 field.
@@ -118,7 +119,7 @@ build {
       "K3S_BINARY_URL=${local.k3s_binary_url}",
       "K3S_SHA256=${local.k3s[local.arch.sha256]}",
       "K3S_SELINUX_RPM_URL=${local.k3s_selinux_rpm_url}",
-      "K3S_SELINUX_SHA256=${local.k3s_selinux.sha256}",
+      "K3S_SELINUX_SHA256=${coalesce(local.k3s_selinux.sha256, "unrecorded")}",
       "DISK=/dev/sda",
     ]
   }

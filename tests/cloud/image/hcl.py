@@ -13,6 +13,8 @@ import hcl2
 
 _CALL_REPLACE = re.compile(r'replace\((?P<arg>.+), "(?P<old>[^"]*)", "(?P<new>[^"]*)"\)')
 _READ_PIN = re.compile(r'jsondecode\(file\("\$\{path\.root\}/(?P<name>[a-z0-9-]+\.pin)"\)\)')
+# `coalesce(X, "D")`: X unless it is null or empty, else D.
+_COALESCE = re.compile(r'coalesce\((?P<arg>[^(),]+), "(?P<default>[^"]*)"\)')
 # `split("SEP", X)`: X's parts between SEPs.
 _SPLIT = re.compile(r'split\("(?P<sep>[^"]*)", (?P<arg>[^()]+)\)')
 # `length(regexall("RE", X)) == N`: how many matches of RE (RE2; the template's patterns mean
@@ -86,6 +88,9 @@ class Evaluator:
             return self.expression(match["base"])[
                 int(key) if key.isdigit() else self.expression(key)
             ]
+        if match := _COALESCE.fullmatch(text):
+            found = self.expression(match["arg"])
+            return match["default"] if found in (None, "") else found
         if match := _SPLIT.fullmatch(text):
             return str(self.expression(match["arg"])).split(match["sep"])
         if match := _CONTAINS.fullmatch(text):

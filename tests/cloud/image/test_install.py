@@ -326,11 +326,21 @@ def test_a_missing_input_fails_with_its_name(
     assert disk.digest() == before
 
 
-def test_a_malformed_sha256_is_refused(disk: Disk, served: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("K3S_SHA256", "ABC"),
+        # What the template hands on for a k3s-selinux pin whose sha256 is not recorded yet.
+        ("K3S_SELINUX_SHA256", "unrecorded"),
+    ],
+)
+def test_a_malformed_sha256_is_refused(
+    disk: Disk, served: dict[str, str], name: str, value: str
+) -> None:
     before = disk.digest()
-    result = install(dict(served, K3S_SHA256="ABC"), disk.device)
+    result = install(dict(served, **{name: value}), disk.device)
     assert result.returncode != 0
-    assert "K3S_SHA256 is 'ABC'; expected 64 lowercase hex digits" in result.stderr
+    assert f"{name} is '{value}'; expected 64 lowercase hex digits" in result.stderr
     assert disk.digest() == before
 
 

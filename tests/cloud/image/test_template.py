@@ -157,6 +157,13 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
         "http://m/k3s-selinux/v1.6.stable.1/k3s-selinux-1.6-1.coreos.noarch.rpm"
     )
     assert passed["K3S_SELINUX_SHA256"] == "c" * 64
+    # Not recorded yet: install.sh is handed a value it refuses (test_install.py).
+    unrecorded = Pins(PINS.fcos, PINS.k3s, K3sSelinuxPin("v1.6.stable.1", None))
+    evaluator = hcl.Evaluator(template, write_pins(tmp_path, unrecorded), given)
+    handed = dict(
+        evaluator.value(item).split("=", 1) for item in provisioner['"shell"']["environment_vars"]
+    )
+    assert handed["K3S_SELINUX_SHA256"] == "unrecorded"
     assert {architecture: passed["FCOS_SHA256"]} in (
         {"x86": "a" * 64},
         {"arm": "8" * 64},
@@ -244,8 +251,9 @@ def without_packer_block(folder: Path) -> Path:
             Pins(FcosPin("stable", "44.20260720.3.1", "a" * 64), PINS.k3s, PINS.k3s_selinux),
             "Invalid index",
         ),
-        # A k3s-selinux sha256 not recorded yet (null) is no build.
-        ("x86", Pins(PINS.fcos, PINS.k3s, K3sSelinuxPin("v1.6.stable.1", None)), "null"),
+        # A k3s-selinux sha256 not recorded yet (null): the template validates (the
+        # committed pin), install.sh is handed "unrecorded" and refuses it.
+        ("x86", Pins(PINS.fcos, PINS.k3s, K3sSelinuxPin("v1.6.stable.1", None)), None),
     ],
 )
 def test_packer_validates_the_template_for_each_architecture(
