@@ -3,7 +3,8 @@
 #
 # A throwaway server is booted into Hetzner's rescue system, install.sh burns the pinned FCOS
 # Hetzner artifact onto its disk and adds the pinned k3s binary, and the disk becomes a
-# snapshot. FCOS never boots here, so Ignition still runs on the first boot of every server
+# snapshot, with the pinned k3s-selinux RPM (k3s' SELinux policy) for the nodes to layer at
+# their first boot. FCOS never boots here, so Ignition still runs on the first boot of every server
 # made from the snapshot. The token comes from HCLOUD_TOKEN (and the API from HCLOUD_ENDPOINT).
 #
 # Built by `raya image build` (image/build.sh), which first checks the snapshot does not exist.
@@ -55,10 +56,19 @@ variable "k3s_releases_url" {
   description = "Where k3s release binaries are published."
 }
 
+variable "k3s_selinux_releases_url" {
+  type        = string
+  default     = "https://github.com/k3s-io/k3s-selinux/releases/download"
+  description = "Where k3s-selinux release RPMs are published."
+}
+
 locals {
   # The pins are the one source of truth: the same files decide the labels raya looks up.
   fcos = jsondecode(file("${path.root}/fcos.pin"))
   k3s  = jsondecode(file("${path.root}/k3s.pin"))
+  # A sha256 not recorded yet (null) is handed on as "unrecorded", which install.sh refuses
+  # (raya refuses it earlier): no build, but the template still validates.
+  k3s_selinux = jsondecode(file("${path.root}/k3s-selinux.pin"))
 
   # Per architecture: FCOS' name of it, k3s' release asset and the pins' sha256 field.
   architectures = {
@@ -69,14 +79,19 @@ locals {
 
   fcos_image_url = "${var.fcos_builds_url}/prod/streams/${local.fcos.stream}/builds/${local.fcos.version}/${local.arch.fcos}/fedora-coreos-${local.fcos.version}-hetzner.${local.arch.fcos}.raw.xz"
   k3s_binary_url = "${var.k3s_releases_url}/${local.k3s.version}/${local.arch.k3s_binary}"
+  # Tag v<version>.<channel>.<release> -> k3s-selinux-<version>-<release>.coreos.noarch.rpm
+  # (k3s-selinux's scripts/version and policy/coreos/k3s-selinux.spec; raya.pins the same).
+  k3s_selinux_tag     = split(".", local.k3s_selinux.version)
+  k3s_selinux_rpm_url = "${var.k3s_selinux_releases_url}/${local.k3s_selinux.version}/k3s-selinux-${replace(local.k3s_selinux_tag[0], "v", "")}.${local.k3s_selinux_tag[1]}-${local.k3s_selinux_tag[3]}.coreos.noarch.rpm"
 
   # Hetzner label values may not contain "+" (k3s versions do): the same rule as raya.pins.
   labels = {
-    managed_by   = replace(var.cluster_name, "+", "-")
-    os           = "fcos"
-    fcos_stream  = replace(local.fcos.stream, "+", "-")
-    fcos_version = replace(local.fcos.version, "+", "-")
-    k3s_version  = replace(local.k3s.version, "+", "-")
+    managed_by          = replace(var.cluster_name, "+", "-")
+    os                  = "fcos"
+    fcos_stream         = replace(local.fcos.stream, "+", "-")
+    fcos_version        = replace(local.fcos.version, "+", "-")
+    k3s_version         = replace(local.k3s.version, "+", "-")
+    k3s_selinux_version = replace(local.k3s_selinux.version, "+", "-")
   }
 }
 
@@ -103,6 +118,8 @@ build {
       "FCOS_SHA256=${local.fcos[local.arch.sha256]}",
       "K3S_BINARY_URL=${local.k3s_binary_url}",
       "K3S_SHA256=${local.k3s[local.arch.sha256]}",
+      "K3S_SELINUX_RPM_URL=${local.k3s_selinux_rpm_url}",
+      "K3S_SELINUX_SHA256=${coalesce(local.k3s_selinux.sha256, "unrecorded")}",
       "DISK=/dev/sda",
     ]
   }

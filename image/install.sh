@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Burns the pinned Fedora CoreOS Hetzner image onto DISK and installs the pinned k3s binary
-# as /usr/local/bin/k3s of the deployed system. Runs as root in Hetzner's rescue system
-# (Packer's shell provisioner); tests run it against a loop device.
+# Burns the pinned Fedora CoreOS Hetzner image onto DISK, installs the pinned k3s binary
+# as /usr/local/bin/k3s of the deployed system and puts the pinned k3s-selinux RPM at
+# /usr/local/share/raya/k3s-selinux.rpm, which each node layers at its first boot (rpm-ostree
+# needs a booted FCOS: this is not one). Only /var/usrlocal is written: FCOS' first boot
+# creates and labels /var/lib and the rest of /var only where they do not exist yet
+# (ignition-ostree-populate-var). Runs as root in Hetzner's rescue system (Packer's shell
+# provisioner); tests run it against a loop device.
 #
 # Inputs (environment): FCOS_IMAGE_URL, FCOS_SHA256 (of the .raw.xz), K3S_BINARY_URL,
-# K3S_SHA256, DISK (default /dev/sda).
+# K3S_SHA256, K3S_SELINUX_RPM_URL, K3S_SELINUX_SHA256, DISK (default /dev/sda).
 #
-# Nothing touches DISK until both downloads match their pinned sha256 and the image is known
+# Nothing touches DISK until every download matches its pinned sha256 and the image is known
 # to fit. The root partition is found by reading the GPT and mounted by offset, because the
 # kernel does not always create partition nodes (loop devices) and udev may not have run.
 set -euo pipefail
@@ -16,10 +20,10 @@ fail() {
   exit 1
 }
 
-for name in FCOS_IMAGE_URL FCOS_SHA256 K3S_BINARY_URL K3S_SHA256; do
+for name in FCOS_IMAGE_URL FCOS_SHA256 K3S_BINARY_URL K3S_SHA256 K3S_SELINUX_RPM_URL K3S_SELINUX_SHA256; do
   [ -n "${!name:-}" ] || fail "$name is not set"
 done
-for name in FCOS_SHA256 K3S_SHA256; do
+for name in FCOS_SHA256 K3S_SHA256 K3S_SELINUX_SHA256; do
   [[ ${!name} =~ ^[0-9a-f]{64}$ ]] || fail "$name is '${!name}'; expected 64 lowercase hex digits"
 done
 DISK=${DISK:-/dev/sda}
@@ -50,8 +54,10 @@ verify() { # file expected-sha256 what consequence
 
 download "$FCOS_IMAGE_URL" "$work/fcos.raw.xz"
 download "$K3S_BINARY_URL" "$work/k3s"
+download "$K3S_SELINUX_RPM_URL" "$work/k3s-selinux.rpm"
 verify "$work/fcos.raw.xz" "$FCOS_SHA256" "$FCOS_IMAGE_URL" "$DISK left untouched"
 verify "$work/k3s" "$K3S_SHA256" "$K3S_BINARY_URL" "$DISK left untouched"
+verify "$work/k3s-selinux.rpm" "$K3S_SELINUX_SHA256" "$K3S_SELINUX_RPM_URL" "$DISK left untouched"
 
 # `xz --robot --list` ends with a totals line whose 5th field is the uncompressed size.
 image_size=$(xz --robot --list "$work/fcos.raw.xz" | awk -F'\t' '$1 == "totals" { print $5 }')
@@ -89,6 +95,9 @@ var="$mnt/ostree/deploy/fedora-coreos/var"
 install -d -o root -g root -m 0755 "$var/usrlocal" "$var/usrlocal/bin"
 install -o root -g root -m 0755 "$work/k3s" "$var/usrlocal/bin/k3s"
 verify "$var/usrlocal/bin/k3s" "$K3S_SHA256" "the installed k3s" "$DISK is not usable"
+install -d -o root -g root -m 0755 "$var/usrlocal/share" "$var/usrlocal/share/raya"
+install -o root -g root -m 0644 "$work/k3s-selinux.rpm" "$var/usrlocal/share/raya/k3s-selinux.rpm"
+verify "$var/usrlocal/share/raya/k3s-selinux.rpm" "$K3S_SELINUX_SHA256" "the installed k3s-selinux RPM" "$DISK is not usable"
 sync
 umount "$mnt"
 losetup -d "$part"
@@ -96,4 +105,4 @@ part=""
 # The snapshot is taken of the disk, not of any cache.
 sync
 blockdev --flushbufs "$DISK"
-echo "installed k3s in /usr/local/bin of the FCOS image on $DISK"
+echo "installed k3s and the k3s-selinux RPM in /usr/local of the FCOS image on $DISK"

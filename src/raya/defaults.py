@@ -13,6 +13,9 @@ FCOS_BUILDS_URL = "https://builds.coreos.fedoraproject.org"
 FCOS_STREAMS = ("stable", "testing", "next")
 K3S_CHANNELS_URL = "https://update.k3s.io/v1-release/channels"
 K3S_RELEASES_URL = "https://github.com/k3s-io/k3s/releases/download"
+# k3s' SELinux policy: its release downloads and GitHub's API for its releases.
+K3S_SELINUX_RELEASES_URL = "https://github.com/k3s-io/k3s-selinux/releases/download"
+K3S_SELINUX_API_URL = "https://api.github.com/repos/k3s-io/k3s-selinux"
 # The add-ons' Helm chart repositories.
 CERT_MANAGER_CHARTS = "https://charts.jetstack.io"
 EXTERNAL_DNS_CHARTS = "https://kubernetes-sigs.github.io/external-dns/"

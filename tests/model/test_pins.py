@@ -13,12 +13,14 @@ from raya.model.pins import (
     ChartPins,
     FcosPin,
     K3sPin,
+    K3sSelinuxPin,
     Pins,
     chart_pins_path,
     dump_chart_pins,
     dump_pin,
     fcos_pin_path,
     k3s_pin_path,
+    k3s_selinux_pin_path,
     label_selector,
     label_value,
     load_chart_pins,
@@ -33,11 +35,19 @@ FCOS_SHA = "0ce6d44b5027b4e333fbb2b056b015830bc61d4205399190cd9371f98cada19f"
 K3S_SHA = "d73847bcd3c5fccef0115b372e2f9a91f3032dc84bbf71518a4617565294d313"
 FCOS = {"stream": "stable", "version": "44.20260720.3.1", "sha256": FCOS_SHA}
 K3S = {"version": "v1.36.5+k3s1", "sha256": K3S_SHA}
+SELINUX = {"version": "v1.6.stable.1", "sha256": "5" * 64}
+SELINUX_PIN = K3sSelinuxPin("v1.6.stable.1", "5" * 64)
 
 
-def write(tmp_path: Path, fcos: object = FCOS, k3s: object = K3S) -> Path:
+def write(
+    tmp_path: Path, fcos: object = FCOS, k3s: object = K3S, selinux: object = SELINUX
+) -> Path:
     (tmp_path / "image").mkdir(exist_ok=True)
-    for path, data in ((fcos_pin_path(tmp_path), fcos), (k3s_pin_path(tmp_path), k3s)):
+    for path, data in (
+        (fcos_pin_path(tmp_path), fcos),
+        (k3s_pin_path(tmp_path), k3s),
+        (k3s_selinux_pin_path(tmp_path), selinux),
+    ):
         path.write_text(data if isinstance(data, str) else json.dumps(data))
     return tmp_path
 
@@ -46,6 +56,9 @@ def test_the_repository_pins_are_the_issues_starting_point() -> None:
     assert load_pins(REPO) == Pins(
         fcos=FcosPin("stable", "44.20260720.3.1", FCOS_SHA),
         k3s=K3sPin("v1.36.5+k3s1", K3S_SHA),
+        # The stable k3s-selinux release when it was pinned; its sha256 could not be read
+        # where it was written: `raya image pins --update` records it.
+        k3s_selinux=K3sSelinuxPin("v1.6.stable.1", None),
     )
 
 
@@ -53,6 +66,7 @@ def test_repository_pin_files_are_in_dump_form() -> None:
     pins = load_pins(REPO)
     assert fcos_pin_path(REPO).read_text() == dump_pin(pins.fcos)
     assert k3s_pin_path(REPO).read_text() == dump_pin(pins.k3s)
+    assert k3s_selinux_pin_path(REPO).read_text() == dump_pin(pins.k3s_selinux)
 
 
 @pytest.mark.parametrize("stream", ["stable", "testing", "next"])
@@ -66,6 +80,7 @@ def test_the_aarch64_sha256_is_optional_and_round_trips(tmp_path: Path) -> None:
     pins = Pins(
         FcosPin("stable", "44.20260720.3.1", FCOS_SHA, aarch64_sha256="1" * 64),
         K3sPin("v1.36.5+k3s1", K3S_SHA, aarch64_sha256="2" * 64),
+        SELINUX_PIN,
     )
     root = write(tmp_path, fcos=dump_pin(pins.fcos), k3s=dump_pin(pins.k3s))
     assert load_pins(root) == pins
@@ -74,8 +89,17 @@ def test_the_aarch64_sha256_is_optional_and_round_trips(tmp_path: Path) -> None:
 
 
 def test_dump_round_trips(tmp_path: Path) -> None:
-    pins = Pins(FcosPin("next", "45.20261001.1.0", "a" * 64), K3sPin("v1.37.0+k3s2", "0" * 64))
-    root = write(tmp_path, fcos=dump_pin(pins.fcos), k3s=dump_pin(pins.k3s))
+    pins = Pins(
+        FcosPin("next", "45.20261001.1.0", "a" * 64),
+        K3sPin("v1.37.0+k3s2", "0" * 64),
+        K3sSelinuxPin("v1.7.latest.2", None),
+    )
+    root = write(
+        tmp_path,
+        fcos=dump_pin(pins.fcos),
+        k3s=dump_pin(pins.k3s),
+        selinux=dump_pin(pins.k3s_selinux),
+    )
     assert load_pins(root) == pins
     assert dump_pin(pins.fcos) == (
         '{\n  "stream": "next",\n  "version": "45.20261001.1.0",\n  "sha256": "'
@@ -152,6 +176,41 @@ def test_bad_k3s_pin(tmp_path: Path, k3s: object, message: str) -> None:
     assert str(caught.value).startswith(f"{k3s_pin_path(root)}: {message}")
 
 
+def test_the_k3s_selinux_pin_names_its_coreos_rpm(tmp_path: Path) -> None:
+    assert load_pins(write(tmp_path)).k3s_selinux == SELINUX_PIN
+    # k3s-selinux's scripts/version: v<version>.<channel>.<release> builds
+    # k3s-selinux-<version>-<release>.coreos.noarch.rpm (policy/coreos/k3s-selinux.spec).
+    assert SELINUX_PIN.rpm == "k3s-selinux-1.6-1.coreos.noarch.rpm"
+    assert K3sSelinuxPin("v1.12.latest.30", None).rpm == "k3s-selinux-1.12-30.coreos.noarch.rpm"
+    unrecorded = write(tmp_path, selinux={**SELINUX, "sha256": None})
+    assert load_pins(unrecorded).k3s_selinux == K3sSelinuxPin("v1.6.stable.1", None)
+    assert json.loads(dump_pin(load_pins(unrecorded).k3s_selinux)) == {
+        "version": "v1.6.stable.1",
+        "sha256": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("selinux", "message"),
+    [
+        # testing builds are signed with the testing key: never pinned.
+        ({**SELINUX, "version": "v1.7.testing.3"}, "field 'version' is 'v1.7.testing.3'; accepted"),
+        ({**SELINUX, "version": "1.6.stable.1"}, "field 'version' is '1.6.stable.1'; accepted"),
+        ({**SELINUX, "version": "v1.6.stable"}, "field 'version' is 'v1.6.stable'; accepted"),
+        ({**SELINUX, "version": "v1.٦.stable.1"}, "field 'version' is 'v1.٦.stable.1'; accepted"),
+        ({**SELINUX, "sha256": "C" * 64}, "field 'sha256' is '" + "C" * 64 + "'; accepted: 64"),
+        ({"version": "v1.6.stable.1"}, "field 'sha256' is required and must be a string"),
+        ({**SELINUX, "rpm": "x.rpm"}, "unknown field(s) rpm; accepted: version, sha256"),
+        ([], "expected a JSON object with version, sha256"),
+    ],
+)
+def test_bad_k3s_selinux_pin(tmp_path: Path, selinux: object, message: str) -> None:
+    root = write(tmp_path, selinux=selinux)
+    with pytest.raises(ConfigError) as caught:
+        load_pins(root)
+    assert str(caught.value).startswith(f"{k3s_selinux_pin_path(root)}: {message}")
+
+
 def test_missing_pin_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_k3s_pin(tmp_path / "k3s.pin")
@@ -168,10 +227,11 @@ def test_snapshot_labels() -> None:
         "fcos_stream": "stable",
         "fcos_version": "44.20260720.3.1",
         "k3s_version": "v1.36.5-k3s1",
+        "k3s_selinux_version": "v1.6.stable.1",
     }
     assert label_selector(labels) == (
-        "fcos_stream=stable,fcos_version=44.20260720.3.1,k3s_version=v1.36.5-k3s1,"
-        "managed_by=raya,os=fcos"
+        "fcos_stream=stable,fcos_version=44.20260720.3.1,k3s_selinux_version=v1.6.stable.1,"
+        "k3s_version=v1.36.5-k3s1,managed_by=raya,os=fcos"
     )
 
 
@@ -179,9 +239,11 @@ def test_labels_change_with_every_pin_field_that_names_the_image() -> None:
     pins = load_pins(REPO)
     base = snapshot_labels(pins, "raya")
     variants = [
-        Pins(FcosPin("testing", pins.fcos.version, pins.fcos.sha256), pins.k3s),
-        Pins(FcosPin("stable", "44.20260720.3.2", pins.fcos.sha256), pins.k3s),
-        Pins(pins.fcos, K3sPin("v1.36.5+k3s2", pins.k3s.sha256)),
+        Pins(FcosPin("testing", pins.fcos.version, pins.fcos.sha256), pins.k3s, SELINUX_PIN),
+        Pins(FcosPin("stable", "44.20260720.3.2", pins.fcos.sha256), pins.k3s, SELINUX_PIN),
+        Pins(pins.fcos, K3sPin("v1.36.5+k3s2", pins.k3s.sha256), SELINUX_PIN),
+        # A new policy release is a new image.
+        Pins(pins.fcos, pins.k3s, K3sSelinuxPin("v1.6.stable.2", "5" * 64)),
     ]
     for variant in variants:
         assert snapshot_labels(variant, "raya") != base

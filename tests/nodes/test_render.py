@@ -182,6 +182,8 @@ def test_control_plane_config(
         # Hetzner's cloud controller initialises the nodes, its load balancers replace
         # ServiceLB (docs/hetzner.md).
         "kubelet-arg": ["cloud-provider=external"],
+        # containerd labels containers (enable_selinux): container_t.
+        "selinux": True,
         "disable-cloud-controller": True,
         "disable": ["servicelb"],
         # Snapshots every 6 hours, 28 kept on the node and 28 in the bucket (docs/backups.md),
@@ -261,6 +263,7 @@ def test_agent_config(
             "node-ip": str(agent.private_ip),
             "flannel-iface": "enp7s0",
             "kubelet-arg": ["cloud-provider=external"],  # every kubelet, not only the server's
+            "selinux": True,  # every node's containers confined, not only the server's
         }
         assert agent.index is not None
         password = files["/etc/rancher/node/password"].decode()

@@ -5,6 +5,8 @@ systemd-tmpfiles, and the public address script against a local metadata server.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
 import shlex
@@ -394,6 +396,132 @@ def test_tmpfiles_rule_relabels_k3s_without_touching_its_mode(
     assert [line for line in rule.read_text().splitlines() if not line.startswith("#")] == [
         "Z /var/usrlocal/bin/k3s - - -"
     ]
+
+
+# The file contexts that decide the labels below, as a compiled policy's file_contexts lists
+# them: Fedora's base rules for /var (fedora-selinux/selinux-policy,
+# policy/modules/kernel/files.fc), container-selinux's for the kubelet
+# (containers/container-selinux, container.fc) and k3s-selinux's for CoreOS
+# (k3s-io/k3s-selinux, policy/coreos/k3s.fc). libselinux takes the last entry that matches,
+# once entries with regular expressions are put before plain paths.
+FILE_CONTEXTS = "".join(
+    f"{spec}\tsystem_u:object_r:{label}:s0\n"
+    for spec, label in (
+        ("/var/.*", "var_t"),
+        ("/var/lib(/.*)?", "var_lib_t"),
+        ("/usr/local/bin(/.*)?", "bin_t"),
+        ("/var/lib/kubelet(/.*)?", "container_var_lib_t"),
+        ("/var/lib/rancher/k3s(/.*)?", "container_var_lib_t"),
+        ("/var/lib/rancher/k3s/storage(/.*)?", "container_file_t"),
+        ("/usr/local/s?bin/k3s\t--", "container_runtime_exec_t"),
+    )
+)
+S_IFREG = 0o100000
+SELABEL_CTX_FILE, SELABEL_OPT_PATH = 0, 3  # libselinux's selinux/label.h
+
+
+def _labels(policy: Path, paths: list[str]) -> dict[str, str | None]:
+    """What libselinux (selabel_lookup, as restorecon and systemd-tmpfiles use it) labels each
+    of `paths` as a file, with `policy` as file_contexts and its `.subs` beside it."""
+
+    class Option(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("value", ctypes.c_char_p)]
+
+    library = ctypes.CDLL(ctypes.util.find_library("selinux") or "libselinux.so.1")
+    library.selabel_open.restype = ctypes.c_void_p
+    library.selabel_open.argtypes = [ctypes.c_uint, ctypes.POINTER(Option), ctypes.c_uint]
+    library.selabel_lookup.argtypes = [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_char_p, ctypes.c_int,
+    ]  # fmt: skip
+    library.selabel_close.argtypes = [ctypes.c_void_p]
+    options = (Option * 1)(Option(SELABEL_OPT_PATH, str(policy).encode()))
+    handle = library.selabel_open(SELABEL_CTX_FILE, options, 1)
+    assert handle, f"selabel_open({policy}) failed"
+    found: dict[str, str | None] = {}
+    for path in paths:
+        context = ctypes.c_char_p()
+        answer = library.selabel_lookup(handle, ctypes.byref(context), path.encode(), S_IFREG)
+        label = context.value.decode().split(":")[2] if answer == 0 and context.value else None
+        found[path] = label
+    library.selabel_close(handle)
+    return found
+
+
+@pytest.mark.parametrize("name", ["control-plane", "agent-0"])
+def test_the_k3s_binary_takes_the_policys_label_through_the_nodes_equivalence(
+    rendered: dict[str, RenderedNode], applied: dict[str, Path], tmp_path: Path, name: str
+) -> None:
+    """k3s-selinux labels /usr/local/s?bin/k3s container_runtime_exec_t (what systemd's init_t
+    starts as container_runtime_t, containerd's domain); FCOS' real path is /var/usrlocal,
+    under Fedora's `/var/.*` var_t. The node's file_contexts.subs, read by the real libselinux,
+    makes the tmpfiles rule's relabel of /var/usrlocal/bin/k3s the policy's. Without it, var_t.
+    Volumes: local-path's folder and pods' volumes get container_file_t; a hostPath elsewhere
+    keeps its own label (var_lib_t here), which container_t is not allowed to write."""
+    subs = applied[name] / "etc/selinux/targeted/contexts/files/file_contexts.subs"
+    assert ignition_files(rendered[name].ignition)[f"/{subs.relative_to(applied[name])}"] == (
+        b"/var/usrlocal /usr/local\n"
+    )
+    policy = tmp_path / "file_contexts"
+    policy.write_text(FILE_CONTEXTS)
+    paths = [
+        "/var/usrlocal/bin/k3s",
+        "/var/usrlocal/bin/raya-ssh-keys",
+        "/var/lib/rancher/k3s/storage/pvc-1_default_data/file",
+        "/var/lib/rancher/k3s/server/db",
+        "/var/lib/data/file",
+    ]
+    assert _labels(policy, paths) == dict(
+        zip(
+            paths,
+            ["var_t", "var_t", "container_file_t", "container_var_lib_t", "var_lib_t"],
+            strict=True,
+        )
+    )
+    shutil.copy(subs, tmp_path / "file_contexts.subs")  # libselinux reads <path>.subs
+    assert _labels(policy, paths) == dict(
+        zip(
+            paths,
+            ["container_runtime_exec_t", "bin_t", "container_file_t", "container_var_lib_t",
+             "var_lib_t"],
+            strict=True,
+        )
+    )  # fmt: skip
+
+
+def test_k3s_starts_only_under_its_selinux_policy(
+    rendered: dict[str, RenderedNode], tmp_path: Path
+) -> None:
+    """The first thing k3s' unit runs, with the real sh: without the policy module (the
+    booted deployment lacks the layered RPM), it layers the image's RPM, asks for a reboot
+    and fails, so k3s does not start; with it, nothing else runs. Stand-ins record the calls
+    to rpm-ostree and systemctl."""
+    for name, node in rendered.items():
+        k3s = _unit(node, "k3s.service" if name == "control-plane" else "k3s-agent.service")
+        first = next(line for line in k3s.splitlines() if line.startswith("ExecStartPre="))
+        argv = shlex.split(first.removeprefix("ExecStartPre="))
+        module = "/usr/share/selinux/packages/k3s.pp"
+        assert argv[:2] == ["/bin/sh", "-c"] and module in argv[2]
+        stubs, log = tmp_path / name / "stubs", tmp_path / name / "calls"
+        stubs.mkdir(parents=True)
+        for tool in ("rpm-ostree", "systemctl"):
+            (stubs / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+            (stubs / tool).chmod(0o755)
+        layered = tmp_path / name / "k3s.pp"
+        for present in (False, True):
+            if present:
+                layered.touch()
+            script = argv[2].replace(module, str(layered))
+            result = _with_stubs(["/bin/sh", "-c", script], stubs)
+            calls = log.read_text().splitlines() if log.exists() else []
+            log.unlink(missing_ok=True)
+            if present:
+                assert (result.returncode, calls) == (0, []), name
+            else:
+                assert result.returncode == 1, name
+                assert calls == [
+                    "rpm-ostree install -C --idempotent /usr/local/share/raya/k3s-selinux.rpm",
+                    "systemctl --no-block reboot",
+                ], name
 
 
 def _exec_start(unit: str) -> list[str]:

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from raya.nodes.render import K3S_SELINUX_MODULE
 from tests.support import require_tool
 
 IGNITION = "/usr/lib/dracut/modules.d/30ignition/ignition"
@@ -85,7 +86,8 @@ SELINUX_STUB = {
 
 def fcos_layout(root: Path) -> None:
     """Make `root` look like FCOS where Ignition writes: /usr/local and /home are links into
-    /var (replacing empty folders a distribution has there), plus the SELinux stub."""
+    /var (replacing empty folders a distribution has there), plus the SELinux stub and k3s'
+    policy module, as in the deployment a node boots into once it layered k3s-selinux."""
     for link, target in (("usr/local", "../var/usrlocal"), ("home", "var/home")):
         path = root / link
         if path.is_dir() and not path.is_symlink():
@@ -95,6 +97,9 @@ def fcos_layout(root: Path) -> None:
     for name, text in SELINUX_STUB.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
+    module = root / K3S_SELINUX_MODULE.lstrip("/")
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_bytes(b"")
 
 
 # What FCOS' initramfs runs, less what needs systemd on D-Bus (the `disks` stage waits for

@@ -2,7 +2,8 @@
 
 The pins (`raya.model.pins`) decide everything: the snapshot's labels, the artifacts the Packer
 template downloads and the checks made here. Every remote (Hetzner's API, the FCOS build
-server, k3s' channel server and release downloads, the add-ons' Helm chart repositories) is
+server, k3s' channel server and release downloads, k3s-selinux's releases on GitHub, the
+add-ons' Helm chart repositories) is
 an endpoint a caller can replace, so tests point them at local servers.
 """
 
@@ -24,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from raya import __version__
-from raya.defaults import FCOS_BUILDS_URL, HCLOUD_API_URL, K3S_CHANNELS_URL, K3S_RELEASES_URL
+from raya.defaults import (
+    FCOS_BUILDS_URL,
+    HCLOUD_API_URL,
+    K3S_CHANNELS_URL,
+    K3S_RELEASES_URL,
+    K3S_SELINUX_API_URL,
+    K3S_SELINUX_RELEASES_URL,
+)
 from raya.errors import ImageError
 from raya.files import write_atomically
 from raya.model.config import StackConfig
@@ -33,16 +41,19 @@ from raya.model.pins import (
     CHART_VERSION,
     FCOS_ARCHITECTURES,
     K3S_ARCHITECTURES,
+    K3S_SELINUX_VERSION,
     ChartPin,
     ChartPins,
     FcosPin,
     K3sPin,
+    K3sSelinuxPin,
     Pins,
     chart_pins_path,
     dump_chart_pins,
     dump_pin,
     fcos_pin_path,
     k3s_pin_path,
+    k3s_selinux_pin_path,
     label_selector,
 )
 from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
@@ -74,6 +85,8 @@ class Endpoints:
     fcos_builds: str = FCOS_BUILDS_URL
     k3s_channels: str = K3S_CHANNELS_URL
     k3s_releases: str = K3S_RELEASES_URL
+    k3s_selinux_releases: str = K3S_SELINUX_RELEASES_URL
+    k3s_selinux_api: str = K3S_SELINUX_API_URL
     # The Helm chart repositories: the official ones, which the cluster itself fetches from.
     cert_manager_charts: str = CERT_MANAGER.repo
     external_dns_charts: str = EXTERNAL_DNS.repo
@@ -84,6 +97,8 @@ class Endpoints:
             "fcos_builds",
             "k3s_channels",
             "k3s_releases",
+            "k3s_selinux_releases",
+            "k3s_selinux_api",
             "cert_manager_charts",
             "external_dns_charts",
             "hetzner_charts",
@@ -108,7 +123,7 @@ class Snapshot:
     created: str
 
 
-AnyPin = FcosPin | K3sPin | ChartPins
+AnyPin = FcosPin | K3sPin | K3sSelinuxPin | ChartPins
 
 
 @dataclass(frozen=True)
@@ -152,6 +167,10 @@ def k3s_binary_url(releases_url: str, version: str, architecture: str = HCLOUD_A
 
 def k3s_checksums_url(releases_url: str, version: str, architecture: str = HCLOUD_ARCH) -> str:
     return f"{releases_url}/{version}/sha256sum-{K3S_ARCHITECTURES[architecture]}.txt"
+
+
+def k3s_selinux_rpm_url(releases_url: str, pin: K3sSelinuxPin) -> str:
+    return f"{releases_url}/{pin.version}/{pin.rpm}"
 
 
 def _fetch(url: str) -> bytes:
@@ -269,6 +288,61 @@ def upstream_k3s_sha256(
     raise ImageError(f"{url}: no line for the {binary} binary")
 
 
+# The checksum file k3s-selinux's release pipeline attached to its releases (drone's
+# github-release plugin, `checksum_file: CHECKSUMsum-coreos-noarch.txt`, CHECKSUM -> sha256),
+# for assets GitHub publishes no digest of.
+K3S_SELINUX_CHECKSUMS = "sha256sum-coreos-noarch.txt"
+
+
+def _k3s_selinux_sha256(release: Any, url: str, pin: K3sSelinuxPin) -> str:
+    """The sha256 of `pin`'s CoreOS RPM in `release` (GitHub's release object, read from
+    `url`): the asset's `digest` (`sha256:<hex>`), else its line in the release's checksum
+    file."""
+    assets = release.get("assets") if isinstance(release, dict) else None
+    by_name = {
+        asset.get("name"): asset
+        for asset in (assets if isinstance(assets, list) else ())
+        if isinstance(asset, dict)
+    }
+    asset = by_name.get(pin.rpm)
+    if asset is None:
+        raise ImageError(f"{url}: release {pin.version} has no asset {pin.rpm}")
+    digest = asset.get("digest")
+    if isinstance(digest, str) and digest.startswith("sha256:"):
+        return _sha256(digest.removeprefix("sha256:"), f"{url}: {pin.rpm} digest")
+    checksums = by_name.get(K3S_SELINUX_CHECKSUMS)
+    if checksums is None:
+        raise ImageError(
+            f"{url}: release {pin.version} publishes no sha256 of {pin.rpm}: no digest and "
+            f"no {K3S_SELINUX_CHECKSUMS}"
+        )
+    listing = _text(checksums, ("browser_download_url",), url)
+    for line in _fetch(listing).decode("utf-8", "replace").splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].rsplit("/", 1)[-1] == pin.rpm:
+            return _sha256(fields[0], listing)
+    raise ImageError(f"{listing}: no line for {pin.rpm}")
+
+
+def upstream_k3s_selinux_sha256(version: str, api_url: str = K3S_SELINUX_API_URL) -> str:
+    """The sha256 of k3s-selinux release `version`'s CoreOS RPM, as GitHub publishes it."""
+    url = f"{api_url}/releases/tags/{version}"
+    return _k3s_selinux_sha256(_fetch_json(url), url, K3sSelinuxPin(version, None))
+
+
+def latest_k3s_selinux(api_url: str = K3S_SELINUX_API_URL) -> K3sSelinuxPin:
+    """The release GitHub calls k3s-selinux's latest (the newest that is neither a draft nor
+    a pre-release: what k3s' install.sh installs for its stable channel), with its RPM's
+    sha256."""
+    url = f"{api_url}/releases/latest"
+    release = _fetch_json(url)
+    version = _text(release, ("tag_name",), url)
+    if not K3S_SELINUX_VERSION.fullmatch(version):
+        raise ImageError(f"{url}: {version!r} is not a k3s-selinux stable or latest tag")
+    pin = K3sSelinuxPin(version, None)
+    return K3sSelinuxPin(version, _k3s_selinux_sha256(release, url, pin))
+
+
 def _release(version: str) -> tuple[int, int, int] | None:
     """A released chart version as numbers, None for a pre-release or anything else."""
     found = CHART_VERSION.fullmatch(version)
@@ -338,18 +412,26 @@ def latest_pins(stream: str, endpoints: Endpoints) -> Pins:
     return Pins(
         fcos=latest_fcos(stream, endpoints.fcos_builds),
         k3s=K3sPin(version=version, sha256=k3s["x86"], aarch64_sha256=k3s["arm"]),
+        k3s_selinux=latest_k3s_selinux(endpoints.k3s_selinux_api),
     )
 
 
 def check_pins(
     root: Path, pins: Pins, endpoints: Endpoints, architecture: str = HCLOUD_ARCH
 ) -> None:
-    """Raise if a pinned sha256 of `architecture`'s artefacts is missing or differs from what
-    upstream publishes for that release."""
-    field = _sha256_field(architecture)
-    problems = list(unpinned(root, pins, architecture))
+    """Raise if a pinned sha256 of `architecture`'s artefacts (and of the noarch k3s-selinux
+    RPM) is missing or differs from what upstream publishes for that release."""
+    if missing := unpinned(root, pins, architecture):
+        raise ImageError("; ".join(missing) + "; not building")
+    problems: list[str] = []
 
-    def compare(path: Path, what: str, pinned: str | None, upstream: Callable[[], str]) -> None:
+    def compare(
+        path: Path,
+        what: str,
+        pinned: str | None,
+        upstream: Callable[[], str],
+        field: str = _sha256_field(architecture),
+    ) -> None:
         if pinned is not None and (published := upstream()) != pinned:
             problems.append(f"{path}: {field} is {pinned} but {what} is published with {published}")
 
@@ -365,6 +447,13 @@ def check_pins(
         pins.k3s.sha256_for(architecture),
         lambda: upstream_k3s_sha256(pins.k3s.version, endpoints.k3s_releases, architecture),
     )
+    compare(
+        k3s_selinux_pin_path(root),
+        f"k3s-selinux {pins.k3s_selinux.version} {pins.k3s_selinux.rpm}",
+        pins.k3s_selinux.sha256,
+        lambda: upstream_k3s_selinux_sha256(pins.k3s_selinux.version, endpoints.k3s_selinux_api),
+        "sha256",
+    )
     if problems:
         raise ImageError("; ".join(problems) + "; not building")
 
@@ -375,21 +464,31 @@ def _sha256_field(architecture: str) -> str:
 
 
 def unpinned(root: Path, pins: Pins, architecture: str) -> tuple[str, ...]:
-    """One line per pin file that has no sha256 for `architecture`'s artefact, naming the
-    command that adds it (pin files from before ARM support have none for arm)."""
+    """One line per pin file that has no sha256 for `architecture`'s artefact (pin files from
+    before ARM support have none for arm) or for the noarch k3s-selinux RPM (a pin written by
+    hand before its release was read), naming the command that adds it."""
+    field = _sha256_field(architecture)
     return tuple(
-        f"{path}: no {_sha256_field(architecture)} pinned for {what}; `{COMPLETE_COMMAND}` "
+        f"{path}: no {field} pinned for {what}; `{COMPLETE_COMMAND}` "
         "adds it for the pinned release without moving it"
-        for path, what, pinned in (
+        for path, field, what, pinned in (
             (
                 fcos_pin_path(root),
+                field,
                 f"FCOS {pins.fcos.version} {FCOS_ARCHITECTURES[architecture]}",
                 pins.fcos.sha256_for(architecture),
             ),
             (
                 k3s_pin_path(root),
+                field,
                 f"k3s {pins.k3s.version} {K3S_ARCHITECTURES[architecture]}",
                 pins.k3s.sha256_for(architecture),
+            ),
+            (
+                k3s_selinux_pin_path(root),
+                "sha256",
+                f"k3s-selinux {pins.k3s_selinux.version} {pins.k3s_selinux.rpm}",
+                pins.k3s_selinux.sha256,
             ),
         )
         if pinned is None
@@ -397,23 +496,28 @@ def unpinned(root: Path, pins: Pins, architecture: str) -> tuple[str, ...]:
 
 
 def complete_pins(pins: Pins, endpoints: Endpoints) -> Pins:
-    """`pins` with the aarch64 sha256s they lack, read from the upstream files of the pinned
-    releases themselves (FCOS' build metadata of that version, k3s' `sha256sum-arm64.txt` of
-    that tag): no version moves, and what is pinned stays as it is."""
-    fcos, k3s = pins.fcos, pins.k3s
+    """`pins` with the sha256s they lack (aarch64's, k3s-selinux's RPM's), read from the
+    upstream files of the pinned releases themselves (FCOS' build metadata of that version,
+    k3s' `sha256sum-arm64.txt` of that tag, GitHub's release of that k3s-selinux tag): no
+    version moves, and what is pinned stays as it is."""
+    fcos, k3s, selinux = pins.fcos, pins.k3s, pins.k3s_selinux
     if fcos.aarch64_sha256 is None:
         arm = upstream_fcos_sha256(fcos, endpoints.fcos_builds, ARM_ARCH)
         fcos = dataclasses.replace(fcos, aarch64_sha256=arm)
     if k3s.aarch64_sha256 is None:
         arm = upstream_k3s_sha256(k3s.version, endpoints.k3s_releases, ARM_ARCH)
         k3s = dataclasses.replace(k3s, aarch64_sha256=arm)
-    return Pins(fcos=fcos, k3s=k3s)
+    if selinux.sha256 is None:
+        rpm = upstream_k3s_selinux_sha256(selinux.version, endpoints.k3s_selinux_api)
+        selinux = dataclasses.replace(selinux, sha256=rpm)
+    return Pins(fcos=fcos, k3s=k3s, k3s_selinux=selinux)
 
 
-def pin_changes(root: Path, current: Pins, latest: Pins) -> tuple[PinChange, PinChange]:
+def pin_changes(root: Path, current: Pins, latest: Pins) -> tuple[PinChange, ...]:
     return (
         PinChange(fcos_pin_path(root), current.fcos, latest.fcos),
         PinChange(k3s_pin_path(root), current.k3s, latest.k3s),
+        PinChange(k3s_selinux_pin_path(root), current.k3s_selinux, latest.k3s_selinux),
     )
 
 
@@ -511,6 +615,7 @@ def packer_variables(
         "server_type": server_type,
         "fcos_builds_url": endpoints.fcos_builds,
         "k3s_releases_url": endpoints.k3s_releases,
+        "k3s_selinux_releases_url": endpoints.k3s_selinux_releases,
     }
 
 

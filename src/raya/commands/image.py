@@ -18,6 +18,8 @@ from raya.defaults import (
     HETZNER_CHARTS,
     K3S_CHANNELS_URL,
     K3S_RELEASES_URL,
+    K3S_SELINUX_API_URL,
+    K3S_SELINUX_RELEASES_URL,
 )
 from raya.errors import ImageError
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from raya.cloud.image import AnyPin
-    from raya.model.pins import ChartPin, FcosPin, K3sPin
+    from raya.model.pins import ChartPin
 
 commands = Commands()  # what this module adds to `raya`
 commands.group("image", help=COMMANDS["image"][1])
@@ -38,6 +40,11 @@ FCOS_BUILDS = Option(
 K3S_RELEASES = Option(
     "--k3s-releases-url", kind="url", envvar="RAYA_K3S_RELEASES_URL", default=K3S_RELEASES_URL,
     help="Where k3s release binaries and their sha256sum-amd64.txt and -arm64.txt are published.",
+)  # fmt: skip
+K3S_SELINUX_API = Option(
+    "--k3s-selinux-api-url", kind="url", envvar="RAYA_K3S_SELINUX_API_URL",
+    default=K3S_SELINUX_API_URL,
+    help="GitHub's API for k3s-selinux's repository: its releases and their RPMs' sha256.",
 )  # fmt: skip
 
 
@@ -54,11 +61,16 @@ def _say(message: str) -> None:
     ROOT,
     Option("--hcloud-endpoint", kind="url", envvar="HCLOUD_ENDPOINT", default=HCLOUD_API_URL,
            help="Hetzner Cloud API endpoint (also passed to Packer)."),
-    FCOS_BUILDS, K3S_RELEASES, group="image",
+    FCOS_BUILDS, K3S_RELEASES,
+    Option("--k3s-selinux-releases-url", kind="url", envvar="RAYA_K3S_SELINUX_RELEASES_URL",
+           default=K3S_SELINUX_RELEASES_URL,
+           help="Where k3s-selinux's release RPMs are downloaded from (passed to Packer)."),
+    K3S_SELINUX_API, group="image",
 )  # fmt: skip
 def build(
     *, stack: str, dry_run: bool, root: Path | None, hcloud_endpoint: str,
-    fcos_builds_url: str, k3s_releases_url: str,
+    fcos_builds_url: str, k3s_releases_url: str, k3s_selinux_releases_url: str,
+    k3s_selinux_api_url: str,
 ) -> None:  # fmt: skip
     """Build the FCOS snapshot of each architecture the fleet uses (x86, and arm for cax*
     types) with Packer, skipping each that Hetzner already has with its labels.
@@ -144,13 +156,18 @@ def build(
         location, server_type = builders[architecture]
         _say(f"{architecture} build server: {server_type} in {location}")
     packer = find_packer()
-    endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
+    endpoints = Endpoints(
+        fcos_builds=fcos_builds_url,
+        k3s_releases=k3s_releases_url,
+        k3s_selinux_releases=k3s_selinux_releases_url,
+        k3s_selinux_api=k3s_selinux_api_url,
+    )
     for architecture in missing:
         with err.status(f"checking the {architecture} pins against upstream..."):
             check_pins(root, pins, endpoints, architecture)
         _say(
             f"{architecture} pins match upstream: FCOS {pins.fcos.version}, "
-            f"k3s {pins.k3s.version}"
+            f"k3s {pins.k3s.version}, k3s-selinux {pins.k3s_selinux.version}"
         )
     for architecture in missing:
         variables = packer_variables(
@@ -182,21 +199,22 @@ def _describe(pin: AnyPin) -> str:
     if isinstance(pin, ChartPins):
         return ", ".join(_describe_chart(name, chart) for name, chart in pin.by_name().items())
     stream = f"{pin.stream} " if isinstance(pin, FcosPin) else ""
-    return f"{stream}{pin.version} (sha256 {pin.sha256})"
+    return f"{stream}{pin.version} (sha256 {pin.sha256 or 'not recorded'})"
 
 
 @commands.command(
     Option("--update", kind="flag", help="Rewrite the pin files that are not current."),
     Option("--complete", kind="flag",
-           help="Add the aarch64 sha256s (an ARM pool's) that the FCOS and k3s pins lack, read "
-           "from the pinned releases themselves: no version moves, nothing else changes."),
+           help="Add the sha256s the pins lack (FCOS' and k3s' aarch64 ones an ARM pool needs, "
+           "the k3s-selinux RPM's), read from the pinned releases themselves: no version "
+           "moves, nothing else changes."),
     Option("--stream", help=f"FCOS stream to follow: {', '.join(FCOS_STREAMS)}.",
            show_default="the pinned stream"),
     ROOT, FCOS_BUILDS,
     Option("--k3s-channels-url", kind="url", envvar="RAYA_K3S_CHANNELS_URL",
            default=K3S_CHANNELS_URL,
            help="k3s release channel server (its stable channel is followed)."),
-    K3S_RELEASES,
+    K3S_RELEASES, K3S_SELINUX_API,
     Option("--cert-manager-charts-url", kind="url", envvar="RAYA_CERT_MANAGER_CHARTS_URL",
            default=CERT_MANAGER_CHARTS,
            help="Helm repository of the cert-manager chart (its index.yaml is read)."),
@@ -211,14 +229,16 @@ def _describe(pin: AnyPin) -> str:
 def pins(
     *, update: bool, complete: bool, stream: str | None, root: Path | None,
     fcos_builds_url: str, k3s_channels_url: str, k3s_releases_url: str,
-    cert_manager_charts_url: str, external_dns_charts_url: str, hetzner_charts_url: str,
+    k3s_selinux_api_url: str, cert_manager_charts_url: str, external_dns_charts_url: str,
+    hetzner_charts_url: str,
 ) -> None:  # fmt: skip
-    """Compare the pins with the newest FCOS release of the stream, the stable k3s and the
+    """Compare the pins with the newest FCOS release of the stream, the stable k3s, the
+    latest k3s-selinux release (its CoreOS RPM's sha256 as GitHub publishes it) and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
-    With --complete, adds the aarch64 sha256s the FCOS and k3s pins lack for the releases
-    they pin (an ARM pool needs them), and moves nothing.
+    With --complete, adds the sha256s the pins lack for the releases they pin (FCOS' and
+    k3s' aarch64 ones an ARM pool needs, the k3s-selinux RPM's), and moves nothing.
     """
     if stream is not None and stream not in FCOS_STREAMS:
         raise BadParameter(
@@ -231,7 +251,7 @@ def pins(
         )
     root = project_root(root)
     if complete:
-        _complete(root, fcos_builds_url, k3s_releases_url)
+        _complete(root, fcos_builds_url, k3s_releases_url, k3s_selinux_api_url)
         return
     from raya.cloud.image import (
         ARM_ARCH,
@@ -251,6 +271,7 @@ def pins(
         fcos_builds=fcos_builds_url,
         k3s_channels=k3s_channels_url,
         k3s_releases=k3s_releases_url,
+        k3s_selinux_api=k3s_selinux_api_url,
         cert_manager_charts=cert_manager_charts_url,
         external_dns_charts=external_dns_charts_url,
         hetzner_charts=hetzner_charts_url,
@@ -286,21 +307,28 @@ def pins(
         )
 
 
-def _complete(root: Path, fcos_builds_url: str, k3s_releases_url: str) -> None:
+def _complete(
+    root: Path, fcos_builds_url: str, k3s_releases_url: str, k3s_selinux_api_url: str
+) -> None:
     """`raya image pins --complete`: every missing sha256 read before any pin is written."""
+    import dataclasses
+
     from raya.cloud.image import Endpoints, complete_pins, pin_changes, write_pins
     from raya.model.pins import load_pins
 
     current = load_pins(root)
-    endpoints = Endpoints(fcos_builds=fcos_builds_url, k3s_releases=k3s_releases_url)
-    with err.status("reading the pinned releases' aarch64 sha256s..."):
+    endpoints = Endpoints(
+        fcos_builds=fcos_builds_url,
+        k3s_releases=k3s_releases_url,
+        k3s_selinux_api=k3s_selinux_api_url,
+    )
+    with err.status("reading the pinned releases' missing sha256s..."):
         completed = complete_pins(current, endpoints)
     changes = pin_changes(root, current, completed)
-    added: tuple[FcosPin | K3sPin, ...] = (completed.fcos, completed.k3s)
-    for change, pin in zip(changes, added, strict=True):
+    for change in changes:
         name = change.path.relative_to(root)
-        if change.changed:
-            _say(f"{name}: {_describe(change.old)}; aarch64_sha256 added: {pin.aarch64_sha256}")
-        else:
-            _say(f"{name}: complete, {_describe(change.old)}")
+        old, new = dataclasses.asdict(change.old), dataclasses.asdict(change.new)
+        added = [f"{field} added: {new[field]}" for field in new if old[field] != new[field]]
+        _say(f"{name}: {_describe(change.old)}; {'; '.join(added)}" if added
+             else f"{name}: complete, {_describe(change.old)}")  # fmt: skip
     write_pins(changes)

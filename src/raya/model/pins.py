@@ -1,4 +1,5 @@
-"""The pins (`image/fcos.pin`, `image/k3s.pin`, `image/charts.pin`) and the snapshot labels.
+"""The pins (`image/fcos.pin`, `image/k3s.pin`, `image/k3s-selinux.pin`, `image/charts.pin`)
+and the snapshot labels.
 
 The pins are JSON so that the Packer template can read them with `jsondecode(file(...))`:
 they are the one source of truth for the image build, its lookup and the pin updates. The
@@ -20,6 +21,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Versions go into download URLs and labels: ASCII digits only (Python's \d takes any script's).
 _FCOS_VERSION = re.compile(r"\d+\.\d{8}\.\d+\.\d+", re.ASCII)
 _K3S_VERSION = re.compile(r"v\d+\.\d+\.\d+\+k3s\d+", re.ASCII)
+# k3s-selinux's release tags, v<version>.<channel>.<release> (its scripts/version): the stable
+# and latest channels, whose RPMs are signed with rpm.rancher.io's key; not testing.
+K3S_SELINUX_VERSION = re.compile(r"v(\d+\.\d+)\.(?:stable|latest)\.(\d+)", re.ASCII)
 # A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
 CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)", re.ASCII)
 # The charts raya installs, by the key their pin has in `charts.pin`.
@@ -59,6 +63,25 @@ class K3sPin:
 
 
 @dataclass(frozen=True)
+class K3sSelinuxPin:
+    """k3s' SELinux policy: a k3s-selinux release, whose CoreOS RPM (noarch: one for every
+    architecture) the image carries."""
+
+    version: str  # the release's tag, e.g. v1.6.stable.1
+    # sha256 of the RPM; None until `raya image pins --complete` records it (no build before).
+    sha256: str | None
+
+    @property
+    def rpm(self) -> str:
+        """The release's CoreOS RPM: <name>-<version>-<release>.coreos.noarch.rpm, as its
+        spec file (policy/coreos/k3s-selinux.spec) names it from the tag."""
+        found = K3S_SELINUX_VERSION.fullmatch(self.version)
+        if not found:
+            raise ValueError(f"{self.version!r} is not a k3s-selinux stable or latest tag")
+        return f"k3s-selinux-{found[1]}-{found[2]}.coreos.noarch.rpm"
+
+
+@dataclass(frozen=True)
 class ChartPin:
     version: str
     # sha256 of the chart archive as the repository index publishes it; None until recorded.
@@ -95,6 +118,7 @@ class ChartPins:
 class Pins:
     fcos: FcosPin
     k3s: K3sPin
+    k3s_selinux: K3sSelinuxPin
 
 
 def fcos_pin_path(root: Path) -> Path:
@@ -103,6 +127,10 @@ def fcos_pin_path(root: Path) -> Path:
 
 def k3s_pin_path(root: Path) -> Path:
     return root / "image" / "k3s.pin"
+
+
+def k3s_selinux_pin_path(root: Path) -> Path:
+    return root / "image" / "k3s-selinux.pin"
 
 
 def chart_pins_path(root: Path) -> Path:
@@ -169,6 +197,27 @@ def parse_k3s_pin(path: Path) -> K3sPin:
     )
 
 
+def parse_k3s_selinux_pin(path: Path) -> K3sSelinuxPin:
+    """`k3s-selinux.pin`: `{"version": <tag>, "sha256": ...}`; `sha256` may be null until
+    `raya image pins --complete` records it."""
+    data = read_json(path, "pin", ConfigError)
+    unrecorded = isinstance(data, dict) and "sha256" in data and data["sha256"] is None
+    if unrecorded and isinstance(data, dict):  # checked as text, kept as None
+        data = {**data, "sha256": ""}
+    fields = _fields(path, data, ("version", "sha256"))
+    _check(
+        path,
+        "version",
+        fields["version"],
+        K3S_SELINUX_VERSION,
+        "a k3s-selinux stable or latest release tag such as v1.6.stable.1",
+    )
+    if unrecorded:
+        return K3sSelinuxPin(version=fields["version"], sha256=None)
+    _check(path, "sha256", fields["sha256"], _SHA256, "64 lowercase hex digits or null")
+    return K3sSelinuxPin(version=fields["version"], sha256=fields["sha256"])
+
+
 def _arm_sha256(path: Path, data: dict[str, str]) -> str | None:
     if ARM_SHA256 not in data:
         return None
@@ -218,13 +267,22 @@ def dump_chart_pins(pins: ChartPins) -> str:
 
 
 def load_pins(root: Path) -> Pins:
-    return Pins(fcos=parse_fcos_pin(fcos_pin_path(root)), k3s=parse_k3s_pin(k3s_pin_path(root)))
+    return Pins(
+        fcos=parse_fcos_pin(fcos_pin_path(root)),
+        k3s=parse_k3s_pin(k3s_pin_path(root)),
+        k3s_selinux=parse_k3s_selinux_pin(k3s_selinux_pin_path(root)),
+    )
 
 
-def dump_pin(pin: FcosPin | K3sPin) -> str:
+def dump_pin(pin: FcosPin | K3sPin | K3sSelinuxPin) -> str:
     """The pin file's text: the same pin always gives the same bytes (no aarch64 field when
-    none is pinned, so a pin file without one keeps its bytes)."""
-    fields = {key: value for key, value in pin.__dict__.items() if value is not None}
+    none is pinned, so a pin file without one keeps its bytes; k3s-selinux's unrecorded
+    sha256 stays, as null)."""
+    fields = {
+        key: value
+        for key, value in pin.__dict__.items()
+        if value is not None or isinstance(pin, K3sSelinuxPin)
+    }
     return json.dumps(fields, indent=2) + "\n"
 
 
@@ -244,6 +302,7 @@ def snapshot_labels(pins: Pins, cluster_name: str) -> dict[str, str]:
         "fcos_stream": label_value(pins.fcos.stream),
         "fcos_version": label_value(pins.fcos.version),
         "k3s_version": label_value(pins.k3s.version),
+        "k3s_selinux_version": label_value(pins.k3s_selinux.version),
     }
 
 

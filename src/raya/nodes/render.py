@@ -51,6 +51,10 @@ METADATA_ADDRESS = "169.254.169.254"  # Hetzner's metadata service: it serves us
 METADATA_URL = f"http://{METADATA_ADDRESS}/hetzner/v1/metadata"
 K3S_BINARY = "/usr/local/bin/k3s"  # /usr/local is /var/usrlocal on FCOS
 K3S_BINARY_REAL = "/var/usrlocal/bin/k3s"
+# k3s' SELinux policy: the pinned k3s-selinux RPM image/install.sh puts in the image, and the
+# module it installs (policy/coreos/k3s-selinux.spec: %{_datadir}/selinux/packages/k3s.pp).
+K3S_SELINUX_RPM = "/usr/local/share/raya/k3s-selinux.rpm"
+K3S_SELINUX_MODULE = "/usr/share/selinux/packages/k3s.pp"
 K3S_PORT = 6443
 SSH_KEY_DIR = "/home/core/.ssh/authorized_keys.d"  # read by FCOS' ssh-key-dir
 # Fedora's sshd-keygen@ generates a host key type only when its file is missing or empty:
@@ -222,6 +226,13 @@ def _context(
         "zincati_dropin": "/etc/zincati/config.d/90-raya-disable-auto-updates.toml",
         "k3s_binary": K3S_BINARY,
         "k3s_binary_real": K3S_BINARY_REAL,
+        "selinux": {
+            "rpm": K3S_SELINUX_RPM,
+            "module": K3S_SELINUX_MODULE,
+            # libselinux's local equivalences (file_contexts.subs): the policy's rules for
+            # /usr/local (k3s-selinux: /usr/local/s?bin/k3s) label FCOS' real /var/usrlocal.
+            "subs": "/etc/selinux/targeted/contexts/files/file_contexts.subs",
+        },
         "k3s_config": "/etc/rancher/k3s/config.yaml",
         "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
         "certs": {

@@ -1,5 +1,6 @@
 """Local stand-ins for the image pipeline's remotes: one HTTP server on 127.0.0.1 plays the FCOS
-build server, k3s' channel server and release downloads, and Hetzner's API."""
+build server, k3s' channel server and release downloads, GitHub's API for k3s-selinux's
+releases, and Hetzner's API."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ import pytest
 import yaml
 
 from raya.cloud.image import fcos_image_name
-from raya.model.pins import ChartPin, ChartPins, FcosPin, K3sPin, Pins, dump_chart_pins, dump_pin
+from raya.model.pins import (
+    ChartPin,
+    ChartPins,
+    FcosPin,
+    K3sPin,
+    K3sSelinuxPin,
+    Pins,
+    dump_chart_pins,
+    dump_pin,
+)
 from tests.cloud import hetzner_api
 from tests.support import http_server
 
@@ -26,7 +36,8 @@ FCOS = FcosPin(
     stream="stable", version="44.20260720.3.1", sha256="a" * 64, aarch64_sha256="8" * 64
 )
 K3S = K3sPin(version="v1.36.5+k3s1", sha256="b" * 64, aarch64_sha256="9" * 64)
-PINS = Pins(fcos=FCOS, k3s=K3S)
+K3S_SELINUX = K3sSelinuxPin(version="v1.6.stable.1", sha256="c" * 64)
+PINS = Pins(fcos=FCOS, k3s=K3S, k3s_selinux=K3S_SELINUX)
 CHARTS = ChartPins(
     cert_manager=ChartPin(version="v1.18.2", digest="1" * 64),
     external_dns=ChartPin(version="1.14.3", digest="2" * 64),
@@ -68,6 +79,14 @@ class FakeWeb:
     @property
     def k3s_releases(self) -> str:
         return f"{self.url}/k3s/releases/download"
+
+    @property
+    def k3s_selinux_api(self) -> str:
+        return f"{self.url}/github/repos/k3s-io/k3s-selinux"
+
+    @property
+    def k3s_selinux_releases(self) -> str:
+        return f"{self.url}/github/k3s-io/k3s-selinux/releases/download"
 
     @property
     def cert_manager_charts(self) -> str:
@@ -199,9 +218,53 @@ class FakeWeb:
                 },
             )
 
+    def publish_k3s_selinux(
+        self, pin: K3sSelinuxPin, *, latest: bool = True, digest: bool = True, tag: str = ""
+    ) -> None:
+        """k3s-selinux release `pin` as GitHub's REST API shows it: `GET /repos/{owner}/{repo}/
+        releases/tags/{tag}`, and `.../releases/latest` (the newest release that is neither a
+        draft nor a pre-release) if `latest`, under tag `tag` if given. Its assets are those
+        the release pipeline uploads (every OS's noarch and source RPMs); each asset carries
+        `digest`, `sha256:<hex>` (GitHub's, since 2025) if `digest`, else null, as on assets
+        uploaded before, and then the release has the checksum file drone's github-release
+        plugin wrote (`<hex>  <name>` lines; .drone.yml `checksum_file`)."""
+        tag = tag or pin.version
+        base = f"{self.url}/github/k3s-io/k3s-selinux/releases/download/{tag}"
+        rpm = pin.rpm if tag == pin.version else "k3s-selinux-0.0-0.coreos.noarch.rpm"
+        names = {
+            rpm: pin.sha256 or "0" * 64,
+            rpm.replace("noarch", "src"): "1" * 64,
+            rpm.replace("coreos", "el9"): "2" * 64,
+            rpm.replace("coreos", "sle"): "3" * 64,
+        }
+        assets = [
+            {
+                "name": name,
+                "browser_download_url": f"{base}/{name}",
+                "digest": f"sha256:{sha256}" if digest else None,
+                "content_type": "application/x-rpm",
+            }
+            for name, sha256 in names.items()
+        ]
+        if not digest:
+            checksums = "sha256sum-coreos-noarch.txt"
+            listing = [f"{sha256}  {name}" for name, sha256 in names.items() if "coreos" in name]
+            self.files[f"/github/k3s-io/k3s-selinux/releases/download/{tag}/{checksums}"] = (
+                "\n".join(listing) + "\n"
+            ).encode()
+            assets.append(
+                {"name": checksums, "browser_download_url": f"{base}/{checksums}", "digest": None}
+            )
+        release = {"tag_name": tag, "draft": False, "prerelease": False, "assets": assets}
+        api = "/github/repos/k3s-io/k3s-selinux/releases"
+        self.serve_json(f"{api}/tags/{tag}", release)
+        if latest:
+            self.serve_json(f"{api}/latest", release)
+
     def publish(self, pins: Pins, charts: ChartPins = CHARTS) -> None:
         self.publish_fcos(pins.fcos)
         self.publish_k3s(pins.k3s)
+        self.publish_k3s_selinux(pins.k3s_selinux)
         self.publish_charts(charts)
 
     def publish_charts(self, charts: ChartPins) -> None:
@@ -363,6 +426,7 @@ def make_project(
         (root / "image" / name).write_bytes((IMAGE_DIR / name).read_bytes())
     (root / "image" / "fcos.pin").write_text(dump_pin(pins.fcos))
     (root / "image" / "k3s.pin").write_text(dump_pin(pins.k3s))
+    (root / "image" / "k3s-selinux.pin").write_text(dump_pin(pins.k3s_selinux))
     (root / "image" / "charts.pin").write_text(dump_chart_pins(charts))
     return root
 

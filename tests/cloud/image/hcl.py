@@ -12,15 +12,19 @@ from typing import Any
 import hcl2
 
 _CALL_REPLACE = re.compile(r'replace\((?P<arg>.+), "(?P<old>[^"]*)", "(?P<new>[^"]*)"\)')
-_READ_PIN = re.compile(r'jsondecode\(file\("\$\{path\.root\}/(?P<name>[a-z0-9]+\.pin)"\)\)')
+_READ_PIN = re.compile(r'jsondecode\(file\("\$\{path\.root\}/(?P<name>[a-z0-9-]+\.pin)"\)\)')
+# `coalesce(X, "D")`: X unless it is null or empty, else D.
+_COALESCE = re.compile(r'coalesce\((?P<arg>[^(),]+), "(?P<default>[^"]*)"\)')
+# `split("SEP", X)`: X's parts between SEPs.
+_SPLIT = re.compile(r'split\("(?P<sep>[^"]*)", (?P<arg>[^()]+)\)')
 # `length(regexall("RE", X)) == N`: how many matches of RE (RE2; the template's patterns mean
 # the same in Python's re) X holds, compared with N.
 _COUNT_MATCHES = re.compile(
     r'length\(regexall\("(?P<pattern>[^"]*)", (?P<arg>[^()]+)\)\) == (?P<count>[0-9]+)'
 )
 _TRAVERSAL = re.compile(r"(?:var|local)(?:\.[a-z_0-9]+)+")
-# `X[Y]`, both traversals: an element chosen by a value.
-_INDEX = re.compile(rf"(?P<base>{_TRAVERSAL.pattern})\[(?P<key>{_TRAVERSAL.pattern})\]")
+# `X[Y]`, X a traversal, Y a traversal or a number: an element chosen by a value.
+_INDEX = re.compile(rf"(?P<base>{_TRAVERSAL.pattern})\[(?P<key>{_TRAVERSAL.pattern}|[0-9]+)\]")
 # `contains(["a", "b"], X)`.
 _CONTAINS = re.compile(r'contains\(\[(?P<items>"[^"]*"(?:, "[^"]*")*)\], (?P<arg>[^()]+)\)')
 _INTERPOLATION = re.compile(r"\$\{([^${}]+)\}")
@@ -80,7 +84,15 @@ class Evaluator:
             found = re.findall(match["pattern"], str(self.expression(match["arg"])))
             return len(found) == int(match["count"])
         if match := _INDEX.fullmatch(text):
-            return self.expression(match["base"])[self.expression(match["key"])]
+            key = match["key"]
+            return self.expression(match["base"])[
+                int(key) if key.isdigit() else self.expression(key)
+            ]
+        if match := _COALESCE.fullmatch(text):
+            found = self.expression(match["arg"])
+            return match["default"] if found in (None, "") else found
+        if match := _SPLIT.fullmatch(text):
+            return str(self.expression(match["arg"])).split(match["sep"])
         if match := _CONTAINS.fullmatch(text):
             items = [item.strip('"') for item in match["items"].split(", ")]
             return self.expression(match["arg"]) in items

@@ -3,6 +3,7 @@ stand-in `packer` on PATH that records how it is called."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,16 @@ from raya.errors import ImageError
 from raya.model.pins import FcosPin, K3sPin, Pins, label_selector, snapshot_labels
 from tests.cloud import hetzner_api
 from tests.cloud.image import hcl
-from tests.cloud.image.conftest import FCOS, IMAGE_DIR, K3S, PINS, FakeWeb, Snapshot, make_project
+from tests.cloud.image.conftest import (
+    FCOS,
+    IMAGE_DIR,
+    K3S,
+    K3S_SELINUX,
+    PINS,
+    FakeWeb,
+    Snapshot,
+    make_project,
+)
 from tests.support import require_tool
 
 CLUSTER = "raya-test"
@@ -77,6 +87,8 @@ def raya(
         "HCLOUD_ENDPOINT": web.hcloud,
         "RAYA_FCOS_BUILDS_URL": web.fcos,
         "RAYA_K3S_RELEASES_URL": web.k3s_releases,
+        "RAYA_K3S_SELINUX_RELEASES_URL": web.k3s_selinux_releases,
+        "RAYA_K3S_SELINUX_API_URL": web.k3s_selinux_api,
         "PACKER_STANDIN_LOG": str(log),
         # The raya under test, where a worktree puts its own sources first.
         **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
@@ -142,6 +154,7 @@ def test_a_missing_snapshot_is_built_once(project: Path, web: FakeWeb, bin_dir: 
         "-var", f"cluster_name={CLUSTER}",
         "-var", f"fcos_builds_url={web.fcos}",
         "-var", f"k3s_releases_url={web.k3s_releases}",
+        "-var", f"k3s_selinux_releases_url={web.k3s_selinux_releases}",
         "-var", "location=hel1",
         # The stand-in sells cx23 and cpx11 (40 GB) in hel1, cx23 cheaper.
         "-var", "server_type=cx23",
@@ -159,19 +172,25 @@ def test_a_missing_snapshot_is_built_once(project: Path, web: FakeWeb, bin_dir: 
     assert "token" not in run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("which", ["fcos", "k3s"])
+@pytest.mark.parametrize("which", ["fcos", "k3s", "k3s-selinux"])
 def test_an_upstream_mismatch_stops_before_packer(
     project: Path, web: FakeWeb, bin_dir: Path, which: str
 ) -> None:
     upstream = "9" * 64
+    web.publish_k3s_selinux(K3S_SELINUX)
     if which == "fcos":
         web.publish_fcos(FCOS, meta_sha256=upstream)
         web.publish_k3s(K3S)
         pinned, pin_file = FCOS.sha256, "fcos.pin"
-    else:
+    elif which == "k3s":
         web.publish_fcos(FCOS)
         web.publish_k3s(K3S, listed_sha256=upstream)
         pinned, pin_file = K3S.sha256, "k3s.pin"
+    else:
+        web.publish_fcos(FCOS)
+        web.publish_k3s(K3S)
+        web.publish_k3s_selinux(dataclasses.replace(K3S_SELINUX, sha256=upstream))
+        pinned, pin_file = K3S_SELINUX.sha256 or "", "k3s-selinux.pin"
     run = raya(project, web, bin_dir)
     assert run.code == 1
     assert pin_file in run.stderr and pinned in run.stderr and upstream in run.stderr
@@ -353,6 +372,7 @@ def test_an_arm_fleet_without_arm_pins_stops_before_anything_then_complete_fixes
     x86_only = Pins(
         fcos=FcosPin(FCOS.stream, FCOS.version, FCOS.sha256),
         k3s=K3sPin(K3S.version, K3S.sha256),
+        k3s_selinux=K3S_SELINUX,
     )
     project = make_project(tmp_path / "project", pins=x86_only, fleet=ARM_FLEET)
     web.publish(PINS)

@@ -1,6 +1,6 @@
 """install.sh for real: a loop device stands for the server's disk, a synthetic FCOS-like disk
 image (GPT, a partition named `root` holding ostree/deploy/fedora-coreos/var, xz-compressed)
-and a fake k3s binary are served from 127.0.0.1."""
+a fake k3s binary and a fake k3s-selinux RPM are served from 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from raya.nodes.render import K3S_SELINUX_RPM
 from tests.cloud.image.conftest import IMAGE_DIR, FakeWeb
 from tests.support import require_root, require_tool
 
@@ -29,6 +30,9 @@ AARCH64_LAYOUT = [("reserved", 2048, 2048), ("EFI-SYSTEM", 4096, 4096), ("boot",
 ROOT_START, ROOT_SIZE = 16384, 40960  # sectors: 8 MiB in, 20 MiB long
 IMAGE_SIZE = 32 * MiB
 K3S_PATH = "ostree/deploy/fedora-coreos/var/usrlocal/bin/k3s"
+# Where the nodes' k3s unit layers it from at first boot (/usr/local is /var/usrlocal).
+RPM_PATH = "ostree/deploy/fedora-coreos/var/usrlocal" + K3S_SELINUX_RPM.removeprefix("/usr/local")
+RPM_NAME = "k3s-selinux-1.6-1.coreos.noarch.rpm"
 
 
 def run(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -55,6 +59,7 @@ class Artifacts:
     image: Path  # the uncompressed disk image
     xz: Path
     k3s: Path
+    rpm: Path
 
 
 def fcos_like_image(
@@ -97,7 +102,11 @@ def make_artifacts(
     header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00" + elf_machine
     k3s.write_bytes(header + os.urandom(64 * 1024))
     k3s.chmod(0o600)  # install.sh, not the download, decides the mode
-    return Artifacts(image=image, xz=xz, k3s=k3s)
+    rpm = folder / RPM_NAME
+    # An RPM lead (magic ed ab ee db, v3.0, binary, noarch), then noise.
+    rpm.write_bytes(b"\xed\xab\xee\xdb\x03\x00\x00\x00" + os.urandom(16 * 1024))
+    rpm.chmod(0o600)
+    return Artifacts(image=image, xz=xz, k3s=k3s, rpm=rpm)
 
 
 @pytest.fixture(scope="module")
@@ -156,11 +165,14 @@ def loops_over(device: str) -> list[str]:
 def served(web: FakeWeb, artifacts: Artifacts) -> dict[str, str]:
     web.files["/fcos/fcos.raw.xz"] = artifacts.xz.read_bytes()
     web.files["/k3s/k3s"] = artifacts.k3s.read_bytes()
+    web.files[f"/k3s-selinux/v1.6.stable.1/{RPM_NAME}"] = artifacts.rpm.read_bytes()
     return {
         "FCOS_IMAGE_URL": f"{web.url}/fcos/fcos.raw.xz",
         "FCOS_SHA256": sha256(artifacts.xz),
         "K3S_BINARY_URL": f"{web.url}/k3s/k3s",
         "K3S_SHA256": sha256(artifacts.k3s),
+        "K3S_SELINUX_RPM_URL": f"{web.url}/k3s-selinux/v1.6.stable.1/{RPM_NAME}",
+        "K3S_SELINUX_SHA256": sha256(artifacts.rpm),
     }
 
 
@@ -231,11 +243,14 @@ def test_k3s_lands_in_the_deployed_system(
     image_name = f"fedora-coreos-44.20260720.3.1-hetzner.{architecture}.raw.xz"
     web.files[f"/fcos/{architecture}/{image_name}"] = artifacts.xz.read_bytes()
     web.files[f"/k3s/{binary}"] = artifacts.k3s.read_bytes()
+    web.files[f"/k3s-selinux/{RPM_NAME}"] = artifacts.rpm.read_bytes()
     served = {
         "FCOS_IMAGE_URL": f"{web.url}/fcos/{architecture}/{image_name}",
         "FCOS_SHA256": sha256(artifacts.xz),
         "K3S_BINARY_URL": f"{web.url}/k3s/{binary}",
         "K3S_SHA256": sha256(artifacts.k3s),
+        "K3S_SELINUX_RPM_URL": f"{web.url}/k3s-selinux/{RPM_NAME}",
+        "K3S_SELINUX_SHA256": sha256(artifacts.rpm),
     }
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -259,12 +274,24 @@ def test_k3s_lands_in_the_deployed_system(
     assert sha256(k3s) == served["K3S_SHA256"]
     for folder in (k3s.parent, k3s.parent.parent):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o755 and folder.stat().st_uid == 0
+    # The k3s-selinux RPM, readable by rpm-ostree at first boot; nothing else of /var made,
+    # so FCOS' first boot still creates and labels /var/lib and the rest.
+    rpm = root / RPM_PATH
+    assert sha256(rpm) == served["K3S_SELINUX_SHA256"]
+    assert stat.S_IMODE(rpm.stat().st_mode) == 0o644 and rpm.stat().st_uid == 0
+    assert sorted(path.name for path in (root / "ostree/deploy/fedora-coreos/var").iterdir()) == [
+        "usrlocal"
+    ]
+    assert sorted(path.name for path in (root / K3S_PATH).parents[1].iterdir()) == [
+        "bin",
+        "share",
+    ]
     assert (
         root / "ostree/deploy/fedora-coreos/deploy/marker"
     ).read_text() == "an FCOS deployment\n"
 
 
-@pytest.mark.parametrize("which", ["FCOS_SHA256", "K3S_SHA256"])
+@pytest.mark.parametrize("which", ["FCOS_SHA256", "K3S_SHA256", "K3S_SELINUX_SHA256"])
 def test_a_wrong_sha256_leaves_the_disk_untouched(
     disk: Disk, served: dict[str, str], which: str
 ) -> None:
@@ -278,7 +305,15 @@ def test_a_wrong_sha256_leaves_the_disk_untouched(
 
 
 @pytest.mark.parametrize(
-    "missing", ["FCOS_IMAGE_URL", "FCOS_SHA256", "K3S_BINARY_URL", "K3S_SHA256"]
+    "missing",
+    [
+        "FCOS_IMAGE_URL",
+        "FCOS_SHA256",
+        "K3S_BINARY_URL",
+        "K3S_SHA256",
+        "K3S_SELINUX_RPM_URL",
+        "K3S_SELINUX_SHA256",
+    ],
 )
 def test_a_missing_input_fails_with_its_name(
     disk: Disk, served: dict[str, str], missing: str
@@ -291,11 +326,21 @@ def test_a_missing_input_fails_with_its_name(
     assert disk.digest() == before
 
 
-def test_a_malformed_sha256_is_refused(disk: Disk, served: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("K3S_SHA256", "ABC"),
+        # What the template hands on for a k3s-selinux pin whose sha256 is not recorded yet.
+        ("K3S_SELINUX_SHA256", "unrecorded"),
+    ],
+)
+def test_a_malformed_sha256_is_refused(
+    disk: Disk, served: dict[str, str], name: str, value: str
+) -> None:
     before = disk.digest()
-    result = install(dict(served, K3S_SHA256="ABC"), disk.device)
+    result = install(dict(served, **{name: value}), disk.device)
     assert result.returncode != 0
-    assert "K3S_SHA256 is 'ABC'; expected 64 lowercase hex digits" in result.stderr
+    assert f"{name} is '{value}'; expected 64 lowercase hex digits" in result.stderr
     assert disk.digest() == before
 
 
@@ -343,7 +388,10 @@ def test_disk_defaults_to_sda(
     result = subprocess.run([unshare, "--mount", "bash", "-c", PRIVATE_DEV], env=environment,
                             capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
-    assert "installed k3s in /usr/local/bin of the FCOS image on /dev/sda" in result.stdout
+    assert (
+        "installed k3s and the k3s-selinux RPM in /usr/local of the FCOS image on /dev/sda"
+        in result.stdout
+    )
     # What install.sh took for /dev/sda is the test's disk: the image is on it now.
     image = artifacts.image.read_bytes()
     with disk.backing.open("rb") as handle:
@@ -390,17 +438,24 @@ def test_an_image_without_a_root_partition_is_reported(
     assert loops_over(disk.device) == []
 
 
-def test_the_installed_k3s_is_checked_again(
-    disk: Disk, served: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize(
+    ("target", "what", "pin"),
+    [
+        ("usrlocal/bin/k3s", "k3s", "K3S_SHA256"),
+        ("raya/k3s-selinux.rpm", "k3s-selinux RPM", "K3S_SELINUX_SHA256"),
+    ],
+)
+def test_the_installed_copies_are_checked_again(
+    disk: Disk, served: dict[str, str], tmp_path: Path, target: str, what: str, pin: str
 ) -> None:
     """A copy that differs from the verified download (here an `install` that appends a byte
-    to what it installs as k3s) fails the second sha256 check, and nothing stays mounted."""
+    to what it installs there) fails the second sha256 check, and nothing stays mounted."""
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "install").write_text(
         '#!/bin/sh\n/usr/bin/install "$@" || exit\n'
         'for last; do :; done\n'
-        'case "$last" in */usrlocal/bin/k3s) printf x >> "$last" ;; esac\n'
+        f'case "$last" in */{target}) printf x >> "$last" ;; esac\n'
     )
     (stubs / "install").chmod(0o755)
     scratch = tmp_path / "scratch"
@@ -408,8 +463,8 @@ def test_the_installed_k3s_is_checked_again(
     env = dict(served, PATH=f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin")
     result = install(env, disk.device, scratch)
     assert result.returncode != 0
-    assert "install.sh: the installed k3s: sha256 is " in result.stderr
-    assert f"pinned {served['K3S_SHA256']}; {disk.device} is not usable" in result.stderr
+    assert f"install.sh: the installed {what}: sha256 is " in result.stderr
+    assert f"pinned {served[pin]}; {disk.device} is not usable" in result.stderr
     assert mounts_under(str(scratch)) == [] and loops_over(disk.device) == []
 
 

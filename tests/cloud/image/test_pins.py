@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,13 @@ from raya.cloud.image import (
     complete_pins,
     latest_fcos,
     latest_k3s,
+    latest_k3s_selinux,
     latest_pins,
     newest_chart,
     pin_changes,
     unpinned,
     upstream_fcos_sha256,
+    upstream_k3s_selinux_sha256,
     upstream_k3s_sha256,
     write_pins,
 )
@@ -35,13 +38,22 @@ from raya.model.pins import (
     ChartPins,
     FcosPin,
     K3sPin,
+    K3sSelinuxPin,
     Pins,
     dump_chart_pins,
     dump_pin,
     load_chart_pins,
     load_pins,
 )
-from tests.cloud.image.conftest import CHARTS, FCOS, K3S, PINS, FakeWeb, make_project
+from tests.cloud.image.conftest import (
+    CHARTS,
+    FCOS,
+    K3S,
+    K3S_SELINUX,
+    PINS,
+    FakeWeb,
+    make_project,
+)
 
 NEW_FCOS = FcosPin(
     stream="stable", version="44.20260810.3.0", sha256="3" * 64, aarch64_sha256="ab" * 32
@@ -56,6 +68,7 @@ def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess
         "RAYA_FCOS_BUILDS_URL": web.fcos,
         "RAYA_K3S_CHANNELS_URL": web.k3s_channels,
         "RAYA_K3S_RELEASES_URL": web.k3s_releases,
+        "RAYA_K3S_SELINUX_API_URL": web.k3s_selinux_api,
         "RAYA_CERT_MANAGER_CHARTS_URL": web.cert_manager_charts,
         "RAYA_EXTERNAL_DNS_CHARTS_URL": web.external_dns_charts,
         "RAYA_HETZNER_CHARTS_URL": web.hetzner_charts,
@@ -85,6 +98,8 @@ def endpoints(web: FakeWeb) -> Endpoints:
         fcos_builds=web.fcos,
         k3s_channels=web.k3s_channels,
         k3s_releases=web.k3s_releases,
+        k3s_selinux_releases=web.k3s_selinux_releases,
+        k3s_selinux_api=web.k3s_selinux_api,
         cert_manager_charts=web.cert_manager_charts,
         external_dns_charts=web.external_dns_charts,
         hetzner_charts=web.hetzner_charts,
@@ -107,7 +122,7 @@ def test_current_pins_are_left_alone(project: Path, web: FakeWeb, update: bool) 
 
 
 def test_without_update_newer_releases_are_only_reported(project: Path, web: FakeWeb) -> None:
-    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    web.publish(Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX))
     before = snapshot(project)
     result = pins(project, web)
     assert result.returncode == 0, result.stderr
@@ -119,7 +134,7 @@ def test_without_update_newer_releases_are_only_reported(project: Path, web: Fak
 
 
 def test_update_rewrites_what_changed(project: Path, web: FakeWeb) -> None:
-    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    web.publish(Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX))
     result = pins(project, web, "--update")
     assert result.returncode == 0, result.stderr
     assert (
@@ -129,17 +144,17 @@ def test_update_rewrites_what_changed(project: Path, web: FakeWeb) -> None:
     assert (
         f"image/k3s.pin: {K3S.version} (sha256 {K3S.sha256}) -> {NEW_K3S.version}" in result.stdout
     )
-    assert load_pins(project) == Pins(NEW_FCOS, NEW_K3S)
+    assert load_pins(project) == Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX)
     assert (project / "image" / "k3s.pin").read_text() == dump_pin(NEW_K3S)
     assert sorted(path.name for path in (project / "image").iterdir()) == [
-        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s.pin",
+        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s-selinux.pin", "k3s.pin",
     ]  # fmt: skip
     # What was written is what a build then verifies against the same upstream.
     check_pins(project, load_pins(project), endpoints(web))
 
 
 def test_update_touches_only_the_pin_that_changed(project: Path, web: FakeWeb) -> None:
-    web.publish(Pins(FCOS, NEW_K3S))
+    web.publish(Pins(FCOS, NEW_K3S, K3S_SELINUX))
     before = snapshot(project)
     result = pins(project, web, "--update")
     assert result.returncode == 0, result.stderr
@@ -234,6 +249,7 @@ def test_upstream_k3s_sha256_takes_the_k3s_line(web: FakeWeb) -> None:
 def test_check_pins_shows_both_values_of_every_mismatch(project: Path, web: FakeWeb) -> None:
     web.publish_fcos(FCOS, meta_sha256="5" * 64)
     web.publish_k3s(K3S, listed_sha256="6" * 64)
+    web.publish_k3s_selinux(K3S_SELINUX)
     with pytest.raises(ImageError) as caught:
         check_pins(project, PINS, endpoints(web))
     message = str(caught.value)
@@ -242,13 +258,14 @@ def test_check_pins_shows_both_values_of_every_mismatch(project: Path, web: Fake
 
 
 def test_endpoints_may_end_with_a_slash(web: FakeWeb) -> None:
-    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    web.publish(Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX))
     slashed = Endpoints(
         fcos_builds=web.fcos + "/",
         k3s_channels=web.k3s_channels + "/",
         k3s_releases=web.k3s_releases + "/",
+        k3s_selinux_api=web.k3s_selinux_api + "/",
     )
-    assert latest_pins("stable", slashed) == Pins(NEW_FCOS, NEW_K3S)
+    assert latest_pins("stable", slashed) == Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX)
 
 
 def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None:
@@ -257,7 +274,9 @@ def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None
     no temporary file stays behind."""
     pin = project / "image" / "k3s.pin"
     before = pin.read_bytes(), pin.stat().st_ino
-    (change,) = [c for c in pin_changes(project, PINS, Pins(FCOS, NEW_K3S)) if c.changed]
+    (change,) = [
+        c for c in pin_changes(project, PINS, Pins(FCOS, NEW_K3S, K3S_SELINUX)) if c.changed
+    ]
 
     def refuse(source: object, target: object) -> None:
         raise PermissionError(13, "Permission denied")
@@ -268,7 +287,8 @@ def test_a_pin_is_replaced_whole_never_rewritten_in_place(project: Path) -> None
             write_pins([change])
     assert (pin.read_bytes(), pin.stat().st_ino) == before
     assert sorted(path.name for path in pin.parent.iterdir()) == [
-        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s.pin"]
+        "charts.pin", "fcos.pin", "fcos.pkr.hcl", "install.sh", "k3s-selinux.pin",
+        "k3s.pin"]
 
     write_pins([change])
     assert pin.read_text() == dump_pin(NEW_K3S)
@@ -393,7 +413,7 @@ def test_a_bad_index_is_explained(web: FakeWeb, body: bytes, message: str) -> No
 
 
 def test_a_chart_repository_failure_changes_nothing(project: Path, web: FakeWeb) -> None:
-    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    web.publish(Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX))
     del web.files["/charts/external-dns/index.yaml"]
     before = snapshot(project)
     result = pins(project, web, "--update")
@@ -407,7 +427,11 @@ def test_update_adds_the_aarch64_sha256s_to_pins_that_had_none(
 ) -> None:
     """A pin file from before ARM support (no aarch64_sha256) stays valid; an update records
     the aarch64 artefacts' sha256 beside the x86 ones, from their own upstream files."""
-    old = Pins(FcosPin(FCOS.stream, FCOS.version, FCOS.sha256), K3sPin(K3S.version, K3S.sha256))
+    old = Pins(
+        FcosPin(FCOS.stream, FCOS.version, FCOS.sha256),
+        K3sPin(K3S.version, K3S.sha256),
+        K3S_SELINUX,
+    )
     project = make_project(tmp_path / "project", pins=old)
     assert load_pins(project) == old
     assert "aarch64" not in (project / "image" / "fcos.pin").read_text()
@@ -457,9 +481,92 @@ def test_latest_fcos_wants_both_architectures_of_one_release(web: FakeWeb) -> No
         latest_fcos("stable", web.fcos)
 
 
+UNRECORDED = K3sSelinuxPin(K3S_SELINUX.version, None)
+RPM = "k3s-selinux-1.6-1.coreos.noarch.rpm"  # v1.6.stable.1's, as its spec file names it
+
+
+def test_update_records_the_k3s_selinux_sha256(tmp_path: Path, web: FakeWeb) -> None:
+    """The committed pin names the release with no sha256 (none could be read where it was
+    written): `--update` records the one GitHub publishes for its CoreOS RPM."""
+    project = make_project(
+        tmp_path / "project", pins=dataclasses.replace(PINS, k3s_selinux=UNRECORDED)
+    )
+    assert '"sha256": null' in (project / "image" / "k3s-selinux.pin").read_text()
+    web.publish(PINS)
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"image/k3s-selinux.pin: v1.6.stable.1 (sha256 not recorded) -> v1.6.stable.1 "
+        f"(sha256 {'c' * 64})"
+    ) in result.stdout
+    assert load_pins(project).k3s_selinux == K3sSelinuxPin("v1.6.stable.1", "c" * 64)
+    assert "/github/repos/k3s-io/k3s-selinux/releases/latest" in web.paths()
+    check_pins(project, load_pins(project), endpoints(web))
+
+
+def test_no_build_without_a_recorded_k3s_selinux_sha256(project: Path, web: FakeWeb) -> None:
+    web.publish(PINS)
+    with pytest.raises(ImageError) as caught:
+        check_pins(project, dataclasses.replace(PINS, k3s_selinux=UNRECORDED), endpoints(web))
+    assert str(caught.value) == (
+        f"{project / 'image' / 'k3s-selinux.pin'}: no sha256 pinned for k3s-selinux "
+        "v1.6.stable.1 k3s-selinux-1.6-1.coreos.noarch.rpm; `raya image pins --complete` adds it "
+        "for the pinned release without moving it; not building"
+    )
+
+
+def test_check_pins_compares_the_k3s_selinux_rpm(project: Path, web: FakeWeb) -> None:
+    web.publish(dataclasses.replace(PINS, k3s_selinux=K3sSelinuxPin("v1.6.stable.1", "e" * 64)))
+    for architecture in ("x86", "arm"):  # one noarch RPM for both
+        with pytest.raises(ImageError) as caught:
+            check_pins(project, PINS, endpoints(web), architecture)
+        assert (
+            f"{project / 'image' / 'k3s-selinux.pin'}: sha256 is {'c' * 64} but k3s-selinux "
+            f"v1.6.stable.1 k3s-selinux-1.6-1.coreos.noarch.rpm is published with {'e' * 64}"
+        ) in str(caught.value)
+
+
+def test_the_k3s_selinux_sha256_of_an_asset_without_digest_is_its_checksum_line(
+    web: FakeWeb,
+) -> None:
+    """Assets uploaded before GitHub published digests: the release's checksum file."""
+    web.publish_k3s_selinux(K3S_SELINUX, digest=False)
+    assert latest_k3s_selinux(web.k3s_selinux_api) == K3S_SELINUX
+    assert upstream_k3s_selinux_sha256("v1.6.stable.1", web.k3s_selinux_api) == "c" * 64
+    checksums = (
+        "/github/k3s-io/k3s-selinux/releases/download/v1.6.stable.1/sha256sum-coreos-noarch.txt"
+    )
+    assert checksums in web.paths()
+    web.files[checksums] = f"{'1' * 64}  k3s-selinux-1.6-1.coreos.src.rpm\n".encode()
+    with pytest.raises(ImageError, match=re.escape(f"no line for {RPM}")):
+        upstream_k3s_selinux_sha256("v1.6.stable.1", web.k3s_selinux_api)
+
+
+def test_a_k3s_selinux_release_must_publish_its_rpm_and_sha256(web: FakeWeb) -> None:
+    web.publish_k3s_selinux(K3S_SELINUX, digest=False)
+    api = "/github/repos/k3s-io/k3s-selinux/releases/tags/v1.6.stable.1"
+    release = json.loads(web.files[api])
+    rpms = [asset for asset in release["assets"] if "sha256sum" not in asset["name"]]
+    web.serve_json(api, {**release, "assets": rpms})
+    with pytest.raises(ImageError, match=re.escape(f"publishes no sha256 of {RPM}")):
+        upstream_k3s_selinux_sha256("v1.6.stable.1", web.k3s_selinux_api)
+    web.serve_json(api, {**release, "assets": []})
+    with pytest.raises(ImageError, match=re.escape(f"has no asset {RPM}")):
+        upstream_k3s_selinux_sha256("v1.6.stable.1", web.k3s_selinux_api)
+
+
+@pytest.mark.parametrize("tag", ["v1.7.testing.3", "1.6.stable.1", "v1.6-rc1.stable.1"])
+def test_latest_k3s_selinux_takes_only_a_stable_or_latest_tag(web: FakeWeb, tag: str) -> None:
+    web.publish_k3s_selinux(K3S_SELINUX, tag=tag)
+    with pytest.raises(ImageError, match=f"'{tag}' is not a k3s-selinux stable or latest tag"):
+        latest_k3s_selinux(web.k3s_selinux_api)
+
+
 # ---- `--complete`: the aarch64 sha256s of the pinned releases, no version moved ----
 
-X86_ONLY = Pins(FcosPin(FCOS.stream, FCOS.version, FCOS.sha256), K3sPin(K3S.version, K3S.sha256))
+X86_ONLY = Pins(
+    FcosPin(FCOS.stream, FCOS.version, FCOS.sha256), K3sPin(K3S.version, K3S.sha256), K3S_SELINUX
+)
 
 
 def publish_pinned_and_newer(web: FakeWeb) -> None:
@@ -467,7 +574,7 @@ def publish_pinned_and_newer(web: FakeWeb) -> None:
     architectures' files, and the stream and the stable channel have moved on."""
     web.publish_fcos(PINS.fcos, latest=False)
     web.publish_k3s(PINS.k3s, stable=False)
-    web.publish(Pins(NEW_FCOS, NEW_K3S))
+    web.publish(Pins(NEW_FCOS, NEW_K3S, K3S_SELINUX))
 
 
 def test_complete_adds_the_aarch64_sha256s_of_the_pinned_releases(
@@ -507,6 +614,30 @@ def test_complete_adds_the_aarch64_sha256s_of_the_pinned_releases(
         check_pins(project, load_pins(project), endpoints(web), architecture)
 
 
+def test_complete_records_the_k3s_selinux_sha256_of_the_pinned_release(
+    tmp_path: Path, web: FakeWeb
+) -> None:
+    """The committed k3s-selinux pin has no sha256: `--complete` reads the one of the pinned
+    tag's RPM although a newer release is GitHub's latest, and moves nothing else."""
+    project = make_project(
+        tmp_path / "project", pins=dataclasses.replace(PINS, k3s_selinux=UNRECORDED)
+    )
+    web.publish_k3s_selinux(K3S_SELINUX, latest=False)
+    web.publish_k3s_selinux(K3sSelinuxPin("v1.7.stable.1", "d" * 64))
+    before = snapshot(project)
+    result = pins(project, web, "--complete")
+    assert result.returncode == 0, result.stderr
+    assert load_pins(project) == PINS
+    assert (
+        f"image/k3s-selinux.pin: v1.6.stable.1 (sha256 not recorded); sha256 added: {'c' * 64}"
+    ) in result.stdout
+    after = snapshot(project)
+    assert {name for name in after if after[name] != before[name]} == {"k3s-selinux.pin"}
+    assert web.paths() == ["/github/repos/k3s-io/k3s-selinux/releases/tags/v1.6.stable.1"]
+    web.publish(PINS)
+    check_pins(project, load_pins(project), endpoints(web))
+
+
 def test_complete_pins_are_left_alone_and_nothing_is_fetched(
     project: Path, web: FakeWeb
 ) -> None:
@@ -522,7 +653,7 @@ def test_complete_pins_are_left_alone_and_nothing_is_fetched(
 
 
 def test_complete_adds_only_what_one_pin_lacks(tmp_path: Path, web: FakeWeb) -> None:
-    project = make_project(tmp_path / "project", pins=Pins(PINS.fcos, X86_ONLY.k3s))
+    project = make_project(tmp_path / "project", pins=Pins(PINS.fcos, X86_ONLY.k3s, K3S_SELINUX))
     publish_pinned_and_newer(web)
     before = snapshot(project)
     result = pins(project, web, "--complete")

@@ -10,9 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raya.cloud.image import fcos_image_url, k3s_binary_url, packer_variables
-from raya.defaults import FCOS_BUILDS_URL, K3S_RELEASES_URL
-from raya.model.pins import FcosPin, K3sPin, Pins, dump_pin, load_pins, snapshot_labels
+from raya.cloud.image import (
+    fcos_image_url,
+    k3s_binary_url,
+    k3s_selinux_rpm_url,
+    packer_variables,
+)
+from raya.defaults import FCOS_BUILDS_URL, K3S_RELEASES_URL, K3S_SELINUX_RELEASES_URL
+from raya.model.pins import (
+    FcosPin,
+    K3sPin,
+    K3sSelinuxPin,
+    Pins,
+    dump_pin,
+    load_pins,
+    snapshot_labels,
+)
 from tests.cloud.image import hcl
 from tests.cloud.image.conftest import IMAGE_DIR, PINS
 from tests.support import require_tool
@@ -23,6 +36,7 @@ TEMPLATE = IMAGE_DIR / "fcos.pkr.hcl"
 def write_pins(folder: Path, pins: Pins) -> Path:
     (folder / "fcos.pin").write_text(dump_pin(pins.fcos))
     (folder / "k3s.pin").write_text(dump_pin(pins.k3s))
+    (folder / "k3s-selinux.pin").write_text(dump_pin(pins.k3s_selinux))
     return folder
 
 
@@ -37,7 +51,8 @@ def test_the_template_stamps_the_labels_raya_selects(tmp_path: Path) -> None:
     labels, evaluator = stamped(write_pins(tmp_path, PINS), "raya-test")
     assert labels == snapshot_labels(PINS, "raya-test")
     assert labels["k3s_version"] == "v1.36.5-k3s1"
-    assert sorted(set(evaluator.pins_read)) == ["fcos.pin", "k3s.pin"]
+    assert labels["k3s_selinux_version"] == "v1.6.stable.1"
+    assert sorted(set(evaluator.pins_read)) == ["fcos.pin", "k3s-selinux.pin", "k3s.pin"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -47,6 +62,12 @@ def test_the_template_stamps_the_labels_raya_selects(tmp_path: Path) -> None:
         st.integers(30, 99), st.integers(0, 99999999), st.integers(0, 9), st.integers(0, 9)
     ),
     k3s=st.tuples(*(st.integers(0, 99),) * 3, st.integers(1, 9)),
+    selinux=st.tuples(
+        st.integers(0, 99),
+        st.integers(0, 99),
+        st.sampled_from(["stable", "latest"]),
+        st.integers(1, 99),
+    ),
     cluster=st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
 )
 def test_labels_agree_for_any_pins(
@@ -54,22 +75,33 @@ def test_labels_agree_for_any_pins(
     stream: str,
     fcos: tuple[int, int, int, int],
     k3s: tuple[int, int, int, int],
+    selinux: tuple[int, int, str, int],
     cluster: str,
 ) -> None:
     pins = Pins(
         fcos=FcosPin(stream, f"{fcos[0]}.{fcos[1]:08d}.{fcos[2]}.{fcos[3]}", "1" * 64),
         k3s=K3sPin(f"v{k3s[0]}.{k3s[1]}.{k3s[2]}+k3s{k3s[3]}", "2" * 64),
+        k3s_selinux=K3sSelinuxPin("v{}.{}.{}.{}".format(*selinux), "3" * 64),
     )
     folder = write_pins(tmp_path_factory.mktemp("pins"), pins)
     assert load_pins_from(folder) == pins
-    assert stamped(folder, cluster)[0] == snapshot_labels(pins, cluster)
+    labels, evaluator = stamped(folder, cluster)
+    assert labels == snapshot_labels(pins, cluster)
+    # The RPM the template downloads is the one raya checks, named as the spec file does.
+    evaluator.variables["k3s_selinux_releases_url"] = K3S_SELINUX_RELEASES_URL
+    url = evaluator.value(hcl.locals_of(hcl.load(TEMPLATE))["k3s_selinux_rpm_url"])
+    assert url == k3s_selinux_rpm_url(K3S_SELINUX_RELEASES_URL, pins.k3s_selinux)
+    assert url.endswith(
+        f"/v{selinux[0]}.{selinux[1]}.{selinux[2]}.{selinux[3]}/"
+        f"k3s-selinux-{selinux[0]}.{selinux[1]}-{selinux[3]}.coreos.noarch.rpm"
+    )
 
 
 def load_pins_from(folder: Path) -> Pins:
     """load_pins wants a project root with image/; the test keeps the pins in one folder."""
     root = folder.parent / f"{folder.name}-root"
     (root / "image").mkdir(parents=True, exist_ok=True)
-    for name in ("fcos.pin", "k3s.pin"):
+    for name in ("fcos.pin", "k3s.pin", "k3s-selinux.pin"):
         (root / "image" / name).write_bytes((folder / name).read_bytes())
     return load_pins(root)
 
@@ -90,6 +122,7 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
     }
     assert defaults["fcos_builds_url"] == FCOS_BUILDS_URL
     assert defaults["k3s_releases_url"] == K3S_RELEASES_URL
+    assert defaults["k3s_selinux_releases_url"] == K3S_SELINUX_RELEASES_URL
     assert defaults["architecture"] == "x86"
     assert "default" not in variables["cluster_name"]
 
@@ -99,6 +132,7 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
         "cluster_name": "raya",
         "fcos_builds_url": "http://m/fcos",
         "k3s_releases_url": "http://m/k3s",
+        "k3s_selinux_releases_url": "http://m/k3s-selinux",
         "location": "sin",
         "server_type": {"x86": "cpx11", "arm": "cax11"}[architecture],
     }
@@ -118,6 +152,18 @@ def test_the_artifact_urls_are_the_ones_raya_checks(tmp_path: Path, architecture
     )
     assert passed["FCOS_SHA256"] == PINS.fcos.sha256_for(architecture)
     assert passed["K3S_SHA256"] == PINS.k3s.sha256_for(architecture)
+    # One noarch RPM for both architectures.
+    assert passed["K3S_SELINUX_RPM_URL"] == (
+        "http://m/k3s-selinux/v1.6.stable.1/k3s-selinux-1.6-1.coreos.noarch.rpm"
+    )
+    assert passed["K3S_SELINUX_SHA256"] == "c" * 64
+    # Not recorded yet: install.sh is handed a value it refuses (test_install.py).
+    unrecorded = Pins(PINS.fcos, PINS.k3s, K3sSelinuxPin("v1.6.stable.1", None))
+    evaluator = hcl.Evaluator(template, write_pins(tmp_path, unrecorded), given)
+    handed = dict(
+        evaluator.value(item).split("=", 1) for item in provisioner['"shell"']["environment_vars"]
+    )
+    assert handed["K3S_SELINUX_SHA256"] == "unrecorded"
     assert {architecture: passed["FCOS_SHA256"]} in (
         {"x86": "a" * 64},
         {"arm": "8" * 64},
@@ -195,8 +241,19 @@ def without_packer_block(folder: Path) -> Path:
         ("arm", PINS, None),
         ("mips", PINS, "The architecture is x86 or arm"),
         # Pins from before ARM support: fine for x86, no aarch64 sha256 for an arm build.
-        ("x86", Pins(FcosPin("stable", "44.20260720.3.1", "a" * 64), PINS.k3s), None),
-        ("arm", Pins(FcosPin("stable", "44.20260720.3.1", "a" * 64), PINS.k3s), "Invalid index"),
+        (
+            "x86",
+            Pins(FcosPin("stable", "44.20260720.3.1", "a" * 64), PINS.k3s, PINS.k3s_selinux),
+            None,
+        ),
+        (
+            "arm",
+            Pins(FcosPin("stable", "44.20260720.3.1", "a" * 64), PINS.k3s, PINS.k3s_selinux),
+            "Invalid index",
+        ),
+        # A k3s-selinux sha256 not recorded yet (null): the template validates (the
+        # committed pin), install.sh is handed "unrecorded" and refuses it.
+        ("x86", Pins(PINS.fcos, PINS.k3s, K3sSelinuxPin("v1.6.stable.1", None)), None),
     ],
 )
 def test_packer_validates_the_template_for_each_architecture(
