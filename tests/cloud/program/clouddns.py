@@ -25,6 +25,14 @@ Written from Google's documentation and the clients' source, not from what raya 
   set exactly, or the change is refused with 412 conditionNotMet; an addition of a name and
   type that exists (and is not deleted by the same change) with 409 alreadyExists.
 
+- Custom roles' lifecycle (IAM `projects.roles.delete` reference; "Create and manage custom
+  roles"): a deleted role can be undeleted for 7 days; then it is purged, and for the rest of
+  37 days from the delete no role can be created with its id. The provider's create
+  (terraform-provider-google `resourceGoogleProjectIamCustomRoleCreate`) reads the id
+  first: a deleted role it undeletes and updates; an active one is an error ("already exists
+  and must be imported"); otherwise it creates, which IAM refuses for a purged id within the
+  37 days.
+
 `calls` keeps every call answered, as `(caller, method, zone or project)`.
 """
 
@@ -82,6 +90,25 @@ class CloudDns:
     zone_policies: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     changes: dict[str, Change] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
+    deleted_roles: dict[str, int] = field(default_factory=dict)  # role name -> day deleted
+
+    # Custom roles, as the provider creates and deletes them; `day` is days since some origin.
+
+    def create_role(self, role_id: str, permissions: Iterable[str], day: int) -> str:
+        name = f"projects/{self.project}/roles/{role_id}"
+        if name in self.roles:
+            raise DnsError(409, "alreadyExists", f"Custom project role {name} already exists "
+                           "and must be imported")  # fmt: skip
+        deleted = self.deleted_roles.get(name)
+        if deleted is not None and day - deleted < 37 and day - deleted >= 7:
+            raise DnsError(409, "alreadyExists", f"role id {role_id} was used by a deleted role")
+        self.deleted_roles.pop(name, None)  # undeleted, or its id free again
+        self.roles[name] = frozenset(permissions)
+        return name
+
+    def delete_role(self, name: str, day: int) -> None:
+        del self.roles[name]
+        self.deleted_roles[name] = day
 
     # IAM
 

@@ -300,3 +300,38 @@ def test_role_ids_fit_iam() -> None:
     longest = program_dns.role_id("a" * 30 + "-b", "dnsZoneList", "ffffffff")
     assert len(longest) <= 64
     assert longest.replace("_", "").replace(".", "").isalnum()
+
+
+def deploy(api: CloudDns, day: int) -> Run:
+    """The first `raya up` of a stack (or the first after a destroy) on `day`: the roles it
+    declares created as the provider creates them."""
+    result = run(provider_mocks())
+    for role in result.of_type(ROLE).values():
+        inputs = reveal(role.inputs)
+        api.create_role(inputs["roleId"], inputs["permissions"], day)
+    return result
+
+
+def test_a_stack_destroyed_then_deployed_again_gets_its_roles_again() -> None:
+    api = CloudDns(PROJECT)
+    first = deploy(api, day=0)
+    for role in first.of_type(ROLE).values():  # `raya destroy` on day 1
+        api.delete_role(role.outputs["name"], day=1)
+    # Day 10: the old ids are purged but still taken (7 to 37 days after the delete).
+    second = deploy(api, day=10)
+    old = {reveal(r.inputs)["roleId"] for r in first.of_type(ROLE).values()}
+    new = {reveal(r.inputs)["roleId"] for r in second.of_type(ROLE).values()}
+    assert len(new) == 2 and not old & new
+    assert set(api.roles) == {r.outputs["name"] for r in second.of_type(ROLE).values()}
+    # What a fixed id would have met.
+    taken = sorted(old)[0]
+    with pytest.raises(DnsError, match="Error 409"):
+        api.create_role(taken, ["dns.managedZones.list"], day=10)
+
+
+def test_an_update_keeps_the_roles() -> None:
+    mocks = provider_mocks()
+    first, again = run(mocks), run(mocks)
+    ids = {name: reveal(r.inputs)["roleId"] for name, r in first.of_type(ROLE).items()}
+    assert {name: reveal(r.inputs)["roleId"] for name, r in again.of_type(ROLE).items()} == ids
+    assert not {"dns-roles", "dns-records", "dns-zone-list"} & set(again.replaced)
