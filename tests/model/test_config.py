@@ -54,6 +54,8 @@ def test_defaults_are_the_specs() -> None:
     assert config.network_range == ipaddress.IPv4Network("10.0.0.0/16")
     assert config.nodes_subnet == ipaddress.IPv4Network("10.0.1.0/24")
     assert config.control_plane_ip == ipaddress.IPv4Address("10.0.1.10")
+    # The cloud controller's balancers: the /24 after nodesSubnet's.
+    assert config.load_balancer_subnet == ipaddress.IPv4Network("10.0.2.0/24")
     assert config.gateway == ipaddress.IPv4Address("10.0.0.1")
     assert config.parent_zone == "example.com."
     assert config.zone_dns_name == "raya.example.com."
@@ -75,6 +77,7 @@ def test_every_setting_can_be_given() -> None:
         networkRange="10.8.0.0/16",
         nodesSubnet="10.8.4.0/22",
         controlPlaneIp="10.8.4.5",
+        loadBalancerSubnet="10.8.0.64/26",
         controlPlaneSchedulable=True,
         sshSources=["203.0.113.0/24", "2001:db8::/32"],
         apiSources=[],
@@ -105,6 +108,7 @@ def test_every_setting_can_be_given() -> None:
             "controlPlaneVolumeSize",
             "controlPlanes",
             "fromRecoveryKit",
+            "loadBalancerSubnet",
             "location",
             "managedSubdomain",
             "networkRange",
@@ -126,6 +130,7 @@ def test_every_setting_can_be_given() -> None:
     assert config.gateway == ipaddress.IPv4Address("10.8.0.1")
     assert config.nodes_subnet == ipaddress.IPv4Network("10.8.4.0/22")
     assert config.control_plane_ip == ipaddress.IPv4Address("10.8.4.5")
+    assert config.load_balancer_subnet == ipaddress.IPv4Network("10.8.0.64/26")
     assert config.control_plane_schedulable is True
     assert config.ssh_sources == (
         ipaddress.IPv4Network("203.0.113.0/24"),
@@ -364,6 +369,50 @@ def test_bad_setting(changes: dict[str, Any], message: str) -> None:
     assert error_of(**changes).startswith(f"{SOURCE}: {message}")
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # Given, overlapping the nodes' subnet (a pool's block, the control planes' addresses).
+        (
+            {"loadBalancerSubnet": "10.0.1.128/25"},
+            "raya:loadBalancerSubnet is 10.0.1.128/25, which overlaps nodesSubnet 10.0.1.0/24",
+        ),
+        (
+            {"loadBalancerSubnet": "10.0.0.0/16"},
+            "raya:loadBalancerSubnet is 10.0.0.0/16, which overlaps nodesSubnet 10.0.1.0/24",
+        ),
+        (
+            {"loadBalancerSubnet": "10.1.0.0/24"},
+            "raya:loadBalancerSubnet is 10.1.0.0/24, outside networkRange 10.0.0.0/16",
+        ),
+        # Unset, with no room after nodesSubnet: its default would leave the network.
+        (
+            {"nodesSubnet": "10.0.255.0/24", "controlPlaneIp": "10.0.255.10"},
+            "raya:loadBalancerSubnet is unset and defaults to 10.1.0.0/24 (the block of "
+            "nodesSubnet's size after it), outside networkRange 10.0.0.0/16",
+        ),
+        (
+            {"loadBalancerSubnet": "10.0.2.1/24"},
+            "raya:loadBalancerSubnet is '10.0.2.1/24'; accepted: an IPv4 CIDR",
+        ),
+    ],
+)
+def test_the_balancers_subnet_must_be_its_own(changes: dict[str, Any], message: str) -> None:
+    found = error_of(**changes)
+    assert found.startswith(f"{SOURCE}: {message}")
+    if "accepted: an IPv4 CIDR such as" not in found:
+        assert found.endswith(
+            "; accepted: an IPv4 CIDR inside networkRange 10.0.0.0/16 disjoint from nodesSubnet "
+            f"{changes.get('nodesSubnet', '10.0.1.0/24')}, set with `pulumi config set "
+            "raya:loadBalancerSubnet <cidr>`"
+        )
+
+
+def test_the_balancers_subnet_follows_the_nodes_subnet() -> None:
+    config = parse(nodesSubnet="10.0.8.0/22", controlPlaneIp="10.0.8.10")
+    assert config.load_balancer_subnet == ipaddress.IPv4Network("10.0.12.0/22")
+
+
 ACCEPTED_RANGES = (
     "accepted: a range inside 10.0.0.0/8 that overlaps neither 10.42.0.0/16 nor 10.43.0.0/16"
 )
@@ -421,7 +470,10 @@ def test_ranges_overlapping_k3s_pods_or_services_are_refused(
 def test_ranges_next_to_k3s_pods_and_services_are_accepted() -> None:
     # 10.41.255.255 and 10.44.0.0 are the addresses either side of 10.42.0.0-10.43.255.255.
     below = parse(
-        networkRange="10.40.0.0/15", nodesSubnet="10.41.255.0/24", controlPlaneIp="10.41.255.10"
+        networkRange="10.40.0.0/15",
+        nodesSubnet="10.41.255.0/24",
+        controlPlaneIp="10.41.255.10",
+        loadBalancerSubnet="10.40.0.0/24",
     )
     above = parse(
         networkRange="10.44.0.0/16", nodesSubnet="10.44.0.0/24", controlPlaneIp="10.44.0.10"
@@ -527,15 +579,16 @@ def test_every_cluster_name_gives_valid_hetzner_server_names() -> None:
     characters, whatever the accepted clusterName and however many agents fit a subnet."""
     label = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
     for name in ("ab", "a-b", "k8s-prod-2026", "a" + "b-" * 15 + "c"):
-        # The largest subnet clear of k3s' ranges: 10.128.0.0/9.
+        # The largest network clear of k3s' ranges, 10.128.0.0/9, and in it the largest
+        # nodes' subnet that leaves room for the balancers' beside it: 10.128.0.0/10.
         config = parse(
             clusterName=name,
             networkRange="10.128.0.0/9",
-            nodesSubnet="10.128.0.0/9",
+            nodesSubnet="10.128.0.0/10",
             controlPlaneIp="10.128.0.10",
         )
         cluster = build_cluster(config, ("cx23",) * 3, "agents.json")
-        longest = f"{name}-agent-{(1 << 23) - 1}"  # the last agent a /9 addresses
+        longest = f"{name}-agent-{(1 << 22) - 1}"  # the last agent a /10 addresses
         for server in (*(server_name(name, node.name) for node in cluster.nodes), longest):
             assert label.fullmatch(server), server
     assert server_name("raya", cluster.control_plane.name) == "raya-control-plane"

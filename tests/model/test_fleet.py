@@ -288,6 +288,56 @@ MIXED: dict[str, Any] = {
 }
 
 
+def test_every_planned_address_is_apart_with_five_control_planes_and_pools(
+    tmp_path: Path,
+) -> None:
+    """The whole address plan of a fleet with the list form, two pools and five control
+    planes: each node, the registration balancer, each pool's block and the subnet where
+    Hetzner addresses the cloud controller's balancers; no two of them share an address."""
+    stack = config(controlPlanes=5)
+    cluster = build_cluster(stack, load_fleet(write(tmp_path, MIXED)), "agents.json")
+    plan: dict[str, ipaddress.IPv4Network] = {
+        **{
+            node.name: ipaddress.IPv4Network(node.private_ip)
+            for node in cluster.nodes
+            if node.pool is None
+        },
+        "registration balancer": ipaddress.IPv4Network(stack.registration_ip),
+        "pool web": ipaddress.IPv4Network("10.0.1.64/28"),
+        "pool arm": ipaddress.IPv4Network("10.0.1.128/27"),
+        "cloud controller's balancers": stack.load_balancer_subnet,
+    }
+    assert {name: str(block) for name, block in plan.items()} == {
+        "control-plane": "10.0.1.10/32",
+        "control-plane-1": "10.0.1.11/32",
+        "control-plane-2": "10.0.1.12/32",
+        "control-plane-3": "10.0.1.13/32",
+        "control-plane-4": "10.0.1.14/32",
+        "agent-0": "10.0.1.20/32",
+        "agent-1": "10.0.1.21/32",
+        "registration balancer": "10.0.1.15/32",
+        "pool web": "10.0.1.64/28",
+        "pool arm": "10.0.1.128/27",
+        "cloud controller's balancers": "10.0.2.0/24",
+    }
+    pooled = {node.name: node.private_ip for node in cluster.nodes if node.pool}
+    assert all(address in plan[f"pool {name.split('-')[0]}"] for name, address in pooled.items())
+    names = sorted(plan)
+    for i, one in enumerate(names):
+        for other in names[i + 1 :]:
+            assert not plan[one].overlaps(plan[other]), (one, other)
+    assert all(block.subnet_of(stack.network_range) for block in plan.values())
+
+
+def test_a_balancers_subnet_over_a_pool_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config(controlPlanes=5, loadBalancerSubnet="10.0.1.64/28")  # MIXED's pool web
+    assert str(caught.value).startswith(
+        "Pulumi.test.yaml: raya:loadBalancerSubnet is 10.0.1.64/28, which overlaps nodesSubnet "
+        "10.0.1.0/24"
+    )
+
+
 def identities(cluster: Any) -> dict[str, tuple[str, str, str]]:
     """Every node's name -> (address, DNS label, node password): what must never move."""
     return {

@@ -68,6 +68,7 @@ FORMS: list[tuple[str, str, list[str]]] = [
     ("networkRange", "10.8.0.0/16", ['"10.8.0.0/16"']),
     ("nodesSubnet", "10.0.2.0/24", ['"10.0.2.0/24"']),
     ("controlPlaneIp", "10.0.1.20", ['"10.0.1.20"']),
+    ("loadBalancerSubnet", "10.0.128.0/24", ['"10.0.128.0/24"']),
     ("backupSchedule", '"@daily"', ["'@daily'"]),
     ("recoveryKit", "kits/lab.json", ['"kits/lab.json"']),
     ("fromRecoveryKit", "kits/old.json", ['"kits/old.json"']),

@@ -348,6 +348,8 @@ def test_the_cloud_controller_values_are_the_charts_own(
             "HCLOUD_NETWORK_ROUTES_ENABLED": {"value": "false"},
             "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": "nbg1"},
             "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "true"},
+            # raya:loadBalancerSubnet's default: the /24 after nodesSubnet 10.0.1.0/24.
+            "HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE": {"value": "10.0.2.0/24"},
         },
     }
     # The chart's network comes from the same Secret raya writes, under the key it writes.
@@ -435,6 +437,10 @@ def test_locations_follow_the_stack() -> None:
     ids=["raya.example.com", "k8s.corp.example.org"],
 )
 def test_zone_and_project_follow_the_stack(stack: StackConfig, project: str) -> None:
+    # The zone's name in Cloud DNS, as raya.cloud.program.dns declares it.
+    zone_name = {"raya.example.com.": "raya-example-com", "k8s.corp.example.org.": (
+        "k8s-corp-example-org"
+    )}[stack.zone_dns_name]
     zone = stack.zone_dns_name.rstrip(".")
     files = manifests(fleet(stack), PINNED, KEYS[project], KEYS[project])
     chart = helm_charts(files[CHARTS_MANIFEST])["external-dns"]
@@ -465,6 +471,8 @@ def test_zone_and_project_follow_the_stack(stack: StackConfig, project: str) -> 
         assert solver["selector"] == {"dnsZones": [zone]}
         assert solver["dns01"]["cloudDNS"] == {
             "project": project,
+            # Named, so the solver never lists zones: its account may not.
+            "hostedZoneName": zone_name,
             "serviceAccountSecretRef": {
                 "name": GCP_SECRETS["cert_manager_key"][1],
                 "key": "credentials.json",
@@ -712,3 +720,10 @@ def test_status_of_a_cluster_still_starting() -> None:
             "no HelmChart kube-system/external-dns yet",
             "not created yet (cert-manager not up?)",
         }
+
+
+def test_the_cloud_controller_addresses_its_balancers_in_the_stacks_subnet() -> None:
+    stack = config(loadBalancerSubnet="10.0.64.0/26")
+    files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
+    ccm = hetzner_values(files, "hcloud-cloud-controller-manager")
+    assert ccm["env"]["HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE"] == {"value": "10.0.64.0/26"}

@@ -8,6 +8,7 @@ mapping the Pulumi program reads through `pulumi.Config("raya")`; both go throug
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import json
 import re
@@ -66,7 +67,9 @@ REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 # Paths, relative to the project folder or absolute: where `raya up` writes the stack's
 # recovery kit (default: raya.cloud.kit.path), and the kit a stack is built from.
 KIT_KEYS = ("recoveryKit", "fromRecoveryKit")
-KEYS = (*DEFAULTS, "networkZone", "backupS3", *KIT_KEYS, *REQUIRED)
+# The cloud controller's load balancers' subnet; its default is derived from nodesSubnet.
+LOAD_BALANCER_SUBNET = "loadBalancerSubnet"
+KEYS = (*DEFAULTS, "networkZone", LOAD_BALANCER_SUBNET, "backupS3", *KIT_KEYS, *REQUIRED)
 # The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
 # the deployment's (`hcloud:token`) so that it can be revoked alone.
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
@@ -130,6 +133,7 @@ FAMILIES = {"cx": "x86", "cpx": "x86", "cax": "arm", "ccx": "x86"}
 _ENS10_TYPE = re.compile(r"c?cx[0-9]1")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+_ZONE_NAME_MAX = 63
 # An address Let's Encrypt can write to: a plain local part, one @, a dotted domain.
 _EMAIL = re.compile(
     r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
@@ -159,6 +163,9 @@ class StackConfig:
     network_range: ipaddress.IPv4Network
     nodes_subnet: ipaddress.IPv4Network
     control_plane_ip: ipaddress.IPv4Address
+    # Where Hetzner gives the cloud controller's load balancers their private address: a
+    # subnet of its own beside nodesSubnet, so no balancer takes a node's planned address.
+    load_balancer_subnet: ipaddress.IPv4Network
     control_plane_schedulable: bool  # False: the control plane is tainted NoSchedule
     ssh_sources: tuple[IPNetwork, ...]  # may reach 22/tcp through the Hetzner firewall
     api_sources: tuple[IPNetwork, ...]  # may reach 6443/tcp
@@ -203,6 +210,11 @@ class StackConfig:
         return f"{self.managed_subdomain}.{self.parent_zone}"
 
     @property
+    def zone_name(self) -> str:
+        """The managed zone's name in Cloud DNS (`zone_resource_name`)."""
+        return zone_resource_name(self.zone_dns_name)
+
+    @property
     def network_name(self) -> str:
         """The private network's name in Hetzner: the cloud controller finds it by this."""
         return self.cluster_name
@@ -211,6 +223,18 @@ class StackConfig:
     def gateway(self) -> ipaddress.IPv4Address:
         """Hetzner's gateway is the first address of the network, not of the subnet."""
         return self.network_range.network_address + 1
+
+
+def zone_resource_name(dns_name: str) -> str:
+    """A Cloud DNS zone name (1-63 of a-z 0-9 -, a letter first) for `dns_name`:
+    `raya.example.com.` becomes `raya-example-com`."""
+    name = dns_name.rstrip(".").replace(".", "-")
+    if not name[0].isalpha():
+        name = f"z-{name}"
+    if len(name) > _ZONE_NAME_MAX:
+        digest = hashlib.sha256(dns_name.encode()).hexdigest()[:8]
+        name = f"{name[: _ZONE_NAME_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+    return name
 
 
 def server_type_problem(value: object) -> str | None:
@@ -469,6 +493,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
                     f"range inside {PRIVATE_ROUTE} that overlaps neither "
                     f"{' nor '.join(map(str, K3S_RANGES.values()))}",
                 )
+    balancers = _load_balancer_subnet(merged, network_range, subnet, network, fail)
     value = merged["controlPlaneIp"]
     try:
         cp_ip = ipaddress.IPv4Address(value if isinstance(value, str) else "")
@@ -591,6 +616,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         network_range=network_range,
         nodes_subnet=subnet,
         control_plane_ip=cp_ip,
+        load_balancer_subnet=balancers,
         control_plane_schedulable=schedulable,
         ssh_sources=sources("sshSources"),
         api_sources=sources("apiSources"),
@@ -603,6 +629,40 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
     )
+
+
+def _load_balancer_subnet(
+    merged: Mapping[str, Any],
+    network_range: ipaddress.IPv4Network,
+    nodes: ipaddress.IPv4Network,
+    network: Callable[[str], ipaddress.IPv4Network],
+    fail: Callable[[str, str], ConfigError],
+) -> ipaddress.IPv4Network:
+    """raya:loadBalancerSubnet, by default the block of nodesSubnet's size right after it.
+
+    Every address raya plans (control planes, registration balancer, agents, pools' blocks)
+    lies inside nodesSubnet, so a subnet disjoint from it is disjoint from all of them; and
+    Hetzner keeps a network's subnets apart (its API refuses an overlapping one)."""
+    key = LOAD_BALANCER_SUBNET
+    if key in merged:
+        subnet = network(key)
+        given = f"is {subnet}"
+    else:
+        subnet = ipaddress.IPv4Network((int(nodes.broadcast_address) + 1, nodes.prefixlen))
+        given = f"is unset and defaults to {subnet} (the block of nodesSubnet's size after it)"
+    accepted = (
+        f"accepted: an IPv4 CIDR inside networkRange {network_range} disjoint from nodesSubnet "
+        f"{nodes}, set with `pulumi config set {NAMESPACE}:{key} <cidr>`"
+    )
+    if not subnet.subnet_of(network_range):
+        raise fail(key, f"{given}, outside networkRange {network_range}; {accepted}")
+    if subnet.overlaps(nodes):
+        raise fail(
+            key,
+            f"{given}, which overlaps nodesSubnet {nodes} (the nodes' and the registration "
+            f"balancer's addresses); {accepted}",
+        )
+    return subnet
 
 
 def bucket_problem(name: str, *, gcs: bool) -> str | None:

@@ -183,13 +183,22 @@ def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
     """The cloud controller's values: the private network (from the `hcloud` Secret) for
     node addresses and load balancer targets, no routes (flannel carries pod traffic, and the
     pods' range is outside the network's), and load balancers in the cluster's location
-    reaching their targets over the private network unless a Service says otherwise."""
+    reaching their targets over the private network unless a Service says otherwise, each
+    addressed in raya:loadBalancerSubnet: without a range, Hetzner picks the balancer's
+    private address itself, possibly one raya plans for a node. The controller passes the range
+    as `ip_range` when it attaches a balancer to the network, unless the Service's
+    `load-balancer.hetzner.cloud/private-subnet-ip-range` names another
+    (hetznercloud/hcloud-cloud-controller-manager v1.35.0, internal/hcops/load_balancer.go,
+    `attachToNetwork`; internal/config/config.go reads the variable)."""
     return {
         "networking": {"enabled": True, "clusterCIDR": K3S_CLUSTER_CIDR},
         "env": {
             "HCLOUD_NETWORK_ROUTES_ENABLED": {"value": "false"},
             "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": config.location},
             "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "true"},
+            "HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE": {
+                "value": str(config.load_balancer_subnet)
+            },
         },
     }
 
@@ -318,6 +327,10 @@ def cluster_issuer(name: str, server: str, config: StackConfig, project: str) ->
                         "dns01": {
                             "cloudDNS": {
                                 "project": project,
+                                # The zone by name: the solver then never lists the project's
+                                # zones (cert-manager pkg/issuer/acme/dns/clouddns/clouddns.go,
+                                # `getHostedZone`), a right its account does not hold.
+                                "hostedZoneName": config.zone_name,
                                 "serviceAccountSecretRef": {
                                     "name": GCP_SECRETS["cert_manager_key"][1],
                                     "key": CREDENTIALS_KEY,

@@ -328,6 +328,14 @@ class ProviderMocks(pulumi.runtime.Mocks):
                 uniqueId=str(10**20 + serial),
             )
             return outputs["name"], outputs
+        elif typ == "random:index/randomId:RandomId":
+            outputs["hex"] = secrets.token_bytes(int(inputs["byteLength"])).hex()
+        elif typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+            # terraform-provider-google resource_google_project_iam_custom_role.go: the id and
+            # `name` are `projects/<project>/roles/<role_id>`.
+            project = inputs.get("project") or PROJECT
+            outputs.update(name=f"projects/{project}/roles/{inputs['roleId']}", deleted=False)
+            return outputs["name"], outputs
         elif typ == "gcp:serviceaccount/key:Key":
             outputs["privateKey"] = _service_account_key(inputs["serviceAccountId"])
         elif typ == "gcp:storage/bucket:Bucket":

@@ -140,7 +140,8 @@ def test_an_agents_config_is_built_from_the_agent_secret_alone(deployed: Deploye
     # the server CA's certificate and its own host key alone.
     node = deployed.form.node
     secrets = {name for name in deployed.built_from if name not in
-               ("firewall", "network", "nodes", "agents", f"pool-{node.rsplit('-', 1)[0]}")}
+               ("firewall", "network", "nodes", "load-balancers", "agents",
+                f"pool-{node.rsplit('-', 1)[0]}")}
     assert secrets == {"agent-secret", "server-ca", f"{node}-host-key"}
     # The one private key it holds is its own host key.
     own = deployed.output(f"{deployed.form.node}-host-key", "privateKeyOpenssh")

@@ -8,7 +8,8 @@ Generated values (keys, certificates, passwords, ids, addresses) differ from run
 each is written as the output it came from: `<agent-0-host-key.privateKeyOpenssh>`. A node's
 `userData` is checked to be exactly the render of the arguments its render was called with,
 and written as `<ignition of NODE>`; those arguments are in the record, as references too.
-The JSON files under `declared/` were written by the program of main at 13cc718;
+The JSON files under `declared/` were written by the program of main at 13cc718, and
+rewritten for issue 34 (the DNS accounts' custom roles, the balancers' subnet);
 `RAYA_WRITE_DECLARED=1` rewrites them after a deliberate change of what the program declares.
 """
 
@@ -19,7 +20,9 @@ import dataclasses
 import functools
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -63,17 +66,30 @@ def references(result: Run) -> dict[str, str]:
     return found
 
 
-def normalized(value: Any, refs: dict[str, str]) -> Any:
-    """`value` with each generated value replaced by its reference; a secret input stays
-    marked as one; a text that is an output decoded from base64 says so."""
+def suffixes(result: Run) -> dict[str, str]:
+    """Each random suffix (a `RandomId`'s hex) -> its reference: it is part of a text (a
+    custom role's id), not all of it."""
+    return {
+        r.outputs["hex"]: f"<{name}.hex>"
+        for name, r in result.resources.items()
+        if r.typ == "random:index/randomId:RandomId"
+    }
+
+
+def normalized(
+    value: Any, refs: dict[str, str], parts: Mapping[str, str] = MappingProxyType({})
+) -> Any:
+    """`value` with each generated value replaced by its reference, and each of `parts` where
+    a text holds it; a secret input stays marked as one; a text that is an output decoded
+    from base64 says so."""
     if is_secret(value):
-        return {"secret": normalized(value["value"], refs)}
+        return {"secret": normalized(value["value"], refs, parts)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {str(key): normalized(item, refs) for key, item in value.items()}
+        return {str(key): normalized(item, refs, parts) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [normalized(item, refs) for item in value]
+        return [normalized(item, refs, parts) for item in value]
     if isinstance(value, int | float) and not isinstance(value, bool) and value == int(value):
         return refs.get(str(int(value)), value)
     if not isinstance(value, str):
@@ -88,7 +104,9 @@ def normalized(value: Any, refs: dict[str, str]) -> Any:
     if decoded in refs:
         return f"<base64 of {refs[decoded]}>"
     if "\n" in value:  # a document (the kubeconfig): its values, normalized
-        return {"yaml": normalized(yaml.safe_load(value), refs)}
+        return {"yaml": normalized(yaml.safe_load(value), refs, parts)}
+    for part, reference in parts.items():
+        value = value.replace(part, reference)
     return value
 
 
@@ -117,7 +135,7 @@ def declared(cluster: Cluster) -> dict[str, Any]:
         "resources": {
             name: {
                 "type": r.typ,
-                "inputs": normalized(r.inputs, refs),
+                "inputs": normalized(r.inputs, refs, suffixes(result)),
                 "dependencies": sorted(
                     urn.rsplit("::", 1)[-1] for urn in mocks.dependencies[name]
                 ),

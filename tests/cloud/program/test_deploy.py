@@ -34,7 +34,7 @@ from tests.support import REPO
 
 # The example project's resources (tests/cloud/program/test_program.py,
 # test_the_whole_graph_for_the_example_fleet): what a first `up` creates.
-EXAMPLE_RESOURCES = 40
+EXAMPLE_RESOURCES = 45
 SERVER = "hcloud:index/server:Server"
 
 

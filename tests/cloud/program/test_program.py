@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from raya.cloud.program import define
-from raya.cloud.program.dns import zone_resource_name
 from raya.cloud.program.secrets import account_id
 from raya.errors import DeployError, RenderError
+from raya.model.config import zone_resource_name
 from raya.model.fleet import Cluster, build_cluster
 from raya.model.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.model.project import EXAMPLE_ROOT, EXAMPLE_STACK, load_cluster
@@ -42,6 +42,7 @@ EXAMPLE = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
 LABELS = snapshot_labels(PINS, EXAMPLE.config.cluster_name)
 SERVER = "hcloud:index/server:Server"
 RECORD = "gcp:dns/recordSet:RecordSet"
+ZONE_MEMBER = "gcp:dns/dnsManagedZoneIamMember:DnsManagedZoneIamMember"
 CP_CONFIG = "/etc/rancher/k3s/config.yaml"
 SERVER_CA = "/var/lib/raya/k3s-server-seed/tls/server-ca.crt"  # copied onto the volume
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
@@ -90,6 +91,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         [
             ("hcloud:index/network:Network", "network"),
             ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"),
+            ("hcloud:index/networkSubnet:NetworkSubnet", "load-balancers"),
             ("random:index/randomPassword:RandomPassword", "join-secret"),
             ("random:index/randomPassword:RandomPassword", "agent-secret"),
             ("hcloud:index/firewall:Firewall", "firewall"),
@@ -116,8 +118,13 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
             ("gcp:serviceaccount/account:Account", "cert-manager"),
             ("gcp:serviceaccount/key:Key", "external-dns-key"),
             ("gcp:serviceaccount/key:Key", "cert-manager-key"),
-            ("gcp:projects/iAMMember:IAMMember", "external-dns-dns-admin"),
-            ("gcp:projects/iAMMember:IAMMember", "cert-manager-dns-admin"),
+            # Their rights: tests/cloud/program/test_dns_access.py.
+            ("random:index/randomId:RandomId", "dns-roles"),
+            ("gcp:projects/iAMCustomRole:IAMCustomRole", "dns-records"),
+            ("gcp:projects/iAMCustomRole:IAMCustomRole", "dns-zone-list"),
+            (ZONE_MEMBER, "external-dns-dns-records"),
+            (ZONE_MEMBER, "cert-manager-dns-records"),
+            ("gcp:projects/iAMMember:IAMMember", "external-dns-dns-zone-list"),
             ("gcp:storage/bucket:Bucket", "backups"),
             ("gcp:serviceaccount/account:Account", "backups-writer"),
             ("gcp:storage/bucketIAMMember:BucketIAMMember", "backups-writer-bucket"),
@@ -137,6 +144,13 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         "type": "cloud",
         "networkZone": "eu-central",
         "ipRange": "10.0.1.0/24",
+    }
+    # The cloud controller's balancers: the next /24, beside the nodes'.
+    assert inputs["load-balancers"] == {
+        "networkId": int(network.id),
+        "type": "cloud",
+        "networkZone": "eu-central",
+        "ipRange": "10.0.2.0/24",
     }
 
     # The image: the newest x86 snapshot carrying exactly the pins' labels.
@@ -204,11 +218,6 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         account = result.resources[purpose]
         assert inputs[purpose]["accountId"] == f"raya-{purpose}"
         assert inputs[f"{purpose}-key"]["serviceAccountId"] == account.outputs["name"]
-        assert inputs[f"{purpose}-dns-admin"] == {
-            "project": account.outputs["project"],
-            "role": "roles/dns.admin",
-            "member": account.outputs["member"],
-        }
 
     volume = inputs["control-plane-state"]
     assert volume == {

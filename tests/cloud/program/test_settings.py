@@ -39,6 +39,7 @@ STACK = {
     "raya:networkRange": "10.8.0.0/16",  # default 10.0.0.0/16
     "raya:nodesSubnet": "10.8.4.0/24",  # default 10.0.1.0/24
     "raya:controlPlaneIp": "10.8.4.5",  # default 10.0.1.10
+    "raya:loadBalancerSubnet": "10.8.192.0/26",  # default nodesSubnet's next block, 10.8.5.0/24
     "raya:controlPlaneSchedulable": "true",  # default false
     "raya:sshSources": '["198.51.100.0/24"]',  # default anywhere
     "raya:apiSources": '["203.0.113.7/32", "2001:db8:1::/48"]',  # default anywhere
@@ -182,6 +183,17 @@ def control_plane_ip(landed: Landed) -> None:
     }  # fmt: skip
     networks = landed.inputs["control-plane"]["networks"]
     assert [n["ip"] for n in networks] == ["10.8.4.5"]
+
+
+def load_balancer_subnet(landed: Landed) -> None:
+    assert landed.inputs["load-balancers"]["ipRange"] == "10.8.192.0/26"
+    assert landed.inputs["load-balancers"]["type"] == "cloud"
+    text = landed.files["control-plane"][f"{SEED}/raya-helm-charts.yaml"]
+    (ccm,) = [doc for doc in yaml.safe_load_all(text) if doc["metadata"]["name"] == (
+        "hcloud-cloud-controller-manager"
+    )]  # fmt: skip
+    env = yaml.safe_load(ccm["spec"]["valuesContent"])["env"]
+    assert env["HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE"] == {"value": "10.8.192.0/26"}
 
 
 def control_plane_schedulable(landed: Landed) -> None:
@@ -337,6 +349,7 @@ LANDS: dict[str, Callable[[Landed], None]] = {
     "raya:networkRange": network_range,
     "raya:nodesSubnet": nodes_subnet,
     "raya:controlPlaneIp": control_plane_ip,
+    "raya:loadBalancerSubnet": load_balancer_subnet,
     "raya:controlPlaneSchedulable": control_plane_schedulable,
     "raya:sshSources": ssh_sources,
     "raya:apiSources": api_sources,

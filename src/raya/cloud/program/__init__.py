@@ -85,7 +85,7 @@ def define(
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(
-        config, [node.name for node in cluster.nodes], hcloud_token, kit
+        config, [node.name for node in cluster.nodes], hcloud_token, zone, kit
     )
     volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
     groups = define_placement_groups(cluster)

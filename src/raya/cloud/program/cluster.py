@@ -149,7 +149,8 @@ def define_server(
         shutdown_before_deletion=True,
         opts=pulumi.ResourceOptions(
             # The firewall first: its label selector then covers the server from its birth.
-            depends_on=[network.subnet, firewall],
+            # The balancers' subnet too: the control plane's cloud controller attaches to it.
+            depends_on=[network.subnet, network.balancer_subnet, firewall],
             additional_secret_outputs=["user_data"],
             ignore_changes=[] if replace else list(IGNORED),
             protect=node.role == "control-plane" and not replace,

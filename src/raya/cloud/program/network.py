@@ -1,4 +1,5 @@
-"""The spec's `network.tf`: the private network and its `nodes` cloud subnet."""
+"""The spec's `network.tf`: the private network, its `nodes` cloud subnet and the
+`load-balancers` subnet where Hetzner addresses the cloud controller's load balancers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from raya.model.config import StackConfig
 class Network:
     network: hcloud.Network
     subnet: hcloud.NetworkSubnet
+    # The cloud controller attaches each load balancer it creates to this subnet
+    # (HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE, raya.nodes.addons): it must exist first.
+    balancer_subnet: hcloud.NetworkSubnet
     # Hetzner wants the network's numeric id where Pulumi holds a string: one output that
     # every server shares.
     network_id: pulumi.Output[int]
@@ -34,4 +38,15 @@ def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
         network_zone=config.network_zone,
         ip_range=str(config.nodes_subnet),
     )
-    return Network(network=network, subnet=subnet, network_id=network_id)
+    balancer_subnet = hcloud.NetworkSubnet(
+        "load-balancers",
+        network_id=network_id,
+        type="cloud",
+        network_zone=config.network_zone,
+        ip_range=str(config.load_balancer_subnet),
+        # One change of the network after the other, never two at once.
+        opts=pulumi.ResourceOptions(depends_on=[subnet]),
+    )
+    return Network(
+        network=network, subnet=subnet, balancer_subnet=balancer_subnet, network_id=network_id
+    )

@@ -22,14 +22,15 @@ import pulumi_tls as tls
 
 from raya.cloud import kubeconfig
 from raya.cloud.kit import RecoveryKit
+from raya.cloud.program.dns import define_dns_access
 from raya.cloud.program.outputs import gather
 from raya.model.config import StackConfig
 from raya.nodes.identity import CertificateAuthority, ClusterSecrets, HostKey, SnapshotStore
 
 CA_VALIDITY_HOURS = 10 * 365 * 24
 CA_USES = ["cert_signing", "digital_signature", "crl_signing"]
-DNS_ADMIN = "roles/dns.admin"
-# The cluster's own GCP identities, each holding roles/dns.admin on the project.
+# The cluster's own GCP identities: each may change records in the cluster's zone alone
+# (raya.cloud.program.dns.define_dns_access).
 SERVICE_ACCOUNTS = ("external-dns", "cert-manager")
 _ACCOUNT_ID_MAX = 30
 # The admin's client certificate: valid 90 days, re-issued by any `raya up` in its last 30.
@@ -157,19 +158,18 @@ def _decode_key(private_key: str) -> str:
     return base64.b64decode(private_key, validate=True).decode()
 
 
-def _service_account_key(config: StackConfig, purpose: str) -> pulumi.Output[str]:
-    account = gcp.serviceaccount.Account(
+def _dns_account(config: StackConfig, purpose: str) -> gcp.serviceaccount.Account:
+    return gcp.serviceaccount.Account(
         purpose,
         account_id=account_id(config.cluster_name, purpose),
         display_name=f"{config.cluster_name} {purpose}",
         description=f"{purpose} of the {config.cluster_name} cluster: manages its DNS records",
     )
-    gcp.projects.IAMMember(
-        f"{purpose}-dns-admin",
-        project=account.project,
-        role=DNS_ADMIN,
-        member=account.member,
-    )
+
+
+def _service_account_key(account: gcp.serviceaccount.Account, purpose: str) -> (
+    pulumi.Output[str]
+):
     key = gcp.serviceaccount.Key(
         f"{purpose}-key",
         service_account_id=account.name,
@@ -239,11 +239,17 @@ def define_identity(
     config: StackConfig,
     nodes: Sequence[str],
     hcloud_token: pulumi.Input[str],
+    zone: gcp.dns.ManagedZone,
     kit: RecoveryKit | None = None,
 ) -> Identity:
-    """The cluster's identities; with `kit`, its server token, agent secret and CA pairs are
-    the kit's (no random or CA resource is declared for them)."""
-    external_dns, cert_manager = (_service_account_key(config, p) for p in SERVICE_ACCOUNTS)
+    """The cluster's identities, the DNS accounts' rights in `zone` with them; with `kit`, its
+    server token, agent secret and CA pairs are the kit's (no random or CA resource is
+    declared for them)."""
+    accounts = {purpose: _dns_account(config, purpose) for purpose in SERVICE_ACCOUNTS}
+    define_dns_access(config, zone, accounts)
+    external_dns, cert_manager = (
+        _service_account_key(accounts[purpose], purpose) for purpose in SERVICE_ACCOUNTS
+    )
     if kit is None:
         server_ca = _authority("server-ca", f"{config.cluster_name}-server-ca")
         client_ca = _authority("client-ca", f"{config.cluster_name}-client-ca")
