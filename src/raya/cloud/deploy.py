@@ -194,6 +194,7 @@ def run(
     no_destroy_protected: bool = False,
     delete_backups: bool = False,
     removal: Removal | None = None,
+    targeted: bool = False,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
     settings present, the recovery kit it is built from), fleet and pins are validated, so
@@ -203,7 +204,12 @@ def run(
     `replace` names nodes (`control-plane`, `agent-<i>`) to re-create with what the current
     inputs render (their drift), for a preview or an update: the program lifts its
     ignore_changes for them and the engine is asked to replace their servers (unprotected
-    first when updating). No other server is ever replaced.
+    first when updating). No other server is ever replaced. `targeted` (an update with
+    `replace`): the engine updates only their servers and what depends on them (`pulumi up
+    --target URN... --target-dependents`; every other resource keeps its state, unread by
+    any provider: pulumi/pulumi `pkg/resource/deploy/step_generator.go`,
+    `isTargetedForUpdate`), as `raya roll` replaces a batch without a run over the whole
+    stack.
 
     `no_destroy_protected` (an update only): preview first, and fail without changing
     anything if the preview replaces or deletes any of `PROTECTED` not named in `replace`.
@@ -220,6 +226,8 @@ def run(
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
+    if targeted and not (replace and action == "up"):
+        raise DeployError("targeted: only an update replacing nodes is targeted")
     urns: list[str] = []
     if action != "destroy":
         cluster = _checked_first(root, stack_name)
@@ -255,6 +263,9 @@ def run(
     }
     if urns:
         options["replace"] = urns
+    if targeted:
+        options["target"] = urns
+        options["target_dependents"] = True
     # A leaving control plane's server and volume are protected in the state until `up` lifts
     # it, and the engine refuses to delete a protected resource in a preview too
     # (pulumi/pulumi `pkg/resource/deploy/step.go`, `DeleteStep.Apply`): previews leave them
