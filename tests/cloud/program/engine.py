@@ -458,7 +458,7 @@ class Engine(ProviderMocks):
         inputs = resource.inputs
         if resource.typ == SERVER_TYPE:
             ips = tuple(str(net["ip"]) for net in inputs.get("networks") or [])
-            server = self.hetzner.create_server(inputs["name"], ips)
+            server = self.hetzner.create_server(inputs["name"], ips, inputs.get("labels"))
             outputs = {
                 **inputs,
                 "ipv4Address": self.hetzner.public_ipv4(server.id),
