@@ -14,6 +14,7 @@ import pytest
 
 from raya.cloud.kubeconfig import api_client
 from raya.operate import roll as rl
+from tests.cloud import hetzner_api as standin
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
@@ -152,6 +153,9 @@ def test_a_batch_is_one_targeted_engine_run_over_its_servers_and_their_dependent
     stack_file.write_text(stack_file.read_text() + "  raya:sshSources:\n    - 198.51.100.0/24\n")
     firewall_before = cloud.engine.snapshot[cloud.engine.goals["firewall"].urn].inputs
     mark = len(cloud.hetzner.log)
+    asked = len(standin.BUDGET.requests)
+    old_ids = [server.id for n in ("agent-0", "agent-1", "agent-2")
+               if (server := cloud.hetzner.server_named(f"raya-{n}")) is not None]  # fmt: skip
     agents = ["agent-0", "agent-1", "agent-2"]
     result = invoke(["roll", *agents, "--max-unavailable", "2", "--root", str(cloud.root)])
     assert result.exit_code == 0, result.output
@@ -186,6 +190,21 @@ def test_a_batch_is_one_targeted_engine_run_over_its_servers_and_their_dependent
     ]
     assert [name for name, _, _ in created] == agents
     assert "rolled 3 node(s)" in result.stdout
+    # raya's own requests to Hetzner's API: the server types once for the roll and once per
+    # engine run (the fleet's two types, cx23 and cx33, one request each); per batch one list
+    # of the cluster's servers, one shutdown per server, one list per look until all are off
+    # (here at the first): not one request per server per look.
+    one, two = (cloud.hetzner.server_named(f"raya-{n}") for n in ("agent-0", "agent-1"))
+    three = cloud.hetzner.server_named("raya-agent-2")
+    types = ["GET /v1/server_types"] * 2
+    assert standin.BUDGET.requests[asked:] == [
+        *types,
+        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[0]}/actions/shutdown",
+        f"POST /v1/servers/{old_ids[1]}/actions/shutdown", "GET /v1/servers",
+        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[2]}/actions/shutdown",
+        "GET /v1/servers",
+    ]  # fmt: skip
+    assert None not in (one, two, three) and standin.BUDGET.refused == 0
     # The next untargeted update applies the waiting change (the firewall model replaces it).
     cloud.up()
     assert [op for op, name in cloud.engine.steps if name == "firewall"] == [
