@@ -72,6 +72,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
             os.environ.get("HCLOUD_TOKEN", ""),
             hcloud_endpoint,
             {name: str(entry.get("serverId", "")) for name, entry in servers.items()},
+            cluster.config.cluster_name,
         )
     dns = st.Dns(address_of=st.system_address_of, port=st.DNS_PORT)
     with err.status("asking the zone's name servers..."):
