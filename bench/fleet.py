@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from raya.cloud.deploy import SHUTDOWN_POLL
 from raya.defaults import MAX_UNAVAILABLE
-from raya.operate.roll import POLL, MaxUnavailable
+from raya.model.unavailable import MaxUnavailable
+from raya.operate.roll import POLL
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bench import fleet
-from raya.operate.roll import MaxUnavailable
+from raya.model.unavailable import MaxUnavailable
 
 P = fleet.Parameters()
 

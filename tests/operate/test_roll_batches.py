@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from raya.model.unavailable import MaxUnavailable
 from raya.operate import roll as rl
 from tests.cloud.program.mocks import Run
 from tests.operate import kube_api as ka
@@ -84,21 +85,21 @@ POOLS = dict.fromkeys(AGENTS, "web") | {"control-plane": ""}
 
 
 def test_max_unavailable_takes_a_count_or_a_percentage_and_refuses_anything_else() -> None:
-    assert rl.MaxUnavailable.parse("2").of(200) == 2
-    assert rl.MaxUnavailable.parse("10%").of(200) == 20
-    assert rl.MaxUnavailable.parse("10%").of(19) == 1  # 1.9, rounded down
-    assert rl.MaxUnavailable.parse("10%").of(3) == 1  # 0.3: at least one
-    assert rl.MaxUnavailable.parse("100%").of(7) == 7
+    assert MaxUnavailable.parse("2").of(200) == 2
+    assert MaxUnavailable.parse("10%").of(200) == 20
+    assert MaxUnavailable.parse("10%").of(19) == 1  # 1.9, rounded down
+    assert MaxUnavailable.parse("10%").of(3) == 1  # 0.3: at least one
+    assert MaxUnavailable.parse("100%").of(7) == 7
     for bad in ("0", "0%", "-1", "1.5", "101%", "%", "", "ten", "05", "\uff11"):
         with pytest.raises(ValueError, match="accepted: a whole number of nodes from 1"):
-            rl.MaxUnavailable.parse(bad)
+            MaxUnavailable.parse(bad)
 
 
 def test_batches_are_per_pool_with_control_planes_alone() -> None:
     pools = {"control-plane": "", "web-0": "web", "web-1": "web", "web-2": "web",
              "gpu-0": "gpu", "gpu-1": "gpu"}  # fmt: skip
     steps = rl.plan(list(pools), [], list(pools))
-    planned = rl.batches(steps, pools, rl.MaxUnavailable(count=2))
+    planned = rl.batches(steps, pools, MaxUnavailable(count=2))
     assert [[s.node for s in batch] for batch in planned] == [
         ["control-plane"],
         ["web-0", "web-1", "gpu-0", "gpu-1"],
@@ -116,7 +117,7 @@ def test_a_pool_rolls_in_batches_never_more_unavailable_than_allowed(
 ) -> None:  # fmt: skip
     replace = Batches(cluster)
     roll = roller(deployed, api, replace, watch, pools=POOLS,
-                  max_unavailable=rl.MaxUnavailable.parse(limit))  # fmt: skip
+                  max_unavailable=MaxUnavailable.parse(limit))  # fmt: skip
     roll.run(rl.plan(NODES, AGENTS, []))
     assert replace.runs == runs
     allowed = len(runs[0])
@@ -134,7 +135,7 @@ def test_a_node_already_unavailable_counts_against_its_pool(
     cluster.nodes["agent-5"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     replace = Batches(cluster)
     roll = roller(deployed, api, replace, watch, pools=POOLS,
-                  max_unavailable=rl.MaxUnavailable(count=2))  # fmt: skip
+                  max_unavailable=MaxUnavailable(count=2))  # fmt: skip
     roll.run(rl.plan(NODES, AGENTS[:3], []))
     assert replace.runs == [["agent-0"], ["agent-1"], ["agent-2"]]
     assert max(len(down) for down in watch.seen) == 2
@@ -147,7 +148,7 @@ def test_a_pool_at_its_limit_already_is_refused_before_anything_changes(
     cluster.nodes["agent-5"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     replace = Batches(cluster)
     roll = roller(deployed, api, replace, watch, pools=POOLS,
-                  max_unavailable=rl.MaxUnavailable(count=2))  # fmt: skip
+                  max_unavailable=MaxUnavailable(count=2))  # fmt: skip
     with pytest.raises(rl.RollError) as caught:
         roll.run(rl.plan(NODES, AGENTS[:2], []))
     assert str(caught.value) == (
@@ -167,7 +168,7 @@ def test_a_blocking_budget_stops_its_batch_untouched_and_a_rerun_finishes(
     cluster.budgets.append(ka.budget("db", "data", "db", minAvailable=1))
     replace = Batches(cluster)
     roll = roller(deployed, api, replace, watch, pools=POOLS, drain_timeout=120,
-                  max_unavailable=rl.MaxUnavailable(count=2))  # fmt: skip
+                  max_unavailable=MaxUnavailable(count=2))  # fmt: skip
     with pytest.raises(rl.RollError) as caught:
         roll.run(rl.plan(NODES, AGENTS, []))
     assert str(caught.value) == (

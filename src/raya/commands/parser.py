@@ -106,7 +106,7 @@ def _url(value: str) -> object:
 
 
 def _max_unavailable(value: str) -> object:
-    from raya.operate.roll import MaxUnavailable  # only when the option is given
+    from raya.model.unavailable import MaxUnavailable
 
     return MaxUnavailable.parse(value)
 

@@ -54,6 +54,7 @@ from typing import Any
 from raya.cloud.kubeconfig import reason
 from raya.defaults import DRAIN_TIMEOUT, MAX_UNAVAILABLE, READY_TIMEOUT
 from raya.errors import RayaError
+from raya.model.unavailable import MaxUnavailable
 from raya.nodes.addons import STORAGE_CLASS
 from raya.operate import etcd
 
@@ -171,39 +172,6 @@ def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -
     ordered = sorted(chosen, key=lambda name: not is_control_plane(name))
     control_planes = sum(1 for name in nodes if is_control_plane(name))
     return [Step(node, actions(node, control_planes)) for node in ordered]
-
-
-@dataclass(frozen=True)
-class MaxUnavailable:
-    """How many agents of a pool may be unavailable at once while a roll replaces them: a
-    count (`5`), or a percentage of the pool's nodes (`10%`), rounded down and at least one,
-    as Kubernetes resolves a Deployment's `maxUnavailable` (`ResolveFenceposts`)."""
-
-    count: int = 0
-    percent: int = 0
-
-    ACCEPTED = (
-        "accepted: a whole number of nodes from 1 (such as 5) or a percentage of each pool "
-        "from 1% to 100% (such as 10%)"
-    )
-
-    @classmethod
-    def parse(cls, text: str) -> MaxUnavailable:
-        """`5` or `10%`; anything else raises ValueError naming what is accepted."""
-        number, percent = (text[:-1], True) if text.endswith("%") else (text, False)
-        if not number.isascii() or not number.isdigit() or number.startswith("0"):
-            raise ValueError(f"{text!r} is not accepted; {cls.ACCEPTED}")
-        value = int(number)
-        if percent and value > 100:
-            raise ValueError(f"{text!r} is more than the whole pool; {cls.ACCEPTED}")
-        return cls(percent=value) if percent else cls(count=value)
-
-    def of(self, pool_size: int) -> int:
-        """The nodes of a pool of `pool_size` that may be unavailable at once."""
-        return max(1, self.count or pool_size * self.percent // 100)
-
-    def __str__(self) -> str:
-        return f"{self.percent}%" if self.percent else str(self.count)
 
 
 def pool_of(pools: Mapping[str, str], node: str) -> str:
