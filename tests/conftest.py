@@ -45,6 +45,7 @@ def hetzner_api(hetzner_api_server: HetznerApi, monkeypatch: pytest.MonkeyPatch)
     """The Hetzner API `raya preview | up` ask where server types are sold, with its token."""
     monkeypatch.setenv("HCLOUD_ENDPOINT", hetzner_api_server.url)
     monkeypatch.setenv("HCLOUD_TOKEN", hetzner_standin.TOKEN)
+    monkeypatch.setattr(hetzner_standin, "BUDGET", hetzner_standin.Budget())  # the test's own
     hetzner_api_server.asked.clear()
     return hetzner_api_server
 

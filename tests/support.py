@@ -43,10 +43,23 @@ def require_root(reason: str) -> None:
         pytest.skip(message)
 
 
-# A request's answer: (status, body) or (status, body, Content-Type); None sends nothing, for
-# a server that holds the request past the client's timeout.
-Reply = tuple[int, bytes] | tuple[int, bytes, str] | None
+# A request's answer: (status, body), (status, body, Content-Type) or (status, body,
+# Content-Type, other headers); None sends nothing, for a server that holds the request past
+# the client's timeout.
+Reply = (
+    tuple[int, bytes] | tuple[int, bytes, str] | tuple[int, bytes, str, dict[str, str]] | None
+)
 Respond = Callable[[BaseHTTPRequestHandler], Reply]
+
+
+def reply_parts(reply: Reply) -> tuple[int, bytes, str | None, dict[str, str]]:
+    """A reply's status, body, Content-Type (None: not given) and other headers."""
+    assert reply is not None
+    items: tuple[object, ...] = reply
+    kind = items[2] if len(items) > 2 else None
+    headers = items[3] if len(items) > 3 else {}
+    assert (kind is None or isinstance(kind, str)) and isinstance(headers, dict)
+    return reply[0], reply[1], kind, headers
 
 
 @contextlib.contextmanager
@@ -62,10 +75,12 @@ def http_server(
             reply = respond(self)
             if reply is None:
                 return
-            status, body, *kind = reply
+            status, body, kind, headers = reply_parts(reply)
             self.send_response(status)
-            if kind:
-                self.send_header("Content-Type", kind[0])
+            if kind is not None:
+                self.send_header("Content-Type", kind)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

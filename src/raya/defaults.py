@@ -23,6 +23,9 @@ HETZNER_CHARTS = "https://charts.hetzner.cloud"
 # `raya roll`: how long a node may take to drain, and to come back Ready.
 DRAIN_TIMEOUT = 600.0
 READY_TIMEOUT = 900.0
+# How many of a pool's agents `raya roll` may have unavailable at once: a tenth, so that a
+# pool of 200 rolls 20 at a time (bench/fleet.py), a pool under 20 one at a time.
+MAX_UNAVAILABLE = "10%"
 # How long `raya restore` waits for the API and every node Ready once the steps are done:
 # the first control plane starts etcd from the snapshot, the others rejoin one by one.
 RESTORE_READY_TIMEOUT = 600.0

@@ -25,6 +25,19 @@ API reference lists ("List Images": `type`, `status`, `architecture`, `label_sel
 `type`, `status`, `architecture`, `created` and `labels`; a `label_selector` of `k=v` terms
 (comma-separated, all required: the only form raya writes, `raya.model.pins.label_selector`).
 
+Servers are listed with `label_selector` too (API reference, "Label Selector": `k=v`
+terms joined by commas, all of which must hold), each with its `labels`, 25 to a page unless
+`per_page` (at most 50) says otherwise, `page` choosing which; hcloud-python's `get_all`
+asks for 50 a page and follows `next_page`.
+
+Rate limiting (API reference, "Rate Limiting"): every request of a project (its token)
+spends one from a budget of `Budget.limit` (3,600), refilled one a second up to the limit;
+every answer carries `RateLimit-Limit` (the budget), `RateLimit-Remaining` (what is left after
+this request) and `RateLimit-Reset` (the Unix time at which the budget is full again); a
+request that finds it empty is answered 429 with the error code `rate_limit_exceeded`, and
+spends nothing. `BUDGET` is the project's, made anew for each test; `BUDGET.requests`
+counts what was asked, as `METHOD path` without the query.
+
 The catalogue is this test's own, in the shape Hetzner sells: the shared x86 types of the
 current generation (cx23...) and the Arm64 types (cax*) in the EU locations only, the older
 shared x86 (cpx*) everywhere, dearer outside the EU (as `prices` per location are). A test
@@ -40,14 +53,19 @@ a type no longer listed in a location as not sold there.
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.cloud.program.hetzner import Hetzner
-from tests.support import Reply
+from tests.support import Reply, reply_parts
 
 # The Hetzner model the servers' routes serve, for the test running now (None: a project
 # without servers).
@@ -76,6 +94,53 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], int, str]] = {
 STATES: dict[tuple[str, str], dict[str, object]] = {}
 # The project's snapshots (tests/cloud/program/mocks.py `Snapshot`), for `GET /v1/images`.
 SNAPSHOTS: list[Any] = []
+RATE_LIMIT = 3600  # requests an hour per project, refilled one a second
+RATE_LIMITED: Reply = (
+    429,
+    b'{"error": {"code": "rate_limit_exceeded", "message": "limit of 3600 requests per hour '
+    b'reached"}}',
+    "application/json",
+)
+
+
+@dataclass
+class Budget:
+    """The project's request budget: `limit` at most, one refilled every `refill` seconds
+    of `clock` (Unix time)."""
+
+    limit: int = RATE_LIMIT
+    refill: float = 1.0
+    clock: Callable[[], float] = time.time
+    requests: list[str] = field(default_factory=list)
+    refused: int = 0  # requests answered 429
+    _left: float = -1.0
+    _at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spend(self, what: str) -> tuple[bool, dict[str, str]]:
+        """Whether request `what` is allowed (one spent; not when the budget is empty), and
+        the RateLimit headers of its answer."""
+        with self._lock:
+            now = self.clock()
+            if self._left < 0:
+                self._left, self._at = float(self.limit), now
+            self._left = min(float(self.limit), self._left + (now - self._at) / self.refill)
+            self._at = now
+            allowed = self._left >= 1
+            if allowed:
+                self._left -= 1
+                self.requests.append(what)
+            else:
+                self.refused += 1
+            missing = self.limit - self._left
+            return allowed, {
+                "RateLimit-Limit": str(self.limit),
+                "RateLimit-Remaining": str(math.floor(self._left)),
+                "RateLimit-Reset": str(math.ceil(now + missing * self.refill)),
+            }
+
+
+BUDGET = Budget()
 
 
 def _price(net: str, location: str) -> dict[str, str]:
@@ -130,14 +195,16 @@ NOT_FOUND: Reply = (
 )
 
 
-def _pages(count: int) -> dict[str, Any]:
+def _pages(count: int, page: int = 1, per_page: int = 25) -> dict[str, Any]:
+    """The `meta` of a list answer: page `page` of `count` entries, `per_page` a page."""
+    last = max(1, math.ceil(count / per_page))
     return {
         "pagination": {
-            "page": 1,
-            "per_page": 25,
-            "previous_page": None,
-            "next_page": None,
-            "last_page": 1,
+            "page": page,
+            "per_page": per_page,
+            "previous_page": page - 1 if page > 1 else None,
+            "next_page": page + 1 if page < last else None,
+            "last_page": last,
             "total_entries": count,
         }
     }
@@ -148,12 +215,25 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
     parts = urlsplit(request.path)
 
     def server(found: Any) -> dict[str, Any]:
-        return {"id": found.id, "name": found.name, "status": found.status}
+        return {"id": found.id, "name": found.name, "status": found.status,
+                "labels": found.labels}  # fmt: skip
 
     if request.command == "GET" and parts.path == "/v1/servers":
-        names = parse_qs(parts.query).get("name")
-        found = [server(s) for s in model.servers.values() if names is None or s.name in names]
-        body: dict[str, Any] = {"servers": found, "meta": _pages(len(found))}
+        query = parse_qs(parts.query)
+        names = query.get("name")
+        terms = [t.split("=", 1) for s in query.get("label_selector", []) for t in s.split(",")]
+        found = [
+            server(s)
+            for s in sorted(model.servers.values(), key=lambda s: s.id)
+            if (names is None or s.name in names)
+            and all(s.labels.get(key) == value for key, value in terms)
+        ]
+        per_page = min(int(query.get("per_page", ["25"])[0]), 50)
+        page = int(query.get("page", ["1"])[0])
+        body: dict[str, Any] = {
+            "servers": found[(page - 1) * per_page : page * per_page],
+            "meta": _pages(len(found), page, per_page),
+        }
         return 200, json.dumps(body).encode(), "application/json"
     match = re.fullmatch(r"/v1/servers/(\d+)(/actions/shutdown)?", parts.path)
     if match is None or int(match[1]) not in model.servers:
@@ -202,11 +282,18 @@ def images(request: BaseHTTPRequestHandler) -> Reply:
 
 
 def respond(request: BaseHTTPRequestHandler, asked: list[str]) -> Reply:
-    """The answer to `request`; each name asked for is appended to `asked`."""
-    parts = urlsplit(request.path)
+    """The answer to `request`, within the project's budget (`BUDGET`), its RateLimit
+    headers added; each name asked for is appended to `asked`."""
     if request.headers.get("Authorization") != f"Bearer {TOKEN}":
         refused = {"error": {"code": "unauthorized", "message": "unable to authenticate"}}
         return 401, json.dumps(refused).encode(), "application/json"
+    allowed, headers = BUDGET.spend(f"{request.command} {urlsplit(request.path).path}")
+    status, body, kind, _ = reply_parts(answer(request, asked) if allowed else RATE_LIMITED)
+    return status, body, kind or "application/json", headers
+
+
+def answer(request: BaseHTTPRequestHandler, asked: list[str]) -> Reply:
+    parts = urlsplit(request.path)
     if parts.path.startswith("/v1/servers"):
         return servers(request, MODEL or Hetzner())  # no model: a project without servers
     if parts.path == "/v1/images" and request.command == "GET":
@@ -226,13 +313,5 @@ def server_types(request: BaseHTTPRequestHandler, asked: list[str]) -> tuple[int
         for number, name in enumerate(CATALOGUE, 1)
         if name in names
     ]
-    pagination: dict[str, int | None] = {
-        "page": 1,
-        "per_page": 25,
-        "previous_page": None,
-        "next_page": None,
-        "last_page": 1,
-        "total_entries": len(found),
-    }
-    body: dict[str, object] = {"server_types": found, "meta": {"pagination": pagination}}
+    body: dict[str, object] = {"server_types": found, "meta": _pages(len(found))}
     return 200, json.dumps(body).encode(), "application/json"

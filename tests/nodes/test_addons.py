@@ -724,6 +724,6 @@ def test_status_of_a_cluster_still_starting() -> None:
 
 def test_the_cloud_controller_addresses_its_balancers_in_the_stacks_subnet() -> None:
     stack = config(loadBalancerSubnet="10.0.64.0/26")
-    files = manifests(stack, PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
+    files = manifests(fleet(stack), PINNED, KEYS["alpha-project"], KEYS["alpha-project"])
     ccm = hetzner_values(files, "hcloud-cloud-controller-manager")
     assert ccm["env"]["HCLOUD_LOAD_BALANCERS_PRIVATE_SUBNET_IP_RANGE"] == {"value": "10.0.64.0/26"}

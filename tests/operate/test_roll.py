@@ -7,7 +7,7 @@ moves when the roll sleeps."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -75,15 +75,18 @@ class Replacer:
         self.cluster, self.never_back = cluster, never_back
         self.asked: list[tuple[str, float, list[str]]] = []  # node, when, its pods then
 
-    def __call__(self, name: str) -> None:
+    def __call__(self, names: Sequence[str]) -> None:
         with self.cluster.lock:
             self.cluster.settle()
-            on_it = [
-                p["metadata"]["name"] for p in self.cluster.pods if p["spec"]["nodeName"] == name
-            ]
-            self.asked.append((name, self.cluster.clock(), sorted(on_it)))
-            self.cluster.server_deleted(name)
-            self.cluster.server_created(name, PIN, comes_up=name not in self.never_back)
+            for name in names:
+                on_it = [
+                    p["metadata"]["name"]
+                    for p in self.cluster.pods
+                    if p["spec"]["nodeName"] == name
+                ]
+                self.asked.append((name, self.cluster.clock(), sorted(on_it)))
+                self.cluster.server_deleted(name)
+                self.cluster.server_created(name, PIN, comes_up=name not in self.never_back)
 
 
 def roller(deployed: Run, url: str, replace: Any, clock: Clock, **kwargs: Any) -> rl.Roll:
@@ -294,7 +297,7 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         runs.append((action, tuple(kwargs.get("replace", ()))))
         if action == "up":
             (node,) = kwargs["replace"]
-            replacer(node)
+            replacer([node])
         return SimpleNamespace(drift={"agent-2": ("image",), "control-plane": ("users",)})
 
     monkeypatch.setattr(deploy, "run", fake_run)
@@ -311,7 +314,9 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "  1. check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
         "  2. check that no pod on it uses a Hetzner Volume claim (or --accept-volume-downtime)",
         "  3. delete its Node object, releasing k3s' etcd finalizer (the sole etcd member stays)",
-        "  4. replace its server (raya up --replace: shut down, wait until off, delete, create)",
+        "  4. replace its server with its batch's in one targeted engine run (raya up --replace "
+        "NODES, `pulumi up --target` their servers `--target-dependents`: shut down, wait until "
+        "off, delete, create)",
         "  5. wait until the new server registers a new Node (a new boot, the new server's "
         "provider ID), Ready on the pinned k3s",
         "  6. delete the VolumeAttachments left for the old server",
@@ -324,10 +329,16 @@ def test_the_command_rolls_the_drifting_nodes_through_raya_up(
         "  4. drain: evict its pods, wait until they are gone",
         "  5. wait until its volumes are detached (no VolumeAttachment, volumesAttached empty)",
         "  6. delete its Node object (its running kubelet does not register again)",
-        "  7. replace its server (raya up --replace: shut down, wait until off, delete, create)",
+        "  7. replace its server with its batch's in one targeted engine run (raya up --replace "
+        "NODES, `pulumi up --target` their servers `--target-dependents`: shut down, wait until "
+        "off, delete, create)",
         "  8. delete the VolumeAttachments left for the old server",
         "  9. wait until the new server registers a new Node (a new boot, the new server's "
         "provider ID), Ready on the pinned k3s",
+        "batches (--max-unavailable 10% of each pool; fewer while nodes of a pool are "
+        "unavailable):",
+        "  1. control-plane",
+        "  2. agent-2",
     ]
     result = invoke(["roll", "--root", str(project)])
     assert result.exit_code == 0, result.output
@@ -465,7 +476,7 @@ def command_replacer(
 
     def fake_run(action: str, root: Path, stack: str, on_output: Any, **kwargs: Any) -> Any:
         if action == "up":
-            replacer(*kwargs["replace"])
+            replacer(kwargs["replace"])
         return SimpleNamespace(drift={})
 
     monkeypatch.setattr(deploy, "run", fake_run)

@@ -7,7 +7,7 @@ and the stand-in. First the rules themselves, then rolls that keep them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -284,9 +284,10 @@ def test_a_node_back_with_the_old_servers_provider_id_stops_the_roll(
     cluster.boot = 30
     old_server = cluster.servers["agent-1"]
 
-    def restarted_then_replaced(name: str) -> None:
+    def restarted_then_replaced(names: Sequence[str]) -> None:
+        (name,) = names
         cluster.kubelet_restarted(name, OLD)
-        Replacer(cluster)(name)
+        Replacer(cluster)([name])
 
     with pytest.raises(rl.RollError) as caught:
         roller(deployed, api, restarted_then_replaced, clock, ready_timeout=200).run(

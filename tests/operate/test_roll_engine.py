@@ -14,6 +14,7 @@ import pytest
 
 from raya.cloud.kubeconfig import api_client
 from raya.operate import roll as rl
+from tests.cloud import hetzner_api as standin
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.test_program import PINS, provider_mocks
 from tests.operate import kube_api as ka
@@ -132,3 +133,80 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
         assert server is not None
         assert cluster.nodes[name]["spec"]["providerID"] == f"hcloud://{server.id}"
     assert "rolled 2 node(s)" in result.stdout
+
+
+def test_a_batch_is_one_targeted_engine_run_over_its_servers_and_their_dependents(
+    cloud: Cloud,
+    cluster: ka.Cluster,
+    created: list[tuple[str, bool, list[str]]],
+    api: str,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    # A change elsewhere in the inputs, waiting for the next `raya up`: the SSH sources, which
+    # the firewall takes. A targeted run leaves it (its provider is not even asked).
+    stack_file = cloud.root / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text() + "  raya:sshSources:\n    - 198.51.100.0/24\n")
+    firewall_before = cloud.engine.snapshot[cloud.engine.goals["firewall"].urn].inputs
+    mark = len(cloud.hetzner.log)
+    asked = len(standin.BUDGET.requests)
+    old_ids = [server.id for n in ("agent-0", "agent-1", "agent-2")
+               if (server := cloud.hetzner.server_named(f"raya-{n}")) is not None]  # fmt: skip
+    agents = ["agent-0", "agent-1", "agent-2"]
+    result = invoke(["roll", *agents, "--max-unavailable", "2", "--root", str(cloud.root)])
+    assert result.exit_code == 0, result.output
+    urn = "urn:pulumi:prod::raya::hcloud:index/server:Server::"
+    # Two engine runs, each replacing and targeting its batch's servers.
+    ups = [(call, target) for call, target in zip(
+        [c for c in cloud.stack.calls if c[0] == "up"][1:], cloud.stack.targets[1:], strict=True
+    )]  # fmt: skip
+    assert ups == [
+        (("up", (urn + "agent-0", urn + "agent-1")), (urn + "agent-0", urn + "agent-1")),
+        (("up", (urn + "agent-2",)), (urn + "agent-2",)),
+    ]
+    # The last run's steps: its server replaced, its DNS record (a dependent: the server's
+    # address) updated; every other resource the same, the firewall with its old inputs.
+    changed = sorted((op, name) for op, name in cloud.engine.steps if op != "same")
+    assert changed == [
+        ("create-replacement", "agent-2"),
+        ("delete-replaced", "agent-2"),
+        ("update", "a2"),
+    ]
+    assert cloud.engine.snapshot[cloud.engine.goals["firewall"].urn].inputs == firewall_before
+    # Hetzner: the first batch's two servers shut down, then each deleted and created again.
+    assert cloud.since(mark)[:2] == [
+        "shutdown server raya-agent-0",
+        "shutdown server raya-agent-1",
+    ]
+    assert sorted(cloud.since(mark)[2:6]) == [
+        "create server raya-agent-0",
+        "create server raya-agent-1",
+        "delete server raya-agent-0 (off)",
+        "delete server raya-agent-1 (off)",
+    ]
+    assert [name for name, _, _ in created] == agents
+    assert "rolled 3 node(s)" in result.stdout
+    # raya's own requests to Hetzner's API: the server types once for the roll and once per
+    # engine run (the fleet's two types, cx23 and cx33, one request each); per batch one list
+    # of the cluster's servers, one shutdown per server, one list per look until all are off
+    # (here at the first): not one request per server per look.
+    one, two = (cloud.hetzner.server_named(f"raya-{n}") for n in ("agent-0", "agent-1"))
+    three = cloud.hetzner.server_named("raya-agent-2")
+    types = ["GET /v1/server_types"] * 2
+    assert standin.BUDGET.requests[asked:] == [
+        *types,
+        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[0]}/actions/shutdown",
+        f"POST /v1/servers/{old_ids[1]}/actions/shutdown", "GET /v1/servers",
+        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[2]}/actions/shutdown",
+        "GET /v1/servers",
+    ]  # fmt: skip
+    assert None not in (one, two, three) and standin.BUDGET.refused == 0
+    # The next untargeted update applies the waiting change (the firewall model replaces it).
+    cloud.up()
+    assert [op for op, name in cloud.engine.steps if name == "firewall"] == [
+        "delete-replaced", "create-replacement",
+    ]  # fmt: skip

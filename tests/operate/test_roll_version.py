@@ -5,7 +5,7 @@ there."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -32,11 +32,12 @@ def url(deployed: Run, nodes: ka.Cluster, tmp_path: Path) -> Iterator[str]:
 def test_a_node_back_on_another_kubelet_stops_the_roll(
     deployed: Run, nodes: ka.Cluster, url: str, clock: Clock
 ) -> None:
-    def replace_with_old_k3s(name: str) -> None:
+    def replace_with_old_k3s(names: Sequence[str]) -> None:
         # A server that boots a snapshot of the old k3s: a new boot, Ready, not the pin.
         with nodes.lock:
-            nodes.server_deleted(name)
-            nodes.server_created(name, OLD)
+            for name in names:
+                nodes.server_deleted(name)
+                nodes.server_created(name, OLD)
 
     steps = rl.plan(NODES, ["agent-1", "agent-2"], [])
     with pytest.raises(rl.RollError) as caught:

@@ -11,6 +11,7 @@ import secrets
 import socket
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,13 +24,15 @@ from raya.model.pins import snapshot_labels
 from raya.nodes import addons
 from raya.nodes.identity import generate_example_secrets
 from raya.operate import status as st
+from tests.cloud import hetzner_api as hetzner_standin
 from tests.cloud.program import fakes
+from tests.cloud.program.hetzner import Hetzner
 from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import PINS
 from tests.operate import kube_api as ka
 from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.runner import invoke
-from tests.support import Respond, http_server, routes
+from tests.support import Reply, Respond, http_server, routes
 
 VERSION = PINS.k3s.version
 LABELS = snapshot_labels(PINS, "raya")
@@ -198,33 +201,76 @@ def test_a_wrong_delegation_is_unhealthy(deployed: Run) -> None:
     assert "parent delegates to ns1.elsewhere.example." in report.cluster["delegation"].text
 
 
+def listing(*servers: dict[str, Any]) -> Respond:
+    """GET /v1/servers as Hetzner answers a list (one page here), whatever the query."""
+    body = json.dumps({"servers": list(servers), "meta": {"pagination": {
+        "page": 1, "per_page": 50, "previous_page": None, "next_page": None, "last_page": 1,
+        "total_entries": len(servers)}}}).encode()  # fmt: skip
+    return lambda _: (200, body, "application/json")
+
+
+def cluster_list(mapping: dict[str, bytes | Respond], listed: Respond) -> Respond:
+    """`routes(mapping)`, and the cluster's list of servers (by its label) from `listed`."""
+    by_path = routes(mapping)
+
+    def respond(request: BaseHTTPRequestHandler) -> Reply:
+        if request.path.startswith(f"/v1/servers?label_selector={LISTED}&"):
+            return listed(request)
+        return by_path(request)
+
+    return respond
+
+
+LISTED = "managed_by%3Draya"  # the label selector `managed_by=raya`, as hcloud-python sends it
+
+
 def test_hetzner_servers_against_a_local_api(deployed: Run) -> None:
-    servers: dict[str, bytes | Respond] = {
-        "/v1/servers/1": json.dumps(
-            {"server": fakes.hetzner_server(1, "raya-agent-0", "running", LABELS)}
-        ).encode(),
-        "/v1/servers/2": json.dumps(
-            {"server": fakes.hetzner_server(2, "raya-agent-1", "off", None)}
-        ).encode(),
-        "/v1/servers/3": lambda _: (
-            404,
-            json.dumps({"error": {"code": "not_found", "message": "server not found"}}).encode(),
-            "application/json",
-        ),
-    }
+    asked: list[str] = []
+
+    def gone(request: BaseHTTPRequestHandler) -> Reply:
+        asked.append(request.path)
+        missing = {"error": {"code": "not_found", "message": "server not found"}}
+        return 404, json.dumps(missing).encode(), "application/json"
+
+    servers: dict[str, bytes | Respond] = {"/v1/servers/3": gone}
+    listed = listing(
+        fakes.hetzner_server(1, "raya-agent-0", "running", LABELS),
+        fakes.hetzner_server(2, "raya-agent-1", "off", None),
+    )
     ids = {"agent-0": "1", "agent-1": "2", "agent-2": "3"}
-    with http_server(routes(servers)) as url:
-        found = st.hetzner_servers("token", f"{url}/v1", ids)
+    with http_server(cluster_list(servers, listed)) as url:
+        found = st.hetzner_servers("token", f"{url}/v1", ids, "raya")
     assert found == {
         "agent-0": st.ServerFacts("running", "cx23", LABELS),
         "agent-1": st.ServerFacts("off", "cx23", None),
         "agent-2": None,
     }
-    assert st.hetzner_servers("", "http://127.0.0.1:9/v1", ids)["agent-0"] == (
+    assert asked == ["/v1/servers/3"]  # only the one the list lacks, by its id
+    assert st.hetzner_servers("", "http://127.0.0.1:9/v1", ids, "raya")["agent-0"] == (
         "HCLOUD_TOKEN not set"
     )
-    unreachable = st.hetzner_servers("token", "http://127.0.0.1:9/v1", {"agent-0": "1"})
+    unreachable = st.hetzner_servers("token", "http://127.0.0.1:9/v1", {"agent-0": "1"}, "raya")
     assert str(unreachable["agent-0"]).startswith("Hetzner API unreachable")
+
+
+def test_the_servers_of_200_agents_are_five_requests(
+    hetzner_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Hetzner stand-in (tests/cloud/hetzner_api.py): 203 servers of this cluster, 50 a
+    # page, and another cluster's, which the label leaves out.
+    model = Hetzner()
+    names = ["control-plane", "control-plane-1", "control-plane-2",
+             *(f"agent-{i}" for i in range(200))]  # fmt: skip
+    for name in names:
+        model.create_server(f"raya-{name}", (), {"managed_by": "raya", "role": "agent"})
+    model.create_server("other-agent-0", (), {"managed_by": "other", "role": "agent"})
+    monkeypatch.setattr(hetzner_standin, "MODEL", model)
+    ids = {name: str(model.server_named(f"raya-{name}").id) for name in names}  # type: ignore[union-attr]
+    found = st.hetzner_servers(hetzner_standin.TOKEN, hetzner_api.url, ids, "raya")
+    assert {name: getattr(facts, "status", facts) for name, facts in found.items()} == (
+        dict.fromkeys(names, "running")
+    )
+    assert hetzner_standin.BUDGET.requests == ["GET /v1/servers"] * 5  # ceil(203 / 50)
 
 
 @pytest.fixture
@@ -380,12 +426,10 @@ def test_the_command_end_to_end(
     s3: ObjectStorage,
 ) -> None:
     servers = deployed.outputs["servers"]
-    hetzner = {
-        f"/v1/servers/{entry['serverId']}": json.dumps(
-            {"server": fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)}
-        ).encode()
+    hetzner = listing(*(
+        fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
         for name, entry in servers.items()
-    }
+    ))  # fmt: skip
     state = ka.Cluster(
         nodes={
             name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
@@ -420,7 +464,7 @@ def test_the_command_end_to_end(
     monkeypatch.setattr(st, "parent_name_servers", lambda zone: ["ns1.example.com."])
     monkeypatch.setenv("HCLOUD_TOKEN", "token")
     with (
-        http_server(routes(hetzner)) as hcloud_url,
+        http_server(cluster_list({}, hetzner)) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
         ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):

@@ -28,6 +28,7 @@ from raya.cloud import catalogue
 from raya.cloud import kit as recovery
 from raya.cloud.image import find_snapshots, hcloud_client
 from raya.cloud.program import REPLACE_ENV, drift
+from raya.cloud.program.cluster import CLUSTER_LABEL
 from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError, RayaError
 from raya.model.config import check_secret_settings, stack_file
@@ -199,6 +200,7 @@ def run(
     no_destroy_protected: bool = False,
     delete_backups: bool = False,
     removal: Removal | None = None,
+    targeted: bool = False,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
     settings present, the recovery kit it is built from), fleet and pins are validated, so
@@ -208,7 +210,12 @@ def run(
     `replace` names nodes (`control-plane`, `agent-<i>`) to re-create with what the current
     inputs render (their drift), for a preview or an update: the program lifts its
     ignore_changes for them and the engine is asked to replace their servers (unprotected
-    first when updating). No other server is ever replaced.
+    first when updating). No other server is ever replaced. `targeted` (an update with
+    `replace`): the engine updates only their servers and what depends on them (`pulumi up
+    --target URN... --target-dependents`; every other resource keeps its state, unread by
+    any provider: pulumi/pulumi `pkg/resource/deploy/step_generator.go`,
+    `isTargetedForUpdate`), as `raya roll` replaces a batch without a run over the whole
+    stack.
 
     `no_destroy_protected` (an update only): preview first, and fail without changing
     anything if the preview replaces or deletes any of `PROTECTED` not named in `replace`.
@@ -225,6 +232,8 @@ def run(
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
+    if targeted and not (replace and action == "up"):
+        raise DeployError("targeted: only an update replacing nodes is targeted")
     urns: list[str] = []
     if action != "destroy":
         cluster = _checked_first(root, stack_name)
@@ -267,6 +276,9 @@ def run(
     }
     if urns:
         options["replace"] = urns
+    if targeted:
+        options["target"] = urns
+        options["target_dependents"] = True
     # A leaving control plane's server and volume are protected in the state until `up` lifts
     # it, and the engine refuses to delete a protected resource in a preview too
     # (pulumi/pulumi `pkg/resource/deploy/step.go`, `DeleteStep.Apply`): previews leave them
@@ -438,29 +450,50 @@ def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> Non
     `shutdown_before_deletion` waits about 31 s and then deletes a server that is still
     running (terraform-provider-hcloud `internal/server/resource.go`,
     `resourceServerDelete`: a warning, "deleting it anyways"). Raises, nothing deleted,
-    when one is not off within `SHUTDOWN_TIMEOUT`. A server that does not exist is skipped."""
+    when one is not off within `SHUTDOWN_TIMEOUT`. A server that does not exist is skipped.
+
+    All of them at once, within Hetzner's request budget (raya.cloud.ratelimit): the
+    cluster's servers found by one list (its label; a server without it by its name), one
+    shutdown each, then one list every `SHUTDOWN_POLL` seconds until every one is off."""
     token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token") or ""
     client = hcloud_client(token, os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL)
+    names = {server_name(cluster_name, node): node for node in nodes}
+
+    def listed() -> dict[str, Any]:
+        found = client.servers.get_all(label_selector=f"{CLUSTER_LABEL}={cluster_name}")
+        return {str(server.name): server for server in found if server.name in names}
+
     try:
-        for node in nodes:
-            name = server_name(cluster_name, node)
+        servers = listed()
+        for name in names.keys() - servers.keys():
             server = client.servers.get_by_name(name)
-            if server is None or server.id is None or server.status == "off":
-                continue
-            server_id = server.id
+            if server is not None:
+                servers[name] = server
+        going = {  # in the order of `nodes`
+            name: servers[name]
+            for name in names
+            if name in servers and servers[name].status != "off"
+        }
+        for server in going.values():
             client.servers.shutdown(server)
-            deadline = time.monotonic() + SHUTDOWN_TIMEOUT
-            while server.status != "off":
-                if time.monotonic() >= deadline:
-                    raise DeployError(
-                        f"{node}: server {name} is still {server.status} {SHUTDOWN_TIMEOUT:g} s "
-                        "after an ACPI shutdown, so it was not deleted (the hcloud provider "
-                        "would delete it running); nothing was deleted. See its console; to "
-                        f"accept an ungraceful stop, power it off (`hcloud server poweroff "
-                        f"{name}`) and run again"
-                    )
-                time.sleep(SHUTDOWN_POLL)
-                server = client.servers.get_by_id(server_id)
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT
+        while going:
+            time.sleep(SHUTDOWN_POLL)
+            now = listed()
+            going = {
+                name: now.get(name) or client.servers.get_by_id(server.id)
+                for name, server in going.items()
+            }
+            going = {name: server for name, server in going.items() if server.status != "off"}
+            if going and time.monotonic() >= deadline:
+                name, server = sorted(going.items())[0]
+                raise DeployError(
+                    f"{names[name]}: server {name} is still {server.status} "
+                    f"{SHUTDOWN_TIMEOUT:g} s after an ACPI shutdown, so it was not deleted (the "
+                    "hcloud provider would delete it running); nothing was deleted. See its "
+                    "console; to accept an ungraceful stop, power it off (`hcloud server "
+                    f"poweroff {name}`) and run again"
+                )
     except (HCloudException, requests.RequestException) as error:
         raise DeployError(f"Hetzner API: shutting down before deletion: {error}") from None
 

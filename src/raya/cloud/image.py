@@ -534,18 +534,25 @@ def write_pins(changes: Sequence[PinChange]) -> None:
 
 
 def hcloud_client(token: str, endpoint: str, timeout: float = HTTP_TIMEOUT) -> Client:
-    """The Hetzner Cloud API at `endpoint`, raya naming itself to it."""
+    """The Hetzner Cloud API at `endpoint`, raya naming itself to it, waiting when it
+    answers 429 until its budget has a request again (raya.cloud.ratelimit)."""
     # Imported here: hcloud (and requests) cost every command that imports this module
     # a fifth of a second of start-up.
     from hcloud import Client
 
-    return Client(
+    from raya.cloud.ratelimit import RateLimited
+
+    client = Client(
         token=token,
         api_endpoint=endpoint,
         application_name="raya",
         application_version=__version__,
         timeout=timeout,
     )
+    # hcloud-python takes no session nor adapter: its ClientBase (2.27) makes one session
+    # and sends every request through it, so the adapter mounted there sees each answer.
+    client._client._session.mount(endpoint, RateLimited())
+    return client
 
 
 def find_snapshots(

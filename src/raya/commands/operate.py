@@ -9,11 +9,12 @@ from raya.commands.deploy import deploy_module, kube_api_client
 from raya.commands.options import HCLOUD_ENDPOINT, NODE_NAMES, ROOT, STACK, project_root
 from raya.commands.parser import Argument, Commands, Option
 from raya.console import err, out
-from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
+from raya.defaults import DRAIN_TIMEOUT, MAX_UNAVAILABLE, READY_TIMEOUT
 from raya.errors import DeployError, RayaError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
     from typing import Any
 
@@ -71,6 +72,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
             os.environ.get("HCLOUD_TOKEN", ""),
             hcloud_endpoint,
             {name: str(entry.get("serverId", "")) for name, entry in servers.items()},
+            cluster.config.cluster_name,
         )
     dns = st.Dns(address_of=st.system_address_of, port=st.DNS_PORT)
     with err.status("asking the zone's name servers..."):
@@ -163,12 +165,17 @@ def print_report(report: st.Report) -> None:
            help="Roll the sole control plane although pods on it use Hetzner Volume claims, "
            "or a node whose pods' Hetzner Volumes no other node where they are could take: "
            "those pods are down until it is back."),
+    Option("--max-unavailable", kind="max-unavailable", default=MAX_UNAVAILABLE,
+           help="How many agents of each pool may be unavailable at once (cordoned, not "
+           "Ready, or being replaced): a count (5) or a percentage of the pool, rounded "
+           "down, at least 1 (10%); each batch is one targeted engine run."),
 )  # fmt: skip
 def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
     ready_timeout: float, accept_local_data_loss: bool, accept_volume_downtime: bool,
+    max_unavailable: Any,
 ) -> None:  # fmt: skip
-    """Apply drift one node at a time: the control plane first, then the agents.
+    """Apply drift: the control planes one at a time, then the agents in batches.
 
     The control plane is replaced alone, and nothing else starts until it is back from a new
     boot, Ready, and every node is Ready. With several control planes, each goes only while
@@ -181,10 +188,15 @@ def roll(
     other Ready, schedulable node where the volume is (its location) could take. A node whose
     pods use claims on its own disk
     (local-path) is not touched unless --accept-local-data-loss is given. The first failure
-    stops the roll and says what state it left the node in. Each node's steps, every wait
-    included, are printed first; --dry-run stops there. Before the first action, every node
-    to roll must be one whose server Hetzner can create in its location now (its type in
-    stock there, not deprecated past): else nothing is touched."""
+    stops the roll and names each node: rolled, in progress (and what state it was left
+    in), or not touched; a roll run again picks up the nodes that still drift. Agents go in
+    batches of at most --max-unavailable per pool (counting the pool's nodes already
+    cordoned, not Ready or not registered), each batch drained together (every eviction
+    under its PodDisruptionBudget) and replaced by one targeted engine run. Each node's
+    steps, every wait included, and the batches are printed first; --dry-run stops there.
+    Before the first action, every node to roll must be one whose server Hetzner can create
+    in its location now (its type in stock there, not deprecated past): else nothing is
+    touched."""
     folder = project_root(root)
     from raya.model.pins import load_pins
     from raya.model.project import load_cluster
@@ -209,6 +221,17 @@ def roll(
     for step in steps:
         for line in step.describe():
             out.print(line, markup=False, soft_wrap=True)
+    pools = {n.name: n.pool or "" for n in cluster.nodes}
+    planned = roll_model.batches(steps, pools, max_unavailable)
+    out.print(
+        f"batches (--max-unavailable {max_unavailable} of each pool; fewer while nodes of a "
+        "pool are unavailable):",
+        markup=False,
+        soft_wrap=True,
+    )
+    for number, batch in enumerate(planned, 1):
+        names = ", ".join(step.node for step in batch)
+        out.print(f"  {number}. {names}", markup=False, soft_wrap=True)
     if dry_run:
         return
     # Before the first drain: a server whose replacement Hetzner cannot create is not touched.
@@ -218,8 +241,8 @@ def roll(
         raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
     api = kube_api_client(kubeconfig)
 
-    def replace(node: str) -> None:
-        deploy.run("up", folder, stack, _quiet_progress, replace=[node])
+    def replace(names: Sequence[str]) -> None:
+        deploy.run("up", folder, stack, _quiet_progress, replace=list(names), targeted=True)
 
     roll_model.Roll(
         kube=roll_model.Kubernetes(api),
@@ -232,6 +255,8 @@ def roll(
         accept_local_loss=accept_local_data_loss,
         accept_volume_downtime=accept_volume_downtime,
         control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
+        pools=pools,
+        max_unavailable=max_unavailable,
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)
 

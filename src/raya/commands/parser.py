@@ -105,6 +105,12 @@ def _url(value: str) -> object:
     return value
 
 
+def _max_unavailable(value: str) -> object:
+    from raya.model.unavailable import MaxUnavailable
+
+    return MaxUnavailable.parse(value)
+
+
 # Each kind of value: (the name help shows for it, what turns the text into the value).
 KINDS: dict[str, tuple[str, Callable[[str], object]]] = {
     "text": ("<str>", str),
@@ -113,6 +119,7 @@ KINDS: dict[str, tuple[str, Callable[[str], object]]] = {
     "stack": ("<str>", _stack),
     "url": ("<str>", _url),
     "directory": ("<directory>", _directory),
+    "max-unavailable": ("<count|percent%>", _max_unavailable),
 }
 
 

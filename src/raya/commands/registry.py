@@ -48,8 +48,8 @@ COMMANDS = {
     "restore": ("backups", "Restore the cluster's datastore from a snapshot: every control "
                 "plane's k3s stopped, the first reset from it, the others rejoined; then "
                 "the cluster's state."),
-    "roll": ("operate", "Apply drift one node at a time: the control plane first, then the "
-             "agents."),
+    "roll": ("operate", "Apply drift: the control planes one at a time, then the agents in "
+             "batches."),
 }
 
 

@@ -33,22 +33,33 @@ A claim whose volume lives on the node's own disk (k3s' local-path) would be los
 server: a node with such a claim in use is not touched unless the operator accepts the loss.
 A Hetzner Volume lives in one location, and its PersistentVolume's node affinity keeps its
 pods there (`csi.hetzner.cloud/location`): a node is drained only if every such volume its
-pods use has another node to go to, Ready and schedulable for the pod, unless the operator
+pods use has another node to go to (not one of its batch), Ready and schedulable for the pod,
+unless the operator
 accepts that they wait until the node is back.
-The first failure stops the roll and says what state it left the node in.
+Agents go in batches: at most `max_unavailable` of a pool unavailable at once (a count, or a
+percentage of the pool rounded down and at least one, as a Deployment's `maxUnavailable` is
+resolved: kubernetes `pkg/controller/deployment/util/deployment_util.go`, `ResolveFenceposts`),
+counting the pool's nodes that already are (not Ready, cordoned, or not registered). A batch's
+nodes take each action together: drained at once (their evictions each wait for their own
+PodDisruptionBudget, so a budget that never allows stops that batch at the drain timeout,
+before any of its servers is touched), their servers replaced by one targeted engine run.
+Control planes stay one at a time. The first failure stops the roll and names every node:
+rolled, in progress (what state the batch left each in), or not touched; a roll run again
+takes the nodes that still drift, so it picks up where the last one stopped.
 """
 
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from raya.cloud.kubeconfig import reason
-from raya.defaults import DRAIN_TIMEOUT, READY_TIMEOUT
+from raya.defaults import DRAIN_TIMEOUT, MAX_UNAVAILABLE, READY_TIMEOUT
 from raya.errors import RayaError
+from raya.model.unavailable import MaxUnavailable
 from raya.nodes.addons import CSI_DRIVER, STORAGE_CLASS
 from raya.operate import etcd
 
@@ -93,7 +104,9 @@ ACTIONS = {
     DELETE_NODE: "delete its Node object (its running kubelet does not register again)",
     DELETE_SOLE_NODE: "delete its Node object, releasing k3s' etcd finalizer (the sole etcd "
     "member stays)",
-    REPLACE: "replace its server (raya up --replace: shut down, wait until off, delete, create)",
+    REPLACE: "replace its server with its batch's in one targeted engine run (raya up --replace "
+    "NODES, `pulumi up --target` their servers `--target-dependents`: shut down, wait until "
+    "off, delete, create)",
     DELETE_GONE_NODE: "delete its Node object, its old server gone, before the new one registers "
     "(k3s removes its etcd member)",
     LEFTOVERS: "delete the VolumeAttachments left for the old server",
@@ -167,6 +180,62 @@ def plan(nodes: Sequence[str], wanted: Sequence[str], drifting: Sequence[str]) -
     ordered = sorted(chosen, key=lambda name: not is_control_plane(name))
     control_planes = sum(1 for name in nodes if is_control_plane(name))
     return [Step(node, actions(node, control_planes)) for node in ordered]
+
+
+def pool_of(pools: Mapping[str, str], node: str) -> str:
+    """The pool `node` belongs to for batching ("" for the list form's agents)."""
+    return pools.get(node, "")
+
+
+def pool_sizes(pools: Mapping[str, str], steps: Sequence[Step]) -> dict[str, int]:
+    """Each pool's agents: those `pools` names, and any agent rolled that it does not."""
+    names = {name for name in pools if not is_control_plane(name)}
+    names |= {step.node for step in steps if not is_control_plane(step.node)}
+    sizes: dict[str, int] = {}
+    for name in names:
+        sizes[pool_of(pools, name)] = sizes.get(pool_of(pools, name), 0) + 1
+    return sizes
+
+
+def next_batch(
+    pending: Sequence[Step],
+    pools: Mapping[str, str],
+    limits: Mapping[str, int],
+    unavailable: frozenset[str] = frozenset(),
+) -> list[Step]:
+    """The steps to run together next: a control plane alone (the first pending, in plan
+    order); else the pending agents, in order, each taken while its pool's unavailable nodes
+    (`unavailable`, and those taken) stay within the pool's limit. Empty when every pending
+    pool is at its limit already."""
+    if not pending:
+        return []
+    if is_control_plane(pending[0].node):
+        return [pending[0]]
+    down = set(unavailable)
+    batch = []
+    for step in pending:
+        pool = pool_of(pools, step.node)
+        if is_control_plane(step.node):
+            continue
+        in_pool = {name for name in down | {step.node} if pool_of(pools, name) == pool}
+        if len(in_pool) <= limits[pool]:
+            batch.append(step)
+            down.add(step.node)
+    return batch
+
+
+def batches(
+    steps: Sequence[Step], pools: Mapping[str, str], max_unavailable: MaxUnavailable
+) -> list[list[Step]]:
+    """The batches a roll of `steps` runs when no node is unavailable beforehand: what
+    `--dry-run` prints (a roll counts the nodes unavailable before each batch)."""
+    limits = {pool: max_unavailable.of(size) for pool, size in pool_sizes(pools, steps).items()}
+    pending, planned = list(steps), []
+    while pending:
+        batch = next_batch(pending, pools, limits)
+        planned.append(batch)
+        pending = [step for step in pending if step not in batch]
+    return planned
 
 
 @dataclass
@@ -463,10 +532,11 @@ class Drain:
             )
         self.say(f"{name}: losing the local-path claims, as accepted: {', '.join(claims)}")
 
-    def check_volume_places(self, name: str) -> None:
+    def check_volume_places(self, name: str, leaving: Collection[str] = ()) -> None:
         """Refuse to drain a node whose pods use Hetzner Volumes that no other node could
-        take (another location's nodes cannot attach them), unless accepted."""
-        claims = stranded(self.kube, name)
+        take (another location's nodes cannot attach them; nor `leaving`, those drained
+        with it), unless accepted."""
+        claims = stranded(self.kube, name, leaving)
         if not claims:
             return
         if not self.accept_volume_downtime:
@@ -493,12 +563,15 @@ class Drain:
             )
         self.say(f"{name}: down with it until it is back, as accepted: {', '.join(claims)}")
 
-    def drain(self, name: str) -> None:
-        """Evict each pod once, then wait until every one is gone from the API: an eviction
-        only starts the pod's graceful deletion."""
+    def drain(self, *names: str) -> None:
+        """Evict each pod of the nodes `names` once (all at once: a batch's nodes drain
+        together, each eviction under its own budget), then wait until every one is gone
+        from the API: an eviction only starts the pod's graceful deletion."""
         deadline = self.clock.now() + self.drain_timeout
         while True:
-            leaving = [pod for pod in self.kube.pods_on(name) if not stays(pod)]
+            leaving = [
+                pod for name in names for pod in self.kube.pods_on(name) if not stays(pod)
+            ]
             if not leaving:
                 return
             bare = [ref(p) for p in leaving if not managed(p) and not terminating(p)]
@@ -524,85 +597,166 @@ class Drain:
 
 @dataclass(kw_only=True)
 class Roll(Drain):
-    replace: Callable[[str], None]  # replaces node's server with the current inputs
+    replace: Callable[[Sequence[str]], None]  # replaces the nodes' servers in one engine run
     kubelet_version: str  # the k3s pin: what a rolled node must run
     ready_timeout: float = READY_TIMEOUT
     # The fleet's control planes, in order; with more than one, etcd's quorum is kept.
     control_planes: Sequence[str] = ()
-    left: str = ""  # the state the current step has brought its node to, for the error
-    before: Any | None = None  # the node's object before its step began
+    # Each node of the fleet: its pool ("" for the list form's agents), and how many of a
+    # pool's agents may be unavailable at once.
+    pools: Mapping[str, str] = field(default_factory=dict)
+    max_unavailable: MaxUnavailable = field(
+        default_factory=lambda: MaxUnavailable.parse(MAX_UNAVAILABLE)
+    )
+    # Per node of the batch running: the state its actions have brought it to, for the
+    # error, and its Node object before the batch began (None: not registered).
+    left: dict[str, str] = field(default_factory=dict)
+    before: dict[str, Any] = field(default_factory=dict)
 
     def run(self, steps: Sequence[Step]) -> None:
-        for number, step in enumerate(steps, 1):
-            self.say(f"[{number}/{len(steps)}] {step.node}")
-            self.left = "left as it was"
+        sizes = pool_sizes(self.pools, steps)
+        limits = {pool: self.max_unavailable.of(size) for pool, size in sizes.items()}
+        pending, rolled = list(steps), list[str]()
+        started = self.clock.now()
+        while pending:
+            names: list[str] = []
+            self.left, self.before = {}, {}
             try:
-                self.before = self.kube.node(step.node)
-                for action in step.actions:
-                    self.act(action, step.node)
+                batch = self.batch(pending, limits)
+                names = [step.node for step in batch]
+                pending = [step for step in pending if step not in batch]
+                self.say(
+                    f"[{len(rolled)}/{len(steps)} rolled, {elapsed(self.clock.now() - started)}"
+                    f" elapsed, {len(pending)} after these] {', '.join(names)}"
+                )
+                self.left = dict.fromkeys(names, "left as it was")
+                self.before = {name: self.kube.node(name) for name in names}
+                for action in batch[0].actions:  # a batch is agents alike, or one node
+                    self.act(action, names)
             except Exception as error:  # ours, or the API client's, whatever their kind
                 problem = (
                     str(error)
                     if isinstance(error, RayaError)
                     else f"the Kubernetes API failed: {reason(error)}"
                 )
-                left = [s.node for s in steps[number:]]
-                rest = f"; not touched: {', '.join(left)}" if left else ""
-                raise RollError(f"{step.node}: {problem}; {self.left}{rest}") from None
+                raise RollError(self.stopped(names, problem, rolled, pending)) from None
+            rolled += names
 
-    def act(self, action: str, name: str) -> None:
-        """One action of `ACTIONS` on node `name`; those on its Node object only if it has
-        one (a node that never registered is simply replaced)."""
-        if self.before is None and action in ON_THE_NODE:
-            if action == CORDON:
+    def batch(self, pending: Sequence[Step], limits: Mapping[str, int]) -> list[Step]:
+        """The next batch (`next_batch`), counting the agents unavailable now; refused when
+        every pending pool is at its limit already."""
+        if is_control_plane(pending[0].node):
+            return [pending[0]]
+        down = self.unavailable()
+        found = next_batch(pending, self.pools, limits, down)
+        if not found:
+            pools = sorted({pool_of(self.pools, step.node) for step in pending})
+            full = "; ".join(
+                f"pool {pool or 'agents'} has "
+                f"{', '.join(sorted(n for n in down if pool_of(self.pools, n) == pool))} "
+                f"unavailable, at most {limits[pool]} may be"
+                for pool in pools
+            )
+            raise RollError(
+                f"refused before touching them: {full} (--max-unavailable "
+                f"{self.max_unavailable}, cordoned or not Ready or not registered counts); "
+                "bring them back (`raya status`), then roll again"
+            )
+        return found
+
+    def unavailable(self) -> frozenset[str]:
+        """The agents unavailable now: registered but not Ready or cordoned, or of the fleet
+        (`pools`) and not registered."""
+        nodes = self.kube.nodes()
+        seen = {node.metadata.name for node in nodes}
+        down = {n.metadata.name for n in nodes if not ready(n) or n.spec.unschedulable}
+        down |= {name for name in self.pools if name not in seen}
+        return frozenset(name for name in down if not is_control_plane(name))
+
+    def stopped(
+        self, names: Sequence[str], problem: str, rolled: Sequence[str], pending: Sequence[Step]
+    ) -> str:
+        """The error: the batch's nodes and the problem, what each was left in, then the
+        nodes rolled before and those not touched."""
+        if len(names) == 1:
+            parts = [f"{names[0]}: {problem}", self.left[names[0]]]
+        elif names:
+            parts = [f"{', '.join(names)}: {problem}"]
+            parts += [f"{name}: {self.left[name]}" for name in names]
+        else:
+            parts = [problem]
+        if rolled:
+            parts.append(f"rolled: {', '.join(rolled)}")
+        if pending:
+            parts.append(f"not touched: {', '.join(step.node for step in pending)}")
+        return "; ".join(parts)
+
+    def act(self, action: str, names: Sequence[str]) -> None:
+        """One action of `ACTIONS` on the batch's nodes: the drain and the replacement for
+        all of them at once, the others node by node; those on a Node object only for the
+        nodes that have one (a node that never registered is simply replaced)."""
+        registered = [name for name in names if self.before[name] is not None]
+        for name in names:
+            if name not in registered and action == CORDON:
                 self.say(f"{name}: not registered in the cluster, nothing to drain; replacing it")
+        if action == DRAIN:
+            if registered:
+                self.drain_nodes(registered)
+            return
+        if action == REPLACE:
+            self.replace_servers(names)
             return
         run: dict[str, Callable[[str], None]] = {
             QUORUM: self.check_quorum,
             LOCAL_DATA: self.check_local_data,
-            VOLUME_PLACES: self.check_volume_places,
+            VOLUME_PLACES: lambda node: self.check_volume_places(node, leaving=names),
             VOLUME_DOWNTIME: self.check_volume_downtime,
             CORDON: self.cordon,
-            DRAIN: self.drain_node,
             DETACH: self.wait_detached,
             DELETE_NODE: lambda node: self.delete_node(node, sole=False),
             DELETE_SOLE_NODE: lambda node: self.delete_node(node, sole=True),
-            REPLACE: self.replace_server,
             DELETE_GONE_NODE: self.delete_gone_node,
             LEFTOVERS: self.remove_leftovers,
             BACK: self.wait_ready,
             MEMBER: self.wait_voter,
             ALL_READY: self.wait_all_ready,
         }
-        run[action](name)
+        for name in registered if action in ON_THE_NODE else names:
+            run[action](name)
 
     def cordon(self, name: str) -> None:
         self.kube.cordon(name, True)
-        self.left = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
+        self.left[name] = f"left cordoned: `kubectl uncordon {name}`, or roll it again"
         self.say(f"{name}: cordoned")
 
-    def drain_node(self, name: str) -> None:
-        self.drain(name)
-        self.say(f"{name}: drained")
+    def drain_nodes(self, names: Sequence[str]) -> None:
+        self.drain(*names)
+        for name in names:
+            self.say(f"{name}: drained")
 
-    def replace_server(self, name: str) -> None:
-        control_plane = is_control_plane(name)
+    def replace_servers(self, names: Sequence[str]) -> None:
         # The replacement may stop before anything is deleted (a server that does not shut
         # down): the error says how far it went.
-        self.left = f"its replacement did not finish: see `raya status`, then `raya roll {name}`"
-        self.replace(name)
-        self.left = (
-            f"its server was replaced and the {'control plane' if control_plane else 'node'} is "
-            f"not back{' (no agent was touched)' if control_plane else ''}: see `raya status` "
-            f"and the server's console, then `raya roll {name}` again"
-        )
+        for name in names:
+            self.left[name] = (
+                f"its replacement did not finish: see `raya status`, then `raya roll {name}`"
+            )
+        self.replace(names)
+        for name in names:
+            control_plane = is_control_plane(name)
+            self.left[name] = (
+                f"its server was replaced and the "
+                f"{'control plane' if control_plane else 'node'} is not back"
+                f"{' (no agent was touched)' if control_plane else ''}: see `raya status` "
+                f"and the server's console, then `raya roll {name}` again"
+            )
 
     def wait_voter(self, name: str) -> None:
-        self.left = (
+        self.left[name] = (
             "its server was replaced and the control plane is back, but not as a voting etcd "
             "member (no agent was touched): see `raya status`"
         )
-        self.wait_member(etcd.member(name, self.before))
+        self.wait_member(etcd.member(name, self.before[name]))
 
     def wait_detached(self, name: str) -> None:
         """Until no VolumeAttachment names the node and its `volumesAttached` is empty: the
@@ -641,14 +795,14 @@ class Roll(Drain):
                 )
             self.clock.sleep(POLL)
         self.say(f"{name}: Node object deleted")
-        self.left = (
+        self.left[name] = (
             f"its Node object is deleted and its server not yet replaced: `raya roll {name}` again"
         )
 
     def delete_gone_node(self, name: str) -> None:
         """The Node of a server that is gone, before the new server's kubelet registers."""
         node = self.kube.node(name)
-        if node is not None and boot_id(node) != boot_id(self.before):
+        if node is not None and boot_id(node) != boot_id(self.before[name]):
             raise RollError(
                 "its new server registered into the old Node object before raya could delete "
                 f"it, and kept its provider ID: `kubectl delete node {name}`, then restart k3s "
@@ -668,7 +822,7 @@ class Roll(Drain):
             )
 
     def wait_all_ready(self, name: str) -> None:
-        self.left = "the control plane is back; no agent was touched: see `raya status`"
+        self.left[name] = "the control plane is back; no agent was touched: see `raya status`"
         deadline = self.clock.now() + self.ready_timeout
         while True:
             not_ready = sorted(n.metadata.name for n in self.kube.nodes() if not ready(n))
@@ -728,8 +882,9 @@ class Roll(Drain):
         """Until the node has registered from a new boot (its boot ID changed) with the new
         server's provider ID (not the old one's), Ready, on the pinned kubelet: a replaced
         server's old node stays Ready for a while after it is gone."""
-        old_boot = boot_id(self.before) if self.before is not None else ""
-        old_provider = provider_id(self.before) if self.before is not None else ""
+        before = self.before[name]
+        old_boot = boot_id(before) if before is not None else ""
+        old_provider = provider_id(before) if before is not None else ""
         deadline = self.clock.now() + self.ready_timeout
         seen = "not registered"
         while True:
@@ -758,3 +913,9 @@ class Roll(Drain):
                     f"{self.ready_timeout:.0f} s (last seen: {seen})"
                 )
             self.clock.sleep(POLL)
+
+
+def elapsed(seconds: float) -> str:
+    """`h:mm:ss`."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"

@@ -27,6 +27,18 @@ expects:
   again, and the old halves of create-first replacements, are deleted, dependents first.
 - `step.go`, `DeleteStep.Apply`: deleting a protected resource is refused, unless as part of a
   replacement (checked above); deleting one with `retainOnDelete` calls no provider.
+- Targets (`pulumi up --target URN [--target-dependents]`, the Automation API's `target=` and
+  `target_dependents=`): `isTargetedForUpdate` makes a resource targeted when its URN is
+  a target or, with dependents, when one of its dependencies (`GetAllDependencies`: here its
+  dependencies and property dependencies) is targeted already (`targetsActual`, filled in
+  registration order, so a dependent of a dependent is targeted too).
+  `continueStepsFromImport`: an untargeted resource with an old state gets a SameStep of
+  its old state, no Check nor Diff asked of its provider, so the program reads its old
+  outputs; one without an old state is a skipped create, kept out of the state, and a
+  targeted step depending on it fails the update (`validateSteps`, "untargeted create").
+  `GenerateDeletes`: only targeted resources are deleted
+  (`determineAllowedResourcesToDeleteFromTargets`). The root stack is always targeted
+  (`isImplicitlyTargetedResource`): the outputs are the program's.
 - A failed step ends the update (`pulumi up` exits non-zero); the steps done stay done.
 - Import (`generateSteps`: a goal with an ID, `import_`, and no old state, or an old state of
   another import ID): an import step reads the resource through the provider (`step.go`,
@@ -196,17 +208,33 @@ class Engine(ProviderMocks):
         self.steps: list[tuple[str, str]] = []
         self.exported: dict[str, tuple[Any, bool]] = {}  # stack outputs: (value, secret)
         self._targets: frozenset[str] = frozenset()
+        # `--target`: None for an update of every resource.
+        self._update_targets: frozenset[str] | None = None
+        self._target_dependents = False
+        self._targets_actual: set[str] = set()
+        self._skipped_creates: set[str] = set()
         self._registered: set[str] = set()
         self._recreate: set[str] = set()  # URNs deleted as dependents of a delete-first replace
         self._condemned: list[Resource] = []  # old halves of create-first replacements
 
     # The update
 
-    def update(self, program: Callable[[], Any], *, replace: Collection[str] = ()) -> Run:
-        """`pulumi up` of `program` with the targets `replace` (URNs); raises EngineError
-        when a step fails, with the steps done kept."""
+    def update(
+        self,
+        program: Callable[[], Any],
+        *,
+        replace: Collection[str] = (),
+        target: Collection[str] | None = None,
+        target_dependents: bool = False,
+    ) -> Run:
+        """`pulumi up` of `program` with the replace targets `replace` (URNs), only the
+        resources `target` (URNs; None: all) and, with `target_dependents`, what depends on
+        them; raises EngineError when a step fails, with the steps done kept."""
         self.steps, self.exported = [], {}
         self._targets, self._registered = frozenset(replace), set()
+        self._update_targets = None if target is None else frozenset(target)
+        self._target_dependents = target_dependents
+        self._targets_actual, self._skipped_creates = set(), set()
         self._recreate, self._condemned = set(), []
         self.goals = {}
         return run_program(self, program, stack=self.stack, monitor=GoalMonitor(self))
@@ -259,6 +287,17 @@ class Engine(ProviderMocks):
                 raise AssertionError(f"{goal.urn}: an import replacing a resource: not modelled")
             old = self._import_step(new, import_id)
             inputs = keep_ignored(inputs, old.inputs, goal.options.ignore_changes)
+        if not self._targeted(goal):
+            if old is None:  # a skipped create: nothing made, nothing in the state
+                self._skipped_creates.add(goal.urn)
+                return new
+            return self._keep(old)  # a SameStep of the old state: its old outputs
+        skipped = sorted(self._depends_on(goal) & self._skipped_creates)
+        if skipped:
+            raise EngineError(
+                f"Resource '{goal.urn}' depends on '{skipped[0]}' which was was not specified "
+                "in --target list."
+            )
         if old is None:
             return self._create_step(new, "create")
         if goal.urn in self._targets:
@@ -318,6 +357,26 @@ class Engine(ProviderMocks):
         self._condemned.append(old)
         return created
 
+    @staticmethod
+    def _depends_on(goal: Goal) -> set[str]:
+        """`GetAllDependencies`: its dependencies and property dependencies (raya's program
+        sets no parents, providers nor deletedWith)."""
+        found = set(goal.dependencies)
+        for urns in goal.property_dependencies.values():
+            found |= urns
+        return found
+
+    def _targeted(self, goal: Goal) -> bool:
+        """`isTargetedForUpdate`, recording a targeted resource in `targetsActual`."""
+        if self._update_targets is None:
+            return True
+        hit = goal.urn in self._update_targets or (
+            self._target_dependents and bool(self._depends_on(goal) & self._targets_actual)
+        )
+        if hit:
+            self._targets_actual.add(goal.urn)
+        return hit
+
     def _dependent_replacements(self, root: Resource) -> list[Resource]:
         """`calculateDependentReplacements`: the old state's dependents of `root` (in dependency
         order) that a change of the properties depending on the replace set would replace."""
@@ -368,6 +427,11 @@ class Engine(ProviderMocks):
         """The deletions after every create and update: the old halves of create-first
         replacements and what the program no longer declares, dependents first."""
         gone = [r for r in self.snapshot.values() if r.urn not in self._registered]
+        if self._update_targets is not None:  # `determineAllowedResourcesToDeleteFromTargets`
+            allowed = self._update_targets | (
+                self._targets_actual if self._target_dependents else set()
+            )
+            gone = [r for r in gone if r.urn in allowed]
         doomed = self._condemned + gone
         for resource in reversed(self._dependency_order(doomed)):
             replacing = resource in self._condemned
@@ -394,7 +458,7 @@ class Engine(ProviderMocks):
         inputs = resource.inputs
         if resource.typ == SERVER_TYPE:
             ips = tuple(str(net["ip"]) for net in inputs.get("networks") or [])
-            server = self.hetzner.create_server(inputs["name"], ips)
+            server = self.hetzner.create_server(inputs["name"], ips, inputs.get("labels"))
             outputs = {
                 **inputs,
                 "ipv4Address": self.hetzner.public_ipv4(server.id),
@@ -506,6 +570,7 @@ class EngineStack:
         self.engine, self.root = engine, root
         self.workspace = SimpleNamespace(env_vars={})
         self.calls: list[tuple[str, tuple[str, ...]]] = []  # (operation, replace targets)
+        self.targets: list[tuple[str, ...] | None] = []  # each update's `target=`
 
     def open(self) -> EngineStack:
         """The stack as `deploy.open_stack` gives it: in a new workspace (no environment
@@ -517,17 +582,23 @@ class EngineStack:
         self,
         *,
         replace: Collection[str] = (),
+        target: Collection[str] | None = None,
+        target_dependents: bool = False,
         on_output: Callable[[str], None] | None = None,
         **display: Any,
     ) -> auto.UpResult:
         self.calls.append(("up", tuple(replace)))
+        self.targets.append(None if target is None else tuple(target))
         document = yaml.safe_load((self.root / f"Pulumi.{self.engine.stack}.yaml").read_text())
         config = {key: _config_text(value) for key, value in document["config"].items()}
         saved = {name: os.environ.get(name) for name in self.workspace.env_vars}
         os.environ.update(self.workspace.env_vars)
         pulumi.runtime.set_all_config(config)
         try:
-            run = self.engine.update(self._program, replace=replace)
+            run = self.engine.update(
+                self._program, replace=replace, target=target,
+                target_dependents=target_dependents,
+            )  # fmt: skip
         except (EngineError, ProtectedError) as error:
             raise auto.CommandError(
                 auto.CommandResult(stdout="", stderr=f"error: {error}", code=255)

@@ -54,6 +54,7 @@ class Server:
     private_ips: tuple[str, ...]
     status: str = "running"
     acpi: bool = True  # its OS acts on an ACPI shutdown
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,7 +83,9 @@ class Hetzner:
     def server_named(self, name: str) -> Server | None:
         return next((s for s in self.servers.values() if s.name == name), None)
 
-    def create_server(self, name: str, private_ips: tuple[str, ...]) -> Server:
+    def create_server(
+        self, name: str, private_ips: tuple[str, ...], labels: dict[str, str] | None = None
+    ) -> Server:
         if self.server_named(name) is not None:
             raise HetznerError("uniqueness_error", f"server name {name} is already used")
         held = {ip: s.name for s in self.servers.values() for ip in s.private_ips}
@@ -91,7 +94,7 @@ class Hetzner:
                 raise HetznerError(
                     "ip_not_available", f"IP {ip} is not available (held by {held[ip]})"
                 )
-        server = Server(self._id(), name, private_ips)
+        server = Server(self._id(), name, private_ips, labels=dict(labels or {}))
         self.servers[server.id] = server
         self.log.append(f"create server {name}")
         self.on_create(name)

@@ -323,7 +323,11 @@ def update(args: list[str], stack: str, preview: bool) -> int:
     with warnings_logged(events):
         try:
             # In the folder the SDK runs the CLI in: the project's.
-            EngineStack(engine, Path.cwd()).up(replace=options(args, "--replace"))
+            EngineStack(engine, Path.cwd()).up(
+                replace=options(args, "--replace"),
+                target=options(args, "--target") or None,
+                target_dependents="--target-dependents" in args,
+            )
         except auto.CommandError as error:  # EngineStack's: the engine's `error:` line
             (failure,) = [line[line.index("error:") :] for line in str(error).splitlines()
                           if "error:" in line]  # fmt: skip
