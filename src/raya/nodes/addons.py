@@ -174,7 +174,16 @@ def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
     """The cloud controller's values: the private network (from the `hcloud` Secret) for
     node addresses and load balancer targets, no routes (flannel carries pod traffic, and the
     pods' range is outside the network's), and load balancers in the cluster's location
-    reaching their targets over the private network unless a Service says otherwise."""
+    reaching their targets over the private network unless a Service says otherwise. In the
+    public mode there is no network: the nodes' public addresses, and no network at all."""
+    if config.public:
+        return {
+            "networking": {"enabled": False},
+            "env": {
+                "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": config.location},
+                "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "false"},
+            },
+        }
     return {
         "networking": {"enabled": True, "clusterCIDR": K3S_CLUSTER_CIDR},
         "env": {
@@ -215,7 +224,7 @@ def traefik_config(config: StackConfig) -> dict[str, Any]:
                             f"{LB}/name": f"{config.cluster_name}-ingress",
                             f"{LB}/location": config.location,
                             f"{LB}/type": LOAD_BALANCER_TYPE,
-                            f"{LB}/use-private-ip": "true",
+                            f"{LB}/use-private-ip": "false" if config.public else "true",
                         }
                     }
                 }
