@@ -104,6 +104,9 @@ def test_nodes_get_a_primary_ip_each_and_no_network(tmp_path: Path) -> None:
         "hcloud:index/loadBalancer:LoadBalancer",
     }
     ips = result.of_type(PRIMARY_IP)
+    # What `raya status` compares the API servers' endpoints with: the public address.
+    outputs = result.outputs["servers"]
+    assert {name: entry["nodeIp"] for name, entry in outputs.items()} == addresses(result)
     assert sorted(ips) == sorted(f"{node.name}-ipv4" for node in cluster.nodes)
     for name, server in result.of_type(SERVER).items():
         inputs = reveal(server.inputs)
@@ -157,8 +160,8 @@ def test_servers_wait_for_every_firewall(tmp_path: Path) -> None:
     mocks = provider_mocks()
     result = run(mocks, cluster)
     firewalls = result.of_type(FIREWALL)
-    assert sorted(firewalls) == ["firewall", "firewall-2"]
-    assert [reveal(f.inputs)["name"] for f in firewalls.values()] == ["raya", "raya-2"]
+    names = {resource: reveal(f.inputs)["name"] for resource, f in firewalls.items()}
+    assert names == {"firewall": "raya", "firewall-2": "raya-2"}
     for name in result.of_type(SERVER):
         waits = {urn.rsplit("::", 1)[1] for urn in mocks.dependencies[name]}
         assert {"firewall", "firewall-2"} <= waits, name

@@ -135,6 +135,11 @@ def define(
                 "serverId": servers[node.name].id,
                 "dnsName": cluster.dns_name(node),
                 "privateIp": str(node.private_ip),
+                # The address k3s registers the node with (its InternalIP, an API server's
+                # endpoint): the private one, or in the public mode its primary IP.
+                "nodeIp": addresses[node.name].ip_address
+                if node.name in addresses
+                else str(node.private_ip),
                 "ipv4": servers[node.name].ipv4_address,
                 "ipv6": servers[node.name].ipv6_address,
                 # Public: what `raya ssh` pins the node's identity to.
