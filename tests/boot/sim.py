@@ -78,7 +78,8 @@ SIM_GITHUB = f"http://{METADATA_ADDRESS}/github"
 EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
 CLONE_NEWNET = 0x40000000
 
-Attachment = Literal["present", "late-link", "hot-plug"]
+# How the private NIC arrives; "none": no private network at all (raya:network: public).
+Attachment = Literal["present", "late-link", "hot-plug", "none"]
 MiB = 1024 * 1024
 FOREIGN_LABEL = "someone-else"
 
@@ -708,7 +709,8 @@ def booted(
             if plan.volume is not None:
                 node.volume = make_volume(plan.volume, stack)
             nodes[plan.name] = node
-            hetzner.prepare_private(namespace, index, plan.attachment)
+            if plan.attachment != "none":
+                hetzner.prepare_private(namespace, index, plan.attachment)
         start = time.monotonic()
         for index, plan in enumerate(plans):
             hetzner.attach_public(
@@ -729,7 +731,7 @@ def booted(
             if node.plan.attachment == "present":
                 hetzner.connect_private(*arguments)
             launch(node)
-            if node.plan.attachment != "present":
+            if node.plan.attachment not in ("present", "none"):
                 timer = threading.Timer(node.plan.delay, hetzner.connect_private, arguments)
                 timer.start()
                 timers.append(timer)
