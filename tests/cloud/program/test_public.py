@@ -271,6 +271,16 @@ def test_node_configs_use_wireguard_over_the_public_addresses(tmp_path: Path) ->
         else:
             assert config["server"] == api, name  # the API's name: every control plane
             assert "flannel-backend" not in config or name.startswith("control-plane-")
+    # The cloud controller without a network (none to name in its Secret), and load
+    # balancers reaching their targets by their public addresses.
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"
+    secret = yaml.safe_load(files["control-plane"][f"{manifests}/raya-hcloud-credentials.yaml"])
+    assert set(secret["stringData"]) == {"token"}
+    charts = list(yaml.safe_load_all(files["control-plane"][f"{manifests}/raya-helm-charts.yaml"]))
+    (ccm,) = [c for c in charts if c and "cloud-controller" in c["metadata"]["name"]]
+    values = yaml.safe_load(ccm["spec"]["valuesContent"])
+    assert values["networking"] == {"enabled": False}
+    assert values["env"]["HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP"] == {"value": "false"}
     # The first control plane's datastore guard asks its peers by name: they have no private
     # address to be reached at.
     units = json.loads(reveal(result.of_type(SERVER)["control-plane"].inputs)["userData"])
