@@ -28,6 +28,8 @@ METADATA_SCRIPT = "/usr/local/bin/raya-node-metadata"
 PRIVATE_KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
 GUARD = "/etc/nftables/raya-metadata-guard.nft"
 ANYWHERE = {"0.0.0.0/0", "::/0"}
+# Two API sources as the default has, but narrow: the nodes must be listed beside them.
+NARROW: dict[str, Any] = {"apiSources": ["203.0.113.0/24", "2001:db8::/32"]}
 # Hetzner's limits, as its docs state them (the Firewalls FAQ; the API's set_rules; the
 # Placement groups page), written here as figures, not read from the code.
 FIREWALLS_PER_SERVER = 5
@@ -156,7 +158,7 @@ def test_one_control_plane_has_no_etcd_peers_to_admit(tmp_path: Path) -> None:
 
 
 def test_servers_wait_for_every_firewall(tmp_path: Path) -> None:
-    cluster = large(tmp_path, 240, 10, control_planes=5)  # 255 nodes: 2 firewalls
+    cluster = large(tmp_path, 240, 10, control_planes=5, **NARROW)  # 255 nodes: 2 firewalls
     mocks = provider_mocks()
     result = run(mocks, cluster)
     firewalls = result.of_type(FIREWALL)
@@ -171,7 +173,7 @@ def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
     # 5 control planes and 1,000 agents: 1,005 addresses for WireGuard and for the API, 5
     # control planes for the kubelet and for etcd, 2 SSH, 2 API, 4 web, 2 ICMP sources:
     # 2 x 1,005 + 2 x 5 + 10 = 2,030 effective rules, one per source address.
-    cluster = large(tmp_path, 500, 500, control_planes=5)
+    cluster = large(tmp_path, 500, 500, control_planes=5, **NARROW)
     layout = firewall_layout(cluster)
     weights = [sum(len(rule.sources) for rule in rules) for rules in layout]
     assert sum(weights) == 2030
@@ -186,14 +188,28 @@ def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
         assert {getattr(s, "name", None) for s in held} >= {n.name for n in cluster.nodes}
 
 
+def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: Path) -> None:
+    # raya:apiSources' default holds 0.0.0.0/0, which every node's address is in: 1,005
+    # WireGuard sources, 5 + 5 for the kubelet and etcd, 10 others: 1,025, 3 firewalls.
+    cluster = large(tmp_path, 500, 500, control_planes=5)
+    layout = firewall_layout(cluster)
+    assert sum(len(rule.sources) for rules in layout for rule in rules) == 1025
+    assert len(layout) == 3
+    api = {s for rules in layout for rule in rules if rule.port == "6443" for s in rule.sources}
+    assert api == ANYWHERE
+    opened = admitted(run(provider_mocks(), large(tmp_path, 2)))
+    assert opened[("tcp", "6443")] == ANYWHERE
+    assert len(opened[("udp", "51820")]) == 5  # still only from the nodes
+
+
 def test_past_five_firewalls_the_fleet_is_refused_before_anything_is_declared(
     tmp_path: Path,
 ) -> None:
     # 5 firewalls of 500: 2,500. 2 x 1,240 nodes + 2 x 5 + 10 = 2,500 fits; one node more
     # is 2,502.
-    fits = large(tmp_path, 500, 500, 235, control_planes=5)
+    fits = large(tmp_path, 500, 500, 235, control_planes=5, **NARROW)
     assert len(fits.nodes) == 1240 and len(firewall_layout(fits)) == 5
-    over = large(tmp_path, 500, 500, 236, control_planes=5)
+    over = large(tmp_path, 500, 500, 236, control_planes=5, **NARROW)
     mocks = provider_mocks()
     with pytest.raises(DeployError) as refused:
         run(mocks, over)
@@ -206,12 +222,12 @@ def test_past_five_firewalls_the_fleet_is_refused_before_anything_is_declared(
 
 def test_the_firewalls_follow_the_nodes_in_the_same_run(tmp_path: Path) -> None:
     mocks = provider_mocks()
-    before = run(mocks, large(tmp_path, 2))
-    grown = run(mocks, large(tmp_path, 3))
+    before = run(mocks, large(tmp_path, 2, **NARROW))
+    grown = run(mocks, large(tmp_path, 3, **NARROW))
     wireguard = admitted(grown)[("udp", "51820")]
     assert f"{addresses(grown)['p0-2']}/32" in wireguard
     assert len(wireguard) == len(admitted(before)[("udp", "51820")]) + 1
-    shrunk = run(mocks, large(tmp_path, 1))
+    shrunk = run(mocks, large(tmp_path, 1, **NARROW))
     assert len(admitted(shrunk)[("udp", "51820")]) == 4  # 3 control planes, p0-0
     assert f"{addresses(grown)['p0-1']}/32" not in admitted(shrunk)[("tcp", "6443")]
 

@@ -18,6 +18,7 @@ by label.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -80,13 +81,16 @@ def openings(cluster: Cluster) -> list[Rule]:
 
     nodes = tuple(Peer(node.name) for node in cluster.nodes) if config.public else ()
     control_planes = tuple(Peer(node.name) for node in cluster.control_planes)
+    # Every public IPv4 address is in 0.0.0.0/0: listing the nodes beside it would only
+    # spend effective rules.
+    api_nodes = () if ipaddress.IPv4Network("0.0.0.0/0") in config.api_sources else nodes
     rules = [
         Rule("tcp", SSH_PORT, cidrs(config.ssh_sources), "SSH from raya:sshSources"),
         Rule(
             "tcp",
             API_PORT,
-            (*cidrs(config.api_sources), *nodes),
-            "Kubernetes API, raya:apiSources" + (" and the nodes" if nodes else ""),
+            (*cidrs(config.api_sources), *api_nodes),
+            "Kubernetes API, raya:apiSources" + (" and the nodes" if api_nodes else ""),
         ),
         *(Rule("tcp", port, ANYWHERE, "ingress") for port in WEB_PORTS),
         Rule("icmp", None, ANYWHERE, "ICMP"),
@@ -130,7 +134,8 @@ def firewall_layout(cluster: Cluster) -> tuple[tuple[Rule, ...], ...]:
         raise DeployError(
             f"deploy/fleet/agents.json: {len(cluster.nodes)} nodes need {total} effective "
             f"firewall rules (one per source address of each rule: WireGuard and the API from "
-            f"every node, the kubelet and etcd from the control planes, "
+            f"every node (the API unless raya:apiSources holds 0.0.0.0/0), the kubelet and "
+            f"etcd from the control planes, "
             f"{len(config.ssh_sources)} raya:sshSources, {len(config.api_sources)} "
             f"raya:apiSources), but Hetzner holds {EFFECTIVE_RULES_PER_FIREWALL} in a firewall "
             f"and applies at most {FIREWALLS_PER_SERVER} to a server "
