@@ -95,6 +95,9 @@ def one_run() -> None:
 def scale_run(agents: int) -> None:
     """The child of --scale: CPU seconds of the firewall computation alone, then of one run
     of the program under mocks, and the peak memory before and after, printed."""
+    import dataclasses
+    import ipaddress
+
     from tests.cloud.program.mocks import ProviderMocks, Snapshot, Zone, run_program
 
     from raya.cloud.program import define
@@ -109,10 +112,22 @@ def scale_run(agents: int) -> None:
     mocks = ProviderMocks(
         zones=[Zone("example-com", "example.com.")], snapshots=[Snapshot(1, labels)]
     )
+    # The worst case besides: two narrow API sources, so the nodes are listed for the API too.
+    narrow = dataclasses.replace(
+        cluster,
+        config=dataclasses.replace(
+            cluster.config,
+            api_sources=(ipaddress.ip_network("203.0.113.0/24"),
+                         ipaddress.ip_network("2001:db8::/32")),
+        ),
+    )  # fmt: skip
     before = peak_rss_mib()
     start = time.process_time()
     layout = firewall_layout(cluster)
     firewall = time.process_time() - start
+    start = time.process_time()
+    narrow_layout = firewall_layout(narrow)
+    narrow_seconds = time.process_time() - start
     start = time.process_time()
     result = run_program(
         mocks, lambda: define(cluster, pins, render, hcloud_token=CLUSTER_TOKEN)
@@ -121,7 +136,9 @@ def scale_run(agents: int) -> None:
     print(json.dumps({"firewall": firewall, "program": seconds, "rss_before": before,
                       "rss_peak": peak_rss_mib(), "resources": len(result.resources),
                       "firewalls": len(layout),
-                      "effective": [effective_rules(rules) for rules in layout]}))
+                      "effective": [effective_rules(rules) for rules in layout],
+                      "firewall narrow": narrow_seconds,
+                      "narrow": [effective_rules(rules) for rules in narrow_layout]}))
 
 
 class NoOutputs(pulumi.runtime.Mocks):
@@ -154,10 +171,11 @@ def main() -> None:
         return
     if args.scale:
         rows = {agents: scale_child(__file__, agents) for agents in SCALE_AGENTS}
-        scale_table("program under mocks", rows, ("program", "firewall"))
+        scale_table("program under mocks", rows, ("program", "firewall", "firewall narrow"))
         for agents, found in rows.items():
             print(f"  N={agents:>5}: {found['resources']} resources, {found['firewalls']} "
-                  f"firewalls of {found['effective']} effective rules (Hetzner: 5 of 500)")
+                  f"firewalls of {found['effective']} effective rules (Hetzner: 5 of 500); "
+                  f"with narrow raya:apiSources {len(found['narrow'])} of {found['narrow']}")
         return
     sources = checkouts(args.before)
     times: dict[tuple[str, str], list[float]] = {}
