@@ -125,6 +125,24 @@ def test_nodes_get_a_primary_ip_each_and_no_network(tmp_path: Path) -> None:
         assert result.resources[f"{name}-ipv4"].options.protect == name.startswith("control")
 
 
+def test_the_names_resolve_before_the_servers_exist(tmp_path: Path) -> None:
+    # Agents register through `cp.<zone>`: its records are made from the primary IPs, not
+    # after the servers, so no node asks a name that does not exist yet (an answer a
+    # resolver keeps for the zone's negative TTL).
+    cluster = large(tmp_path, 2)
+    mocks = provider_mocks()
+    result = run(mocks, cluster)
+    ips = {name.removesuffix("-ipv4"): reveal(ip.outputs)["ipAddress"]
+           for name, ip in result.of_type(PRIMARY_IP).items()}  # fmt: skip
+    records = result.of_type("gcp:dns/recordSet:RecordSet")
+    assert reveal(records["cp"].inputs)["rrdatas"] == [
+        ips[node.name] for node in cluster.control_planes
+    ]
+    assert reveal(records["p0-1-record"].inputs)["rrdatas"] == [ips["p0-1"]]
+    for name in records:
+        assert not any("Server::" in urn for urn in mocks.dependencies[name]), name
+
+
 def test_the_firewalls_admit_between_nodes_only_what_each_role_needs(tmp_path: Path) -> None:
     cluster = large(tmp_path, 3, 2, apiSources=["203.0.113.7/32"], sshSources=[])
     result = run(provider_mocks(), cluster)

@@ -121,7 +121,15 @@ def define(
         for node in cluster.nodes
     }
     servers = {name: server.server for name, server in defined.items()}
-    define_records(cluster, zone, servers)
+    # The public mode's addresses are known before the servers: the names resolve first.
+    define_records(
+        cluster,
+        zone,
+        {
+            name: addresses[name].ip_address if name in addresses else server.ipv4_address
+            for name, server in servers.items()
+        },
+    )
     return {
         "zone": config.zone_dns_name,
         "nameServers": zone.name_servers,
