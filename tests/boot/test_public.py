@@ -1,7 +1,9 @@
-"""The public mode's first control plane (`raya:network: public`) booted under real systemd
-and NetworkManager (systemd-nspawn) on the simulated Hetzner network, with no private NIC at
-all: k3s gets the public address from the metadata service as node-ip and serves on it, with
-flannel's WireGuard backend and no flannel interface named; the metadata guard as before."""
+"""The public mode (`raya:network: public`): its first control plane and an agent booted under
+real systemd and NetworkManager (systemd-nspawn) on the simulated Hetzner network, with no
+private NIC at all: k3s gets the public address from the metadata service as node-ip and the
+server serves on it, with flannel's WireGuard backend and no flannel interface named; the
+agent registers through the API's name (answered by the public side's DNS, as the cluster's
+zone answers it); the metadata guard as before."""
 
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from tests.support import require_root, require_tool
 
 # The datastore guard asks four peers by name, none of which resolves here, then k3s starts.
 DEADLINE = 150.0
+API = "cp.raya.example.com"
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[BootedNode]:
+def nodes() -> Iterator[dict[str, BootedNode]]:
     for tool in ("debootstrap", "systemd-nspawn", "ip", "dnsmasq", "nsenter", "journalctl",
                  "losetup", "mkfs.ext4", "blkid"):  # fmt: skip
         require_tool(tool)
@@ -33,20 +36,28 @@ def node() -> Iterator[BootedNode]:
     config = dataclasses.replace(example.config, network="public")
     cluster = build_cluster(config, ("cx23",), "the public boot")
     rendered = render(cluster, generate_example_secrets(n.name for n in cluster.nodes))
-    first = rendered["control-plane"]
-    plan = NodePlan(
-        name="control-plane",
-        ignition=first.ignition,
-        private_ip=first.node.private_ip,
-        attachment="none",
-        volume=VolumePlan(VOLUME_ID),
-    )
+    plans = [
+        NodePlan(
+            name=name,
+            ignition=rendered[name].ignition,
+            private_ip=rendered[name].node.private_ip,
+            attachment="none",
+            volume=VolumePlan(VOLUME_ID) if name == "control-plane" else None,
+        )
+        for name in ("control-plane", "agent-0")
+    ]
 
     def serving(booted_node: BootedNode) -> bool:
         return booted_node.job_done(k3s_unit(booted_node)) is not None
 
-    with booted([plan], serving, DEADLINE) as nodes:
-        yield nodes["control-plane"]
+    # The API's name holds the control plane's address (node 0 of the group).
+    with booted(plans, serving, DEADLINE, names={API: 0}) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def node(nodes: dict[str, BootedNode]) -> BootedNode:
+    return nodes["control-plane"]
 
 
 def _config(node: BootedNode) -> dict[str, object]:
@@ -91,3 +102,17 @@ def test_the_metadata_guard_is_kept(node: BootedNode) -> None:
 def test_the_datastore_guard_asks_its_peers_by_name(node: BootedNode) -> None:
     unit = (node.root / "etc/systemd/system/k3s.service").read_text()
     assert "cp1.raya.example.com cp2.raya.example.com cp3.raya.example.com" in unit
+
+
+def test_the_agent_registers_through_the_apis_name(nodes: dict[str, BootedNode]) -> None:
+    agent, server = nodes["agent-0"], nodes["control-plane"]
+    assert agent.job_done("k3s-agent.service") is not None, "the agent never joined"
+    config = _config(agent)
+    assert config["server"] == f"https://{API}:6443"
+    assert config["node-ip"] == config["node-external-ip"] == agent.state["public_address"]
+    # The stand-in joins as k3s does: the CA checked by the token's hash, then the server's
+    # certificate for the name (its tls-san), at the control plane's public address.
+    joined = [e.message for e in agent.logged("k3s") if e.message.startswith("joined ")]
+    assert joined and joined[0].startswith(f"joined https://{API}:6443")
+    assert server.state["public_address"] != agent.state["public_address"]
+    assert not agent.has_private_nic() and agent.state["failed"] == []
