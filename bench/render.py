@@ -1,6 +1,10 @@
 """Benchmark: rendering a control plane + 200 agents, and config sizes by user count.
 
-Run: .venv/bin/python bench/render.py [--rounds 5] [--before OTHER/src]
+Run: .venv/bin/python bench/render.py [--rounds 5] [--before OTHER/src] [--scale]
+The fleet is in the public mode (`raya:network: public`): the private one holds 100 nodes at
+most, and the configs differ by a few lines. `--before` compares with a checkout that has it.
+`--scale` measures instead the render of 5 control planes and 100, 500, 1,000 agents: CPU
+time and peak memory, each fleet in a fresh process.
 Targets (issue 26): the 201 configs in under 0.5 s in-process, and `raya render` of them in
 under 1 s as a process. Each round runs, one after the other (paired, see bench/processes.py):
 - in-process: a fresh interpreter renders the fleet once and reports the CPU time of that
@@ -31,7 +35,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.processes
 
-from bench.processes import arguments, checkouts, child, cpu_time, load, ratios, spread
+from bench.processes import (
+    SCALE_AGENTS,
+    arguments,
+    checkouts,
+    child,
+    cpu_time,
+    load,
+    peak_rss_mib,
+    ratios,
+    scale_child,
+    scale_fleet,
+    scale_table,
+    spread,
+)
 from bench.shares import compose_seconds, timing
 from raya.butane import dataurl
 from raya.errors import RenderError
@@ -52,7 +69,22 @@ TARGETS = {"in-process": 0.5, "floor": 0.5, "as a process": 1.0}
 
 def fleet() -> Cluster:
     example = load_cluster(EXAMPLE_ROOT, EXAMPLE_STACK)
-    return build_cluster(example.config, ("cx23",) * AGENTS, "bench")
+    config = dataclasses.replace(example.config, network="public")
+    return build_cluster(config, ("cx23",) * AGENTS, "bench")
+
+
+def scale_render(agents: int) -> None:
+    """The child of --scale: CPU seconds and peak memory of rendering the scale fleet."""
+    cluster = scale_fleet(agents)
+    secrets = generate_example_secrets(node.name for node in cluster.nodes)
+    ids = {node.name: str(100000001 + k) for k, node in enumerate(cluster.control_planes)}
+    before = peak_rss_mib()
+    start = time.process_time()
+    nodes = render_cluster(cluster, secrets, volume_id=ids, charts=CHARTS)
+    seconds = time.process_time() - start
+    largest = max(len(node.ignition) for node in nodes)
+    print(json.dumps({"render": seconds, "rss_before": before, "rss_peak": peak_rss_mib(),
+                      "largest": largest}))
 
 
 def one_render() -> None:
@@ -77,6 +109,8 @@ def fleet_time(rounds: int, before: Path | None) -> None:
         project = Path(folder) / "project"
         shutil.copytree(EXAMPLE_ROOT, project)
         fleet_file(project).write_text(json.dumps({"agents": ["cx23"] * AGENTS}))
+        stack = project / f"Pulumi.{EXAMPLE_STACK}.yaml"
+        stack.write_text(stack.read_text() + "  raya:network: public\n")
         # Its report on stderr is not the benchmark's.
         render = ["sh", "-c", 'exec "$@" 2>/dev/null', "sh", RAYA, "render", "--root",
                   str(project), "--stack", EXAMPLE_STACK, "--out", str(Path(folder) / "out")]
@@ -159,9 +193,18 @@ def size_table() -> None:
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0], rounds=5)
+    args = arguments(__doc__.splitlines()[0], rounds=5, scale="the render")
     if args.child:
         one_render()
+        return
+    if args.scale_child:
+        scale_render(args.scale_child)
+        return
+    if args.scale:
+        rows = {agents: scale_child(__file__, agents) for agents in SCALE_AGENTS}
+        scale_table("render", rows, ("render",))
+        for agents, found in rows.items():
+            print(f"  N={agents:>5}: largest config {found['largest']:,} B of {IGNITION_LIMIT:,}")
         return
     fleet_time(args.rounds, args.before)
     size_table()

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -78,7 +78,8 @@ SIM_GITHUB = f"http://{METADATA_ADDRESS}/github"
 EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
 CLONE_NEWNET = 0x40000000
 
-Attachment = Literal["present", "late-link", "hot-plug"]
+# How the private NIC arrives; "none": no private network at all (raya:network: public).
+Attachment = Literal["present", "late-link", "hot-plug", "none"]
 MiB = 1024 * 1024
 FOREIGN_LABEL = "someone-else"
 
@@ -340,12 +341,22 @@ class Hetzner:
         self._unavailable_until[str(self.public_address(index))] = unavailable_until
         self._github_unavailable_until[str(self.public_address(index))] = github_until
 
-    def start_dhcp(self) -> None:
+    def start_dhcp(self, names: Mapping[str, int] | None = None) -> None:
+        """DHCP on the public side; with `names` (DNS name -> the index of the node whose
+        public address it holds), DNS too, answering those names alone, as the cluster's
+        public zone does (what DHCP hands out as the resolver: dnsmasq's own address)."""
+        dns = (
+            ["--port=53", "--no-resolv", "--no-hosts",
+             *(f"--address=/{name}/{self.public_address(index)}"
+               for name, index in names.items())]
+            if names
+            else ["--port=0"]
+        )  # fmt: skip
         dnsmasq = subprocess.Popen(
             [
                 "ip", "netns", "exec", self.namespace,
                 require_tool("dnsmasq"),
-                "--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--no-ping",
+                "--keep-in-foreground", "--conf-file=/dev/null", *dns, "--no-ping",
                 "--interface=pub", "--bind-interfaces", "--leasefile-ro", "--pid-file",
                 "--dhcp-authoritative",
                 f"--dhcp-range={PUBLIC_GATEWAY + 200},{PUBLIC_GATEWAY + 250},255.255.255.0,1h",
@@ -688,11 +699,13 @@ def booted(
     *,
     balancer: Balancer | None = None,
     step: Callable[[Fleet], None] | None = None,
+    names: Mapping[str, int] | None = None,
 ) -> Iterator[dict[str, BootedNode]]:
     """Boot every planned node at once (held ones when `step` starts them) on one simulated
     Hetzner network, with `balancer` on its private side; call `step` every second; wait
     until each is `ready` (or `deadline` seconds have passed), snapshot them, stop them, and
-    yield the stopped nodes, whose journals stay readable until the context exits."""
+    yield the stopped nodes, whose journals stay readable until the context exits. `names`:
+    DNS names the public side answers (`Hetzner.start_dhcp`)."""
     base = debian_root()
     tag = f"{os.getpid() % 100000}-{next(_boots)}"
     with contextlib.ExitStack() as stack:
@@ -708,7 +721,8 @@ def booted(
             if plan.volume is not None:
                 node.volume = make_volume(plan.volume, stack)
             nodes[plan.name] = node
-            hetzner.prepare_private(namespace, index, plan.attachment)
+            if plan.attachment != "none":
+                hetzner.prepare_private(namespace, index, plan.attachment)
         start = time.monotonic()
         for index, plan in enumerate(plans):
             hetzner.attach_public(
@@ -717,7 +731,7 @@ def booted(
                 start + plan.metadata_unavailable_for,
                 start + plan.github_unavailable_for,
             )
-        hetzner.start_dhcp()
+        hetzner.start_dhcp(names)
         if balancer is not None:
             hetzner.balance(balancer)
         timers = []
@@ -729,7 +743,7 @@ def booted(
             if node.plan.attachment == "present":
                 hetzner.connect_private(*arguments)
             launch(node)
-            if node.plan.attachment != "present":
+            if node.plan.attachment not in ("present", "none"):
                 timer = threading.Timer(node.plan.delay, hetzner.connect_private, arguments)
                 timer.start()
                 timers.append(timer)

@@ -54,6 +54,8 @@ SHOWN = (
     "node-ip",
     "advertise-address",
     "node-external-ip",
+    "flannel-backend",
+    "flannel-iface",
     "tls-san",
     "kubelet-arg",
 )
@@ -89,6 +91,16 @@ def load_config(tell: Callable[[str], None] = say) -> dict[str, Any]:
     tell("config files: " + " ".join(str(path) for path in files))
     tell("config: " + json.dumps({key: config[key] for key in SHOWN if key in config}))
     return config
+
+
+def advertised(config: dict[str, Any]) -> str:
+    """The address a server advertises and serves on: `advertise-address`, else the first
+    `node-external-ip`, else the first `node-ip` (k3s pkg/cli/server/server.go, `run`: "if not
+    set, try setting advertise-ip from agent node-external-ip", then "from agent node-ip")."""
+    for key in ("advertise-address", "node-external-ip", "node-ip"):
+        if config.get(key):
+            return str(_listed(config[key])[0])
+    raise SystemExit("no address to advertise (k3s would take the default route's)")
 
 
 def _listed(value: Any) -> list[Any]:
@@ -132,7 +144,7 @@ def serve(config: dict[str, Any]) -> int:
     token = str(config["token"])
     if not start_datastore(config, token):
         return 1
-    address = str(config["advertise-address"])
+    address = advertised(config)
     names = [str(name) for name in config.get("tls-san", [])]
     serving = serving_certificate(ca, Path(tempfile.mkdtemp()), address, names)
     cacerts = (TLS / "server-ca.crt").read_bytes()
@@ -267,7 +279,7 @@ def agent(config: dict[str, Any]) -> int:
 def kubectl(config: dict[str, Any], arguments: list[str]) -> int:
     """`k3s kubectl`: refused while the server's API does not answer (as kubectl is),
     else done; what it was asked is logged."""
-    address = (str(config["advertise-address"]), 6443)
+    address = (advertised(config), 6443)
     try:
         socket.create_connection(address, timeout=2).close()
     except OSError as error:
@@ -338,7 +350,7 @@ def cluster_reset(arguments: list[str]) -> int:
         record("cannot perform cluster-reset while server URL is set - remove server from "
                "configuration before resetting")  # fmt: skip
         return 1
-    address = (str(config["advertise-address"]), 6443)
+    address = (advertised(config), 6443)
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -63,6 +63,16 @@ def test_defaults_are_the_specs() -> None:
     anywhere = (ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
     assert config.ssh_sources == config.api_sources == anywhere
     assert config.acme_email == "ops@example.org"
+    assert config.network == "private" and not config.public
+
+
+@pytest.mark.parametrize("value", ["Public", "large", "", True, ["public"], 0])
+def test_the_network_mode_is_private_or_public(value: object) -> None:
+    assert error_of(network=value) == (
+        f"{SOURCE}: raya:network is {value!r}; accepted: private (one Hetzner network, at most "
+        "100 nodes) or public (the nodes talk over their public addresses, WireGuard between "
+        "them)"
+    )
 
 
 def test_every_setting_can_be_given() -> None:
@@ -89,6 +99,7 @@ def test_every_setting_can_be_given() -> None:
         backupS3={"endpoint": "minio.lab:9000", "bucket": "lab-backups"},
         recoveryKit="~/vault/lab-2.kit.json",
         fromRecoveryKit="kits/lab-1.kit.json",
+        network="public",
     )
     # The settings docs/config.md lists: the call above gives each of them.
     assert (
@@ -111,6 +122,7 @@ def test_every_setting_can_be_given() -> None:
             "loadBalancerSubnet",
             "location",
             "managedSubdomain",
+            "network",
             "networkRange",
             "networkZone",
             "nodesSubnet",
@@ -140,6 +152,7 @@ def test_every_setting_can_be_given() -> None:
     assert config.acme_email == "Certs+lab@Corp.Example.org"
     assert config.control_plane_volume_size == 20
     assert config.control_planes == 3
+    assert config.network == "public" and config.public
     assert (config.backup_schedule, config.backup_retention) == ("@daily", 14)
     assert config.backup_s3 == BackupS3("minio.lab:9000", "lab-backups", "us-east-1", "lab-2")
 

@@ -112,15 +112,62 @@ def test_no_agents_and_a_tainted_control_plane_is_refused() -> None:
 
 
 def test_a_subnet_holds_agents_up_to_its_last_host() -> None:
-    full = build_cluster(config(), ("cx23",) * 235, "agents.json")
+    # More than one Hetzner network holds: the public mode's.
+    full = build_cluster(config(network="public"), ("cx23",) * 235, "agents.json")
     assert str(full.agents[-1].private_ip) == "10.0.1.254"
     assert full.agents[-1].name == "agent-234"
     with pytest.raises(ConfigError) as caught:
-        build_cluster(config(), ("cx23",) * 236, "deploy/fleet/agents.json")
+        build_cluster(config(network="public"), ("cx23",) * 236, "deploy/fleet/agents.json")
     assert str(caught.value) == (
         "deploy/fleet/agents.json: 236 agents, but nodesSubnet 10.0.1.0/24 addresses at most "
         "235 from 10.0.1.20"
     )
+
+
+def test_the_private_mode_stops_at_one_networks_100_servers() -> None:
+    # Hetzner's Networks FAQ: a network holds at most 100 servers; every node of the private
+    # mode is on the cluster's one network.
+    wide = {"nodesSubnet": "10.0.0.0/22", "controlPlaneIp": "10.0.0.10"}
+    assert len(build_cluster(config(**wide), ("cx23",) * 99, "f").nodes) == 100
+    with pytest.raises(ConfigError) as caught:
+        build_cluster(config(**wide), ("cx23",) * 100, "deploy/fleet/agents.json")
+    assert str(caught.value) == (
+        "deploy/fleet/agents.json: 101 nodes (control planes: 1, agents: 100), but raya:network "
+        "is private and a Hetzner network holds at most 100 servers (Hetzner's Networks FAQ); "
+        "accepted: at most 100 nodes, or raya:network: public in a new stack (the nodes talk "
+        'over their public addresses: docs/fleet.md, "Beyond 100 nodes")'
+    )
+    # Control planes count as much as agents: 5 and 96 agents are 101 servers too.
+    with pytest.raises(ConfigError, match=r"^f: 101 nodes \(control planes: 5, agents: 96\)"):
+        build_cluster(config(**wide, controlPlanes=5), ("cx23",) * 96, "f")
+    public = build_cluster(config(**wide, network="public"), ("cx23",) * 100, "f")
+    assert len(public.nodes) == 101
+
+
+def test_a_thousand_agents_in_pools_have_their_own_names_addresses_and_records(
+    tmp_path: Path,
+) -> None:
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            {"pools": [
+                {"name": "web", "type": "cx23", "count": 500, "addresses": "10.0.4.0/23"},
+                {"name": "batch", "type": "cpx31", "count": 500, "addresses": "10.0.6.0/23"},
+            ]},
+        )
+    )  # fmt: skip
+    wide = {"nodesSubnet": "10.0.0.0/20", "controlPlaneIp": "10.0.0.10", "controlPlanes": 5}
+    with pytest.raises(ConfigError, match=r"^f: 1005 nodes .*raya:network: public"):
+        build_cluster(config(**wide), fleet, "f")
+    cluster = build_cluster(config(**wide, network="public"), fleet, "f")
+    assert len(cluster.agents) == 1000 and len(cluster.nodes) == 1005
+    names = [node.name for node in cluster.agents]
+    assert names[0] == "web-0" and names[499] == "web-499" and names[500] == "batch-0"
+    assert len(set(names)) == 1000
+    assert len({node.private_ip for node in cluster.nodes}) == 1005
+    assert str(cluster.agents[-1].private_ip) == "10.0.7.243"  # batch-499
+    records = {cluster.dns_name(node) for node in cluster.nodes}
+    assert len(records) == 1005 and "batch-499.raya.example.com." in records
 
 
 def test_small_subnet_capacity() -> None:

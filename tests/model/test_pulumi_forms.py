@@ -59,6 +59,8 @@ FORMS: list[tuple[str, str, list[str]]] = [
     ),
     ("clusterName", "lab-2", ['"lab-2"', "'lab-2'"]),
     ("location", "hel1", ['"hel1"']),
+    # `pulumi config set raya:network public` stores the text; quoted, the same.
+    ("network", "public", ['"public"', "'public'"]),
     ("networkZone", "eu-central", ['"eu-central"']),
     ("controlPlaneServerType", "cax21", ['"cax21"']),
     # A YAML number where text is expected: Pulumi hands over the text written.

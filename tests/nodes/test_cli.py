@@ -170,6 +170,29 @@ def test_the_table_shows_what_a_pool_user_checks(tmp_path: Path) -> None:
     assert "wrote the .bu and .ign files of 4 nodes to out\n" in result.stderr
 
 
+def test_the_public_mode_table_shows_no_private_address(tmp_path: Path) -> None:
+    # raya:network: public attaches no private address; a fleet past one network's 100
+    # servers renders (5 control planes, 100 agents in a pool).
+    fleet: dict[str, object] = {"pools": [{"name": "web", "type": "cx23", "count": 100,
+                        "addresses": "10.0.2.0/25"}]}  # fmt: skip
+    project = project_of(
+        tmp_path, fleet, network="public", controlPlanes=5, nodesSubnet="10.0.0.0/22",
+        controlPlaneIp="10.0.0.10",
+    )  # fmt: skip
+    result = raya("render", cwd=project)
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()[1:]
+    assert len(rows) == 105
+    assert all("none (public mode)" in row for row in rows)
+    assert not any("10.0." in row for row in rows)
+    private = project_of(tmp_path, fleet, controlPlanes=5, nodesSubnet="10.0.0.0/22",
+                         controlPlaneIp="10.0.0.10")  # fmt: skip
+    refused = raya("render", cwd=private)
+    assert refused.returncode == 1
+    assert "105 nodes (control planes: 5, agents: 100)" in refused.stderr
+    assert "raya:network: public" in refused.stderr
+
+
 SNAPSHOT_SECRET = "/var/lib/raya/k3s-server-seed/manifests/raya-etcd-s3.yaml"
 
 

@@ -618,3 +618,44 @@ def test_local_path_stops_being_the_default_once_k3s_answers(
     )
     assert calls.read_text().splitlines() == [annotate] * 3
     assert (tmp_path / "sleeps").read_text().split() == ["10", "10"]  # every 10 s
+
+
+def test_in_the_public_mode_the_metadata_script_gives_k3s_the_public_address(
+    cluster: Cluster, secrets: ClusterSecrets, tmp_path: Path
+) -> None:
+    """The public mode has no private address for k3s: the script run against the metadata
+    stand-in writes the public IPv4 (the server's primary IP) as node-ip too, and k3s reads
+    the drop-in so (raya:network: public, docs/fleet.md)."""
+    import dataclasses
+
+    from raya.nodes.render import render_node
+    from tests.nodes.conftest import CHARTS
+
+    require_tool("curl")
+    config = dataclasses.replace(cluster.config, network="public")
+    public = dataclasses.replace(cluster, config=config)
+    agent = render_node(public, public.agents[0], secrets, charts=CHARTS)
+    files = ignition_files(agent.ignition)
+    assert "/etc/NetworkManager/system-connections/enp7s0.nmconnection" not in files
+    executable = tmp_path / "raya-node-metadata"
+    executable.write_bytes(files["/usr/local/bin/raya-node-metadata"])
+    executable.chmod(0o755)
+    output = tmp_path / "50-node-metadata.yaml"
+    metadata = {
+        "/hetzner/v1/metadata/public-ipv4": b"198.18.0.7",
+        "/hetzner/v1/metadata/instance-id": b"108542369",
+    }
+    with http_server(routes(metadata)) as url:
+        result = subprocess.run(
+            [str(executable), f"{url}/hetzner/v1/metadata", str(output)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(output.read_text()) == {
+        "node-ip": "198.18.0.7",
+        "node-external-ip": "198.18.0.7",
+        "kubelet-arg+": ["provider-id=hcloud://108542369"],
+    }
+    k3s = yaml.safe_load(files["/etc/rancher/k3s/config.yaml"])
+    assert "node-ip" not in k3s and "flannel-iface" not in k3s
+    assert k3s["server"] == "https://cp.raya.example.com:6443"

@@ -34,9 +34,9 @@ from tests.cloud.program.test_program import SERVER, provider_mocks, run
 from tests.nodes.tools import ignition_files
 from tests.operate import kube_api as ka
 from tests.operate.s3 import ObjectStorage, k3s_upload
-from tests.operate.test_status import LABELS, VERSION, addons_installed
+from tests.operate.test_status import LABELS, VERSION, addons_installed, cluster_list, listing
 from tests.runner import invoke
-from tests.support import http_server, routes
+from tests.support import http_server
 
 SNAPSHOTS = "/var/lib/rancher/k3s/server/db/snapshots"
 DB = "/var/lib/rancher/k3s/server/db"
@@ -321,12 +321,17 @@ def api(
     members), which the control planes' k3s serves (Stand); with the API's address."""
     stand, outputs = setup
     servers = outputs["servers"]
-    hetzner = {
-        f"/v1/servers/{entry['serverId']}": json.dumps(
-            {"server": fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)}
-        ).encode()
+    listed = {
+        name: fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
         for name, entry in servers.items()
     }
+    hetzner = cluster_list(
+        {
+            f"/v1/servers/{entry['serverId']}": json.dumps({"server": listed[name]}).encode()
+            for name, entry in servers.items()
+        },
+        listing(*listed.values()),
+    )
     started = time.monotonic()
     nodes = {
         name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
@@ -346,7 +351,7 @@ def api(
     monkeypatch.setattr(bk, "POLL", 0.1)
     monkeypatch.setenv("HCLOUD_TOKEN", "token")
     with (
-        http_server(routes(hetzner)) as hcloud_url,
+        http_server(hetzner) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
         ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):  # fmt: skip

@@ -61,12 +61,14 @@ INSTALL_HINT = (
 
 SERVER_TYPE = "hcloud:index/server:Server"
 VOLUME_TYPE = "hcloud:index/volume:Volume"
+PRIMARY_IP_TYPE = "hcloud:index/primaryIp:PrimaryIp"
 # What an unattended `raya up` must never replace nor delete (by resource type and name): the
 # control plane and its volume hold the cluster's state, the network and zone everything
 # else's addresses and names.
 PROTECTED = {
     (SERVER_TYPE, "control-plane"): "the control plane",
     ("hcloud:index/volume:Volume", "control-plane-state"): "the control plane's volume",
+    (PRIMARY_IP_TYPE, "control-plane-ipv4"): "the control plane's address (public mode)",
     ("hcloud:index/network:Network", "network"): "the network",
     ("hcloud:index/networkSubnet:NetworkSubnet", "nodes"): "the network's subnet",
     ("gcp:dns/managedZone:ManagedZone", "primary"): "the DNS zone",
@@ -283,11 +285,16 @@ def run(
     # it, and the engine refuses to delete a protected resource in a preview too
     # (pulumi/pulumi `pkg/resource/deploy/step.go`, `DeleteStep.Apply`): previews leave them
     # out (`Result.leaving` tells), and what hangs on them.
+    # In the public mode its primary IP too (raya.cloud.program.network). Nothing leaves in
+    # a destroy, which reads no cluster.
+    held = [(SERVER_TYPE, ""), (VOLUME_TYPE, "-state")]
+    if leaving and cluster.config.public:
+        held.append((PRIMARY_IP_TYPE, "-ipv4"))
     protected = sorted(
         _urn(root, stack_name, kind, f"{node}{suffix}")
         for node in leaving
         if node.startswith(f"{CONTROL_PLANE_NAME}-")
-        for kind, suffix in ((SERVER_TYPE, ""), (VOLUME_TYPE, "-state"))
+        for kind, suffix in held
     )
     previewed = (
         {**options, "exclude": protected, "exclude_dependents": True} if protected else options

@@ -89,7 +89,8 @@ def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool
             node.node.server_type,
             node.node.architecture,
             node.node.location or config.location,
-            str(node.node.private_ip),
+            # The public mode attaches no private address: its primary IP is Hetzner's pick.
+            "none (public mode)" if config.public else str(node.node.private_ip),
             cluster.dns_name(node.node),
             ",".join(f"{key}={value}" for key, value in node.node.labels) or "-",
             ",".join(node.node.taints) or "-",

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     # (a week of them with one control plane).
     "backupSchedule": "0 */6 * * *",
     "backupRetention": 28,
+    "network": "private",
 }
 REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 # Paths, relative to the project folder or absolute: where `raya up` writes the stack's
@@ -122,6 +123,10 @@ CONTROL_PLANE_COUNTS = (1, 3, 5)
 # With several control planes, a private load balancer takes the address after the last one
 # they may ever hold, so growing from 3 to 5 moves nothing (docs/control-plane.md).
 CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
+# How the nodes reach each other: `private`, over one Hetzner network (which holds at most 100
+# servers); `public`, over their public addresses, pod traffic in WireGuard (docs/fleet.md,
+# "Beyond 100 nodes").
+NETWORK_MODES = ("private", "public")
 # Hetzner's volume sizes, in GB.
 VOLUME_SIZES = range(10, 10241)
 _SERVER_TYPE = re.compile(r"([a-z]+)[0-9]+[a-z]*")
@@ -178,6 +183,12 @@ class StackConfig:
     recovery_kit: str | None = None  # where `raya up` writes the kit; None: the default
     # The kit this stack's server token, CA pairs and bucket come from (raya.cloud.kit).
     from_recovery_kit: str | None = None
+    network: str = "private"  # one of NETWORK_MODES
+
+    @property
+    def public(self) -> bool:
+        """The nodes talk over their public addresses, with no Hetzner network (the large mode)."""
+        return self.network == "public"
 
     @property
     def control_plane_ips(self) -> tuple[ipaddress.IPv4Address, ...]:
@@ -592,6 +603,14 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "one while a run uploads (docs/backups.md)",
         )
 
+    network_mode = merged["network"]
+    if network_mode not in NETWORK_MODES:
+        raise fail(
+            "network",
+            f"is {network_mode!r}; accepted: private (one Hetzner network, at most 100 nodes) "
+            "or public (the nodes talk over their public addresses, WireGuard between them)",
+        )
+
     backup_s3 = _backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail)
     if backup_s3 is None:
         # The deployment makes the bucket in GCS, named after the cluster
@@ -628,6 +647,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         backup_s3=backup_s3,
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
+        network=network_mode,
     )
 
 

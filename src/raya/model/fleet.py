@@ -37,6 +37,9 @@ AGENT_HOST_OFFSET = 20
 # The longest DNS name in text, without the final dot: 255 octets on the wire (RFC 1035,
 # section 2.3.4) less the length octets of the first label and of the root.
 DNS_NAME_MAX = 253
+# Servers one Hetzner network holds (Hetzner's Networks FAQ, "Are there any limits?"): the
+# private mode puts every node on one, so it stops there; the public mode has none.
+NETWORK_SERVER_LIMIT = 100
 CONTROL_PLANE_NAME = "control-plane"
 CONTROL_PLANE_LABEL = "cp"
 
@@ -278,6 +281,14 @@ def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: s
     )
     pooled = _pool_nodes(config, fleet.pools, {node.private_ip for node in nodes}, source)
     cluster = Cluster(config=config, control_planes=control_planes, agents=(*nodes, *pooled))
+    if not config.public and len(cluster.nodes) > NETWORK_SERVER_LIMIT:
+        raise ConfigError(
+            f"{source}: {len(cluster.nodes)} nodes (control planes: {len(control_planes)}, "
+            f"agents: {len(cluster.agents)}), but raya:network is private and a Hetzner network "
+            f"holds at most {NETWORK_SERVER_LIMIT} servers (Hetzner's Networks FAQ); accepted: "
+            f"at most {NETWORK_SERVER_LIMIT} nodes, or raya:network: public in a new stack "
+            "(the nodes talk over their public addresses: docs/fleet.md, \"Beyond 100 nodes\")"
+        )
     _check_unique(cluster, source)
     for node in cluster.nodes:
         name = cluster.dns_name(node).removesuffix(".")

@@ -189,7 +189,16 @@ def hcloud_ccm_values(config: StackConfig) -> dict[str, Any]:
     as `ip_range` when it attaches a balancer to the network, unless the Service's
     `load-balancer.hetzner.cloud/private-subnet-ip-range` names another
     (hetznercloud/hcloud-cloud-controller-manager v1.35.0, internal/hcops/load_balancer.go,
-    `attachToNetwork`; internal/config/config.go reads the variable)."""
+    `attachToNetwork`; internal/config/config.go reads the variable). In the public mode there
+    is no network: balancers reach the nodes by their public addresses."""
+    if config.public:
+        return {
+            "networking": {"enabled": False},
+            "env": {
+                "HCLOUD_LOAD_BALANCERS_LOCATION": {"value": config.location},
+                "HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP": {"value": "false"},
+            },
+        }
     return {
         "networking": {"enabled": True, "clusterCIDR": K3S_CLUSTER_CIDR},
         "env": {
@@ -271,7 +280,7 @@ def traefik_config(config: StackConfig) -> dict[str, Any]:
                             f"{LB}/name": f"{config.cluster_name}-ingress",
                             f"{LB}/location": config.location,
                             f"{LB}/type": LOAD_BALANCER_TYPE,
-                            f"{LB}/use-private-ip": "true",
+                            f"{LB}/use-private-ip": "false" if config.public else "true",
                         }
                     }
                 }

@@ -23,7 +23,7 @@ from raya.butane import transpile
 from raya.defaults import GITHUB_URL
 from raya.errors import ButaneError, RenderError
 from raya.model.config import CONTROL_PLANE_COUNTS, PRIVATE_ROUTE
-from raya.model.fleet import Cluster, Node, node_password
+from raya.model.fleet import CONTROL_PLANE_LABEL, Cluster, Node, node_password
 from raya.model.pins import ChartPins
 from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
 from raya.nodes.addons import manifests as addon_manifests
@@ -202,6 +202,9 @@ def _context(
         # datastore, and refuses a node that comes back (a replaced VM) with another one.
         "node_password_file": "/etc/rancher/node/password",
         "node_password": node_password(secrets.agent_secret, node.name),
+        # The public mode: no Hetzner network; k3s on the public address the metadata service
+        # names (the server's primary IP), pod traffic in WireGuard between the nodes.
+        "public": config.public,
         "network": {
             "interface": PRIVATE_INTERFACE,
             "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
@@ -255,7 +258,13 @@ def _context(
             ),
         },
     }
-    registration = f"https://{config.registration_ip}:{K3S_PORT}"
+    # The public mode registers through the API's name, which holds every control plane's
+    # address (k3s' fixed registration address may be round-robin DNS: docs.k3s.io,
+    # "High Availability Embedded etcd"; Go's dialer tries each address in turn).
+    api_name = cluster.dns_name(cluster.control_plane).rstrip(".")
+    registration = (
+        f"https://{api_name if config.public else config.registration_ip}:{K3S_PORT}"
+    )
     if node.role == "control-plane":
         first = node == cluster.control_plane
         return {
@@ -277,7 +286,12 @@ def _context(
                 "script": "/usr/local/bin/raya-k3s-datastore",
                 "join": "/etc/rancher/k3s/raya-join.yaml",
                 "dropin": JOIN_DROPIN,
-                "peers": [str(config.control_plane_ip + k) for k in range(1, MAX_CONTROL_PLANES)],
+                "peers": [
+                    f"{CONTROL_PLANE_LABEL}{k}.{config.zone_dns_name.rstrip('.')}"
+                    if config.public
+                    else str(config.control_plane_ip + k)
+                    for k in range(1, MAX_CONTROL_PLANES)
+                ],
                 "token": server_token(secrets.server_ca.cert_pem, secrets.join_secret),
             }
             if first
@@ -299,9 +313,9 @@ def _context(
             "tls_san": list(
                 dict.fromkeys(
                     [
-                        cluster.dns_name(cluster.control_plane).rstrip("."),
+                        api_name,
                         cluster.dns_name(node).rstrip("."),
-                        str(config.balancer_ip),
+                        *([] if config.public else [str(config.balancer_ip)]),
                     ]
                 )
             ),
@@ -342,7 +356,7 @@ def _context(
                 "file": HCLOUD_SECRET[0],
                 "name": HCLOUD_SECRET[1],
                 "token": secrets.hcloud_token,
-                "network": config.network_name,
+                "network": None if config.public else config.network_name,
             },
             "addons": sorted(
                 addon_manifests(

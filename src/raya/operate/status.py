@@ -248,10 +248,11 @@ def assess(
 
 
 def control_plane_addresses(outputs: Mapping[str, Any]) -> dict[str, str]:
-    """The stack's control planes, in order: name -> private address."""
+    """The stack's control planes, in order: name -> the address k3s uses (`nodeIp`: the
+    private one, or the public one in the public mode; `privateIp` in stacks from before)."""
     servers = outputs.get("servers", {})
     return {
-        name: str(entry.get("privateIp", ""))
+        name: str(entry.get("nodeIp", entry.get("privateIp", "")))
         for name, entry in sorted(servers.items(), key=_node_order)
         if _order(name)[0] == 0
     }

@@ -164,6 +164,7 @@ class ProviderMocks(pulumi.runtime.Mocks):
         self.force_replace: frozenset[str] = frozenset()  # resource names, for the next run
         self.replaced: list[str] = []  # this run's re-created resources
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.primary_ips: dict[str, tuple[str, str]] = {}  # id -> (address, location)
         self.failure: Exception | None = None  # what failed this run, as the engine says it
         self._lock = threading.Lock()
         self._serial = 1000
@@ -301,8 +302,23 @@ class ProviderMocks(pulumi.runtime.Mocks):
             network = ipaddress.IPv4Network(inputs["ipRange"])
             outputs["gateway"] = "10.0.0.1"
             return f"{int(inputs['networkId'])}-{network}", outputs
+        elif typ == "hcloud:index/primaryIp:PrimaryIp":
+            # Hetzner picks the address from its pool when the primary IP is made (its API,
+            # POST /primary_ips); here from the benchmarking range, one per primary IP.
+            assert inputs["type"] == "ipv4" and inputs["assigneeType"] == "server", inputs
+            outputs["ipAddress"] = str(ipaddress.IPv4Address("198.18.0.0") + serial)
+            self.primary_ips[str(serial)] = (outputs["ipAddress"], inputs["location"])
+            return str(serial), outputs
         elif typ == "hcloud:index/server:Server":
             outputs["ipv4Address"] = str(ipaddress.IPv4Address("203.0.113.0") + serial % 250 + 1)
+            primary = (inputs.get("publicNets") or [{}])[0].get("ipv4")
+            if primary is not None:
+                # A server made with a primary IP has it as its public IPv4, and must be in
+                # the primary IP's location (Hetzner's API, POST /servers `public_net.ipv4`;
+                # primary IPs are bound to a location).
+                address, location = self.primary_ips[str(int(primary))]
+                assert location == inputs["location"], (name, location, inputs["location"])
+                outputs["ipv4Address"] = address
             outputs["ipv6Address"] = f"2001:db8:{serial:x}::1"
             outputs["status"] = "running"
             return str(serial), outputs

@@ -315,6 +315,37 @@ def test_previews_leave_out_a_leaving_control_planes_protected_server_and_volume
     ]
 
 
+def test_in_the_public_mode_a_leaving_control_planes_address_leaves_with_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The public mode protects a control plane's primary IP as its volume
+    # (raya.cloud.program.network): leaving, it is left out of previews and unprotected by
+    # `up` with them. The stack file adds the mode to the example's settings.
+    stack_file = project / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text() + "  raya:network: public\n")
+    stack = stack_playing(monkeypatch, "drift-users.jsonl")
+    server = CP_URN.replace("::control-plane", "::control-plane-1")
+    volume = VOLUME_URN.replace("::control-plane-state", "::control-plane-1-state")
+    address = f"urn:pulumi:prod::raya::{deploy.PRIMARY_IP_TYPE}::control-plane-1-ipv4"
+    assert stack.state.deployment is not None
+    resources = [
+        *stack.state.deployment["resources"],
+        {"urn": server, "type": deploy.SERVER_TYPE, "protect": True},
+        {"urn": volume, "type": deploy.VOLUME_TYPE, "protect": True},
+        {"urn": address, "type": deploy.PRIMARY_IP_TYPE, "protect": True},
+    ]
+    stack.state = auto.Deployment(version=3, deployment={"resources": resources})
+    result = deploy.run("preview", project, "prod", lambda line: None)
+    assert result.leaving == ("control-plane-1",)
+    (preview,) = [options for action, options in stack.calls if action == "preview"]
+    assert preview["exclude"] == sorted([server, volume, address])
+    deploy.run("up", project, "prod", lambda line: None, removal=Hooks())
+    (imported,) = stack.imported
+    assert {r["urn"]: r.get("protect") for r in imported if "control-plane-1" in r["urn"]} == {
+        server: False, volume: False, address: False
+    }
+
+
 class Hooks:
     """A `deploy.Removal` that records what it is asked."""
 

@@ -239,6 +239,7 @@ def test_the_whole_graph_for_the_example_fleet() -> None:
         "serverId": result.resources["agent-1"].id,
         "dnsName": "a1.raya.example.com.",
         "privateIp": "10.0.1.21",
+        "nodeIp": "10.0.1.21",
         "ipv4": result.resources["agent-1"].outputs["ipv4Address"],
         "ipv6": result.resources["agent-1"].outputs["ipv6Address"],
         "hostKey": result.resources["agent-1-host-key"].outputs["publicKeyOpenssh"],

@@ -18,10 +18,14 @@ from raya.cloud import kit as recovery
 from raya.cloud.program.backups import BackupTarget, define_backups
 from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
-from raya.cloud.program.firewall import define_firewall
-from raya.cloud.program.network import define_network
+from raya.cloud.program.firewall import define_firewalls, firewall_layout
+from raya.cloud.program.network import define_network, define_public_addresses
 from raya.cloud.program.outputs import gather
-from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
+from raya.cloud.program.placement import (
+    define_placement_groups,
+    define_registration_balancer,
+    spread_groups,
+)
 from raya.cloud.program.secrets import Identity, define_identity
 from raya.defaults import GITHUB_URL
 from raya.errors import DeployError
@@ -74,22 +78,29 @@ def define(
             f"replace: {', '.join(unknown)} is not a node of cluster {config.cluster_name}; "
             f"accepted: {', '.join(node.name for node in cluster.nodes)}"
         )
-    # Look-ups first: the engine starts creating a resource as soon as it is declared, so a
-    # missing snapshot or parent zone must fail before the first declaration.
+    # Hetzner's limits and the look-ups first: the engine starts creating a resource as soon
+    # as it is declared, so a fleet past a limit, a missing snapshot or parent zone must fail
+    # before the first declaration.
+    layout = firewall_layout(cluster)
+    placement = spread_groups(cluster)
     images = {
         architecture: find_snapshot(pins, config.cluster_name, architecture)
         for architecture in sorted({node.architecture for node in cluster.nodes})
     }
     parent_zone = find_parent_zone(config.parent_zone)
-    network = define_network(config, {"managed_by": config.cluster_name})
-    firewall = define_firewall(config)
+    network = None if config.public else define_network(config, {"managed_by": config.cluster_name})
+    addresses = define_public_addresses(cluster) if config.public else {}
+    firewalls = define_firewalls(
+        cluster, layout, {name: ip.ip_address for name, ip in addresses.items()}
+    )
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(
         config, [node.name for node in cluster.nodes], hcloud_token, zone, kit
     )
     volumes = {node.name: define_volume(cluster, node) for node in cluster.control_planes}
-    groups = define_placement_groups(cluster)
-    define_registration_balancer(cluster, network)
+    groups = define_placement_groups(cluster, placement)
+    if network is not None:
+        define_registration_balancer(cluster, network)
     backups = define_backups(config, kit)
     defined = {
         node.name: define_server(
@@ -97,11 +108,12 @@ def define(
             node,
             images[node.architecture],
             network,
-            firewall,
+            firewalls,
             identity.control_plane_secrets(node.name, backups.store())
             if node.role == "control-plane"
             else identity.agent_secrets(node.name),
             render,
+            address=addresses.get(node.name),
             volume=volumes.get(node.name),
             placement_group=groups.get(node.name),
             replace=node.name in replace,
@@ -109,7 +121,15 @@ def define(
         for node in cluster.nodes
     }
     servers = {name: server.server for name, server in defined.items()}
-    define_records(cluster, zone, servers)
+    # The public mode's addresses are known before the servers: the names resolve first.
+    define_records(
+        cluster,
+        zone,
+        {
+            name: addresses[name].ip_address if name in addresses else server.ipv4_address
+            for name, server in servers.items()
+        },
+    )
     return {
         "zone": config.zone_dns_name,
         "nameServers": zone.name_servers,
@@ -123,6 +143,11 @@ def define(
                 "serverId": servers[node.name].id,
                 "dnsName": cluster.dns_name(node),
                 "privateIp": str(node.private_ip),
+                # The address k3s registers the node with (its InternalIP, an API server's
+                # endpoint): the private one, or in the public mode its primary IP.
+                "nodeIp": addresses[node.name].ip_address
+                if node.name in addresses
+                else str(node.private_ip),
                 "ipv4": servers[node.name].ipv4_address,
                 "ipv6": servers[node.name].ipv6_address,
                 # Public: what `raya ssh` pins the node's identity to.

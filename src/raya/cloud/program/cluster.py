@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -88,18 +89,21 @@ def define_server(
     cluster: Cluster,
     node: Node,
     image: str,
-    network: Network,
-    firewall: hcloud.Firewall,
+    network: Network | None,
+    firewalls: Sequence[hcloud.Firewall],
     secrets: pulumi.Output[ClusterSecrets],
     render: Renderer,
     *,
+    address: hcloud.PrimaryIp | None = None,
     volume: hcloud.Volume | None = None,
     placement_group: hcloud.PlacementGroup | None = None,
     replace: bool = False,
 ) -> Server:
-    """Node `node`'s server. It ignores changes to what it was created with (`IGNORED`) and
-    reports them as drift, unless `replace`: then it takes the current inputs, unprotected,
-    for `raya.cloud.deploy.run(replace=...)` to have it re-created with them."""
+    """Node `node`'s server: on `network` at its private address (the private mode), or
+    with `address` as its public IPv4 (the public mode). It ignores changes to what it was
+    created with (`IGNORED`) and reports them as drift, unless `replace`: then it takes the
+    current inputs, unprotected, for `raya.cloud.deploy.run(replace=...)` to have it
+    re-created with them."""
 
     def ignition(args: tuple[ClusterSecrets, str | None]) -> str:
         node_secrets, volume_id = args
@@ -141,16 +145,27 @@ def define_server(
                 # (its documented workaround: an explicit empty list).
                 alias_ips=[],
             )
+        ]
+        if network is not None
+        else None,
+        public_nets=[
+            hcloud.ServerPublicNetArgs(
+                ipv4_enabled=True,
+                ipv4=address.id.apply(int) if address is not None else None,
+                ipv6_enabled=True,
+            )
         ],
-        public_nets=[hcloud.ServerPublicNetArgs(ipv4_enabled=True, ipv6_enabled=True)],
         user_data=user_data,
         # A deleted server is stopped first (ACPI shutdown, then deleted once off): k3s ends
         # cleanly and the control plane's volume is not pulled from under a running datastore.
         shutdown_before_deletion=True,
         opts=pulumi.ResourceOptions(
-            # The firewall first: its label selector then covers the server from its birth.
+            # The firewalls first: their label selector then covers the server from its birth.
             # The balancers' subnet too: the control plane's cloud controller attaches to it.
-            depends_on=[network.subnet, network.balancer_subnet, firewall],
+            depends_on=[
+                *([network.subnet, network.balancer_subnet] if network is not None else []),
+                *firewalls,
+            ],
             additional_secret_outputs=["user_data"],
             ignore_changes=[] if replace else list(IGNORED),
             protect=node.role == "control-plane" and not replace,

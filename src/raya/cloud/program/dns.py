@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pulumi
 import pulumi_gcp as gcp
-import pulumi_hcloud as hcloud
 import pulumi_random as random
 
 from raya.errors import DeployError
@@ -85,13 +85,15 @@ def define_zone(cluster: Cluster, parent: str) -> gcp.dns.ManagedZone:
 
 
 def define_records(
-    cluster: Cluster, zone: gcp.dns.ManagedZone, servers: Mapping[str, hcloud.Server]
+    cluster: Cluster, zone: gcp.dns.ManagedZone, addresses: Mapping[str, pulumi.Input[str]]
 ) -> None:
-    """A record per node (`cp`, `cp<k>`, `a<i>`, `<pool>-<i>`) to its server's public IPv4
-    address; `cp`, the API's name, holds every control plane's: clients (Go's and urllib3's
-    dialers) try the next address when one does not answer, so the name works while any one
-    is down. Each record's resource is named by its label, but a pool node's label is its node
-    name, which its server's resource has already: its record's is `<label>-record`."""
+    """A record per node (`cp`, `cp<k>`, `a<i>`, `<pool>-<i>`) to its public IPv4 address
+    (`addresses`, by node name: its server's, or in the public mode its primary IP's, known
+    before the server, so that the names resolve before any node asks them); `cp`, the API's
+    name, holds every control plane's: clients (Go's and urllib3's dialers) try the next
+    address when one does not answer, so the name works while any one is down. Each record's
+    resource is named by its label, but a pool node's label is its node name, which its
+    server's resource has already: its record's is `<label>-record`."""
     for node in cluster.nodes:
         holders = cluster.control_planes if node == cluster.control_plane else (node,)
         gcp.dns.RecordSet(
@@ -100,7 +102,7 @@ def define_records(
             name=cluster.dns_name(node),
             type="A",
             ttl=TTL,
-            rrdatas=[servers[holder.name].ipv4_address for holder in holders],
+            rrdatas=[addresses[holder.name] for holder in holders],
         )
 
 

@@ -1,5 +1,6 @@
 """The spec's `network.tf`: the private network, its `nodes` cloud subnet and the
-`load-balancers` subnet where Hetzner addresses the cloud controller's load balancers."""
+`load-balancers` subnet where Hetzner addresses the cloud controller's load balancers; in the
+public mode (`raya:network: public`), no network but each node's public address."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pulumi
 import pulumi_hcloud as hcloud
 
 from raya.model.config import StackConfig
+from raya.model.fleet import Cluster, server_name
 
 
 @dataclass(frozen=True)
@@ -50,3 +52,25 @@ def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
     return Network(
         network=network, subnet=subnet, balancer_subnet=balancer_subnet, network_id=network_id
     )
+
+
+def define_public_addresses(cluster: Cluster) -> dict[str, hcloud.PrimaryIp]:
+    """The public mode's node addresses: a primary IPv4 per node, made before its server, so
+    that the firewall rules name every node before any server exists. Kept when its server is
+    re-created (a control plane's etcd member is known by it), and a control plane's is
+    protected from deletion as its volume is."""
+    config = cluster.config
+    return {
+        node.name: hcloud.PrimaryIp(
+            f"{node.name}-ipv4",
+            name=server_name(config.cluster_name, node.name),
+            type="ipv4",
+            assignee_type="server",
+            # Not deleted with its server: a replacement takes the same address.
+            auto_delete=False,
+            location=node.location or config.location,
+            labels={"managed_by": config.cluster_name, "role": node.role},
+            opts=pulumi.ResourceOptions(protect=node.role == "control-plane"),
+        )
+        for node in cluster.nodes
+    }

@@ -16,26 +16,38 @@ control plane, behind the firewall (`raya.cloud.program.dns`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_hcloud as hcloud
 
 from raya.cloud.program.cluster import CLUSTER_LABEL
 from raya.cloud.program.network import Network
+from raya.errors import DeployError
 from raya.model.fleet import Cluster
 
-# Hetzner's limit of servers in one spread placement group.
+# Hetzner's limits (its docs, "Placement groups", "Resources and attributes"): up to 10
+# servers in a spread group, up to 50 groups in a project.
 SPREAD_LIMIT = 10
+GROUPS_PER_PROJECT = 50
 K3S_PORT = 6443
 # The smallest type: 5 targets and a TCP service are far below its limits.
 BALANCER_TYPE = "lb11"
 
 
-def define_placement_groups(cluster: Cluster) -> dict[str, hcloud.PlacementGroup]:
-    """Node name -> its spread group: every control plane when there are several, the list
-    form's first SPREAD_LIMIT agents when there are several, and each pool's nodes 0 to
+@dataclass(frozen=True)
+class SpreadGroup:
+    resource: str  # the Pulumi resource name
+    suffix: str  # its Hetzner name is `<clusterName>-<suffix>`
+    nodes: tuple[str, ...]  # the nodes created in it
+    labels: dict[str, str]
+
+
+def spread_groups(cluster: Cluster) -> tuple[SpreadGroup, ...]:
+    """The spread groups and who is in each: every control plane when there are several, the
+    list form's first SPREAD_LIMIT agents when there are several, and each pool's nodes 0 to
     SPREAD_LIMIT - 1 (a pool's group exists from its first node, so that its next nodes join
-    the group the first is in)."""
-    name = cluster.config.cluster_name
+    the group the first is in). Refused past Hetzner's limit of groups in a project."""
     listed = [node for node in cluster.agents if node.pool is None][:SPREAD_LIMIT]
     pools = sorted({node.pool for node in cluster.agents if node.pool is not None})
     sets = [
@@ -48,18 +60,40 @@ def define_placement_groups(cluster: Cluster) -> dict[str, hcloud.PlacementGroup
             for pool in pools
         ),
     ]  # fmt: skip
-    groups: dict[str, hcloud.PlacementGroup] = {}
-    for resource, suffix, placed, labels, fewest in sets:
-        if len(placed) < fewest:
-            continue  # a group of one control plane or listed agent spreads nothing
-        group = hcloud.PlacementGroup(
-            resource,
-            name=f"{name}-{suffix}",
-            type="spread",
-            labels={CLUSTER_LABEL: name, **labels},
+    groups = tuple(
+        SpreadGroup(resource, suffix, tuple(node.name for node in placed), labels)
+        for resource, suffix, placed, labels, fewest in sets
+        # A group of one control plane or listed agent spreads nothing.
+        if len(placed) >= fewest
+    )
+    if len(groups) > GROUPS_PER_PROJECT:
+        others = sum(1 for group in groups if not group.labels)
+        raise DeployError(
+            f"deploy/fleet/agents.json: pools: the cluster needs {len(groups)} spread placement "
+            f"groups (one per pool with nodes, one for the control planes when there are "
+            f"several, one for the list form's agents), but Hetzner holds at most "
+            f"{GROUPS_PER_PROJECT} in a project (Hetzner's docs, \"Placement groups\"), other "
+            f"stacks' included; accepted: at most {GROUPS_PER_PROJECT - others} pools with nodes"
         )
-        groups.update(dict.fromkeys((node.name for node in placed), group))
     return groups
+
+
+def define_placement_groups(
+    cluster: Cluster, groups: tuple[SpreadGroup, ...]
+) -> dict[str, hcloud.PlacementGroup]:
+    """Node name -> its spread group, of `groups` (`spread_groups`, checked before anything
+    is declared)."""
+    name = cluster.config.cluster_name
+    placed: dict[str, hcloud.PlacementGroup] = {}
+    for group in groups:
+        resource = hcloud.PlacementGroup(
+            group.resource,
+            name=f"{name}-{group.suffix}",
+            type="spread",
+            labels={CLUSTER_LABEL: name, **group.labels},
+        )
+        placed.update(dict.fromkeys(group.nodes, resource))
+    return placed
 
 
 def define_registration_balancer(

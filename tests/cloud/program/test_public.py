@@ -1,0 +1,330 @@
+"""The public mode (`raya:network: public`) under the program's mocks: no Hetzner network, a
+primary IP per node made before its server, firewalls that admit between nodes exactly what
+the mode needs, within Hetzner's limits, and node configs for flannel's WireGuard backend."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raya.cloud.program.firewall import firewall_layout
+from raya.cloud.program.placement import spread_groups
+from raya.errors import DeployError
+from raya.model.config import parse_stack_config
+from raya.model.fleet import Cluster, build_cluster, load_fleet
+from tests.cloud.program.ignition import ignition_files
+from tests.cloud.program.mocks import Run, reveal
+from tests.cloud.program.test_program import EXAMPLE, SERVER, provider_mocks, run
+
+FIREWALL = "hcloud:index/firewall:Firewall"
+PRIMARY_IP = "hcloud:index/primaryIp:PrimaryIp"
+K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
+METADATA_SCRIPT = "/usr/local/bin/raya-node-metadata"
+PRIVATE_KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
+GUARD = "/etc/nftables/raya-metadata-guard.nft"
+ANYWHERE = {"0.0.0.0/0", "::/0"}
+# Two API sources as the default has, but narrow: the nodes must be listed beside them.
+NARROW: dict[str, Any] = {"apiSources": ["203.0.113.0/24", "2001:db8::/32"]}
+# Hetzner's limits, as its docs state them (the Firewalls FAQ; the API's set_rules; the
+# Placement groups page), written here as figures, not read from the code.
+FIREWALLS_PER_SERVER = 5
+ENTRIES_PER_FIREWALL = 50
+EFFECTIVE_PER_FIREWALL = 500
+SOURCES_PER_ENTRY = 100
+
+
+def stack(**changes: Any) -> Any:
+    return parse_stack_config(
+        {
+            "authorizedUsers": ["octo-alice"],
+            "managedSubdomain": "raya",
+            "parentZone": "example.com",
+            "acmeEmail": "ops@example.org",
+            "nodesSubnet": "10.0.0.0/20",
+            "controlPlaneIp": "10.0.0.10",
+            "network": "public",
+            **changes,
+        },
+        "Pulumi.large.yaml",
+    )
+
+
+def pools(tmp_path: Path, *counts: int) -> Any:
+    """Pools p0, p1, ... of `counts` nodes, each in its own /23 from 10.0.2.0."""
+    path = tmp_path / "agents.json"
+    block = ipaddress.IPv4Network("10.0.2.0/23")
+    entries = []
+    for k, count in enumerate(counts):
+        net = ipaddress.IPv4Network((int(block.network_address) + k * 512, 23))
+        entries.append({"name": f"p{k}", "type": "cx23", "count": count, "addresses": str(net)})
+    path.write_text(json.dumps({"pools": entries}))
+    return load_fleet(path)
+
+
+def large(tmp_path: Path, *counts: int, control_planes: int = 3, **changes: Any) -> Cluster:
+    config = stack(controlPlanes=control_planes, **changes)
+    return build_cluster(config, pools(tmp_path, *counts), "agents.json")
+
+
+def firewall_rules(result: Run) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: reveal(resource.inputs)["rules"]
+        for name, resource in result.of_type(FIREWALL).items()
+    }
+
+
+def admitted(result: Run) -> dict[tuple[str, str | None], set[str]]:
+    """(protocol, port) -> every source any firewall admits it from."""
+    found: dict[tuple[str, str | None], set[str]] = {}
+    for rules in firewall_rules(result).values():
+        for rule in rules:
+            assert rule["direction"] == "in"
+            found.setdefault((rule["protocol"], rule.get("port")), set()).update(rule["sourceIps"])
+    return found
+
+
+def addresses(result: Run) -> dict[str, str]:
+    """Each node's public IPv4 address, as its server has it."""
+    return {
+        name: reveal(server.outputs)["ipv4Address"]
+        for name, server in result.of_type(SERVER).items()
+    }
+
+
+def test_nodes_get_a_primary_ip_each_and_no_network(tmp_path: Path) -> None:
+    cluster = large(tmp_path, 3, 2)
+    result = run(provider_mocks(), cluster)
+    types = {resource.typ for resource in result.resources.values()}
+    assert not types & {
+        "hcloud:index/network:Network",
+        "hcloud:index/networkSubnet:NetworkSubnet",
+        "hcloud:index/loadBalancer:LoadBalancer",
+    }
+    ips = result.of_type(PRIMARY_IP)
+    # What `raya status` compares the API servers' endpoints with: the public address.
+    outputs = result.outputs["servers"]
+    assert {name: entry["nodeIp"] for name, entry in outputs.items()} == addresses(result)
+    assert sorted(ips) == sorted(f"{node.name}-ipv4" for node in cluster.nodes)
+    for name, server in result.of_type(SERVER).items():
+        inputs = reveal(server.inputs)
+        assert "networks" not in inputs or not inputs["networks"], name
+        ip = ips[f"{name}-ipv4"]
+        assert inputs["publicNets"] == [
+            {"ipv4Enabled": True, "ipv4": int(ip.id), "ipv6Enabled": True}
+        ]
+        # The server's address is its primary IP's, known before the server existed.
+        assert reveal(server.outputs)["ipv4Address"] == reveal(ip.outputs)["ipAddress"]
+        ip_inputs = reveal(ip.inputs)
+        assert ip_inputs["autoDelete"] is False  # a replaced server takes the same address
+        # A control plane's etcd member is known by its address: kept like its volume.
+        assert result.resources[f"{name}-ipv4"].options.protect == name.startswith("control")
+
+
+def test_the_names_resolve_before_the_servers_exist(tmp_path: Path) -> None:
+    # Agents register through `cp.<zone>`: its records are made from the primary IPs, not
+    # after the servers, so no node asks a name that does not exist yet (an answer a
+    # resolver keeps for the zone's negative TTL).
+    cluster = large(tmp_path, 2)
+    mocks = provider_mocks()
+    result = run(mocks, cluster)
+    ips = {name.removesuffix("-ipv4"): reveal(ip.outputs)["ipAddress"]
+           for name, ip in result.of_type(PRIMARY_IP).items()}  # fmt: skip
+    records = result.of_type("gcp:dns/recordSet:RecordSet")
+    assert reveal(records["cp"].inputs)["rrdatas"] == [
+        ips[node.name] for node in cluster.control_planes
+    ]
+    assert reveal(records["p0-1-record"].inputs)["rrdatas"] == [ips["p0-1"]]
+    for name in records:
+        assert not any("Server::" in urn for urn in mocks.dependencies[name]), name
+
+
+def test_the_firewalls_admit_between_nodes_only_what_each_role_needs(tmp_path: Path) -> None:
+    cluster = large(tmp_path, 3, 2, apiSources=["203.0.113.7/32"], sshSources=[])
+    result = run(provider_mocks(), cluster)
+    ip = {name: f"{address}/32" for name, address in addresses(result).items()}
+    nodes = set(ip.values())
+    control_planes = {ip[node.name] for node in cluster.control_planes}
+    assert len(nodes) == 8 and len(control_planes) == 3
+    assert admitted(result) == {
+        # Pod traffic: flannel's wireguard-native (IPv4) between every pair of nodes.
+        ("udp", "51820"): nodes,
+        # The API and the supervisor (registration, the agents' load balancer): the
+        # operators' sources and every node.
+        ("tcp", "6443"): {"203.0.113.7/32"} | nodes,
+        # The API server reaching kubelets (logs, exec), and etcd's members each other.
+        ("tcp", "10250"): control_planes,
+        ("tcp", "2379-2380"): control_planes,
+        # As in the private mode: the ingress and ICMP from anywhere; SSH closed (no source).
+        ("tcp", "80"): ANYWHERE,
+        ("tcp", "443"): ANYWHERE,
+        ("icmp", None): ANYWHERE,
+    }
+    for firewall in result.of_type(FIREWALL).values():
+        assert reveal(firewall.inputs)["applyTos"] == [{"labelSelector": "managed_by=raya"}]
+
+
+def test_one_control_plane_has_no_etcd_peers_to_admit(tmp_path: Path) -> None:
+    cluster = large(tmp_path, 2, control_planes=1)
+    opened = admitted(run(provider_mocks(), cluster))
+    assert ("tcp", "2379-2380") not in opened
+    assert len(opened[("tcp", "10250")]) == 1
+
+
+def test_servers_wait_for_every_firewall(tmp_path: Path) -> None:
+    cluster = large(tmp_path, 240, 10, control_planes=5, **NARROW)  # 255 nodes: 2 firewalls
+    mocks = provider_mocks()
+    result = run(mocks, cluster)
+    firewalls = result.of_type(FIREWALL)
+    names = {resource: reveal(f.inputs)["name"] for resource, f in firewalls.items()}
+    assert names == {"firewall": "raya", "firewall-2": "raya-2"}
+    for name in result.of_type(SERVER):
+        waits = {urn.rsplit("::", 1)[1] for urn in mocks.dependencies[name]}
+        assert {"firewall", "firewall-2"} <= waits, name
+
+
+def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
+    # 5 control planes and 1,000 agents: 1,005 addresses for WireGuard and for the API, 5
+    # control planes for the kubelet and for etcd, 2 SSH, 2 API, 4 web, 2 ICMP sources:
+    # 2 x 1,005 + 2 x 5 + 10 = 2,030 effective rules, one per source address.
+    cluster = large(tmp_path, 500, 500, control_planes=5, **NARROW)
+    layout = firewall_layout(cluster)
+    weights = [sum(len(rule.sources) for rule in rules) for rules in layout]
+    assert sum(weights) == 2030
+    assert len(layout) == 5 <= FIREWALLS_PER_SERVER
+    assert all(weight <= EFFECTIVE_PER_FIREWALL for weight in weights)
+    assert all(len(rules) <= ENTRIES_PER_FIREWALL for rules in layout)
+    assert all(len(rule.sources) <= SOURCES_PER_ENTRY for rules in layout for rule in rules)
+    # Every node's address in the WireGuard and API rules once, whatever firewall holds it.
+    for port in ("51820", "6443"):
+        held = [s for rules in layout for rule in rules if rule.port == port for s in rule.sources]
+        assert len(held) == len(set(held))
+        assert {getattr(s, "name", None) for s in held} >= {n.name for n in cluster.nodes}
+
+
+def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: Path) -> None:
+    # raya:apiSources' default holds 0.0.0.0/0, which every node's address is in: 1,005
+    # WireGuard sources, 5 + 5 for the kubelet and etcd, 10 others: 1,025, 3 firewalls.
+    cluster = large(tmp_path, 500, 500, control_planes=5)
+    layout = firewall_layout(cluster)
+    assert sum(len(rule.sources) for rules in layout for rule in rules) == 1025
+    assert len(layout) == 3
+    api = {s for rules in layout for rule in rules if rule.port == "6443" for s in rule.sources}
+    assert api == ANYWHERE
+    opened = admitted(run(provider_mocks(), large(tmp_path, 2)))
+    assert opened[("tcp", "6443")] == ANYWHERE
+    assert len(opened[("udp", "51820")]) == 5  # still only from the nodes
+
+
+def test_past_five_firewalls_the_fleet_is_refused_before_anything_is_declared(
+    tmp_path: Path,
+) -> None:
+    # 5 firewalls of 500: 2,500. 2 x 1,240 nodes + 2 x 5 + 10 = 2,500 fits; one node more
+    # is 2,502.
+    fits = large(tmp_path, 500, 500, 235, control_planes=5, **NARROW)
+    assert len(fits.nodes) == 1240 and len(firewall_layout(fits)) == 5
+    over = large(tmp_path, 500, 500, 236, control_planes=5, **NARROW)
+    mocks = provider_mocks()
+    with pytest.raises(DeployError) as refused:
+        run(mocks, over)
+    assert str(refused.value).startswith(
+        "deploy/fleet/agents.json: 1241 nodes need 2502 effective firewall rules"
+    )
+    assert "at most 5 to a server (2500; Hetzner's Firewalls FAQ)" in str(refused.value)
+    assert mocks.resources == {}  # nothing declared
+
+
+def test_the_firewalls_follow_the_nodes_in_the_same_run(tmp_path: Path) -> None:
+    mocks = provider_mocks()
+    before = run(mocks, large(tmp_path, 2, **NARROW))
+    grown = run(mocks, large(tmp_path, 3, **NARROW))
+    wireguard = admitted(grown)[("udp", "51820")]
+    assert f"{addresses(grown)['p0-2']}/32" in wireguard
+    assert len(wireguard) == len(admitted(before)[("udp", "51820")]) + 1
+    shrunk = run(mocks, large(tmp_path, 1, **NARROW))
+    assert len(admitted(shrunk)[("udp", "51820")]) == 4  # 3 control planes, p0-0
+    assert f"{addresses(grown)['p0-1']}/32" not in admitted(shrunk)[("tcp", "6443")]
+
+
+def test_placement_groups_past_hetzners_50_are_refused(tmp_path: Path) -> None:
+    # Hetzner's docs, "Placement groups": up to 50 in a project. The control planes' group
+    # and one per pool with nodes: 3 control planes and 49 pools are 50.
+    path = tmp_path / "agents.json"
+
+    def fleet(count: int) -> Cluster:
+        # One /28 each, from 10.0.2.0.
+        entries = [
+            {"name": f"p{k}", "type": "cx23", "count": 1,
+             "addresses": f"10.0.{2 + k // 16}.{k % 16 * 16}/28"}
+            for k in range(count)
+        ]  # fmt: skip
+        path.write_text(json.dumps({"pools": entries}))
+        return build_cluster(stack(controlPlanes=3), load_fleet(path), "agents.json")
+
+    assert len(spread_groups(fleet(49))) == 50
+    with pytest.raises(DeployError) as refused:
+        spread_groups(fleet(50))
+    assert str(refused.value) == (
+        "deploy/fleet/agents.json: pools: the cluster needs 51 spread placement groups (one "
+        "per pool with nodes, one for the control planes when there are several, one for the "
+        "list form's agents), but Hetzner holds at most 50 in a project (Hetzner's docs, "
+        '"Placement groups"), other stacks\' included; accepted: at most 49 pools with nodes'
+    )
+    mocks = provider_mocks()
+    with pytest.raises(DeployError):
+        run(mocks, fleet(50))
+    assert mocks.resources == {}
+
+
+def test_node_configs_use_wireguard_over_the_public_addresses(tmp_path: Path) -> None:
+    cluster = large(tmp_path, 2)
+    result = run(provider_mocks(), cluster)
+    files = {
+        name: ignition_files(reveal(server.inputs)["userData"])
+        for name, server in result.of_type(SERVER).items()
+    }
+    api = "https://cp.raya.example.com:6443"
+    for name, node_files in files.items():
+        config = yaml.safe_load(node_files[K3S_CONFIG])
+        # No private network to wait for or to name: k3s takes the public address.
+        assert PRIVATE_KEYFILE not in node_files, name
+        assert not {"node-ip", "flannel-iface", "advertise-address"} & set(config), name
+        script = node_files[METADATA_SCRIPT].decode()
+        assert "printf 'node-ip: \"%s\"\\n' \"$address\" > \"$dropin.tmp\"" in script
+        assert '"$address" "$server" >> "$dropin.tmp"' in script
+        # Every other protection kept: pods stay away from the metadata service.
+        assert "ip daddr 169.254.169.254 counter drop" in node_files[GUARD].decode()
+        if name == "control-plane":
+            assert config["flannel-backend"] == "wireguard-native"
+            assert config["cluster-init"] is True
+            assert "10.0.0.15" not in config["tls-san"]  # no private balancer to name
+        else:
+            assert config["server"] == api, name  # the API's name: every control plane
+            assert "flannel-backend" not in config or name.startswith("control-plane-")
+    # The cloud controller without a network (none to name in its Secret), and load
+    # balancers reaching their targets by their public addresses.
+    manifests = "/var/lib/raya/k3s-server-seed/manifests"
+    secret = yaml.safe_load(files["control-plane"][f"{manifests}/raya-hcloud-credentials.yaml"])
+    assert set(secret["stringData"]) == {"token"}
+    charts = list(yaml.safe_load_all(files["control-plane"][f"{manifests}/raya-helm-charts.yaml"]))
+    (ccm,) = [c for c in charts if c and "cloud-controller" in c["metadata"]["name"]]
+    values = yaml.safe_load(ccm["spec"]["valuesContent"])
+    assert values["networking"] == {"enabled": False}
+    assert values["env"]["HCLOUD_LOAD_BALANCERS_USE_PRIVATE_IP"] == {"value": "false"}
+    # The first control plane's datastore guard asks its peers by name: they have no private
+    # address to be reached at.
+    units = json.loads(reveal(result.of_type(SERVER)["control-plane"].inputs)["userData"])
+    k3s = next(unit for unit in units["systemd"]["units"] if unit["name"] == "k3s.service")
+    peers = "cp1.raya.example.com cp2.raya.example.com cp3.raya.example.com cp4.raya.example.com"
+    assert peers in k3s["contents"]
+
+
+def test_the_private_mode_keeps_one_network_and_one_firewall() -> None:
+    result = run(provider_mocks())
+    assert sorted(result.of_type(FIREWALL)) == ["firewall"]
+    assert result.of_type(PRIMARY_IP) == {}
+    assert "network" in result.resources and not EXAMPLE.config.public
