@@ -19,7 +19,7 @@ from raya.cloud.program.backups import BackupTarget, define_backups
 from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewall
-from raya.cloud.program.network import define_network
+from raya.cloud.program.network import define_network, define_pool_subnets
 from raya.cloud.program.outputs import gather
 from raya.cloud.program.placement import define_placement_groups, define_registration_balancer
 from raya.cloud.program.secrets import Identity, define_identity
@@ -82,6 +82,7 @@ def define(
     }
     parent_zone = find_parent_zone(config.parent_zone)
     network = define_network(config, {"managed_by": config.cluster_name})
+    define_pool_subnets(cluster, network)
     firewall = define_firewall(config)
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(
