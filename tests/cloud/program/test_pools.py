@@ -150,7 +150,7 @@ def test_a_missing_arm_snapshot_says_to_build_it() -> None:
 def test_an_autoscaled_pool_has_its_own_subnet_and_no_server() -> None:
     burst = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"),
                  min_size=0, max_size=4)  # fmt: skip
-    result = run(provider_mocks(), fleet(WEB, burst))
+    result = run(provider_mocks(), fleet(WEB, burst), autoscaler_token="autoscalerToken0" * 4)
     subnets = {
         name: reveal(r.inputs)
         for name, r in result.of_type("hcloud:index/networkSubnet:NetworkSubnet").items()
