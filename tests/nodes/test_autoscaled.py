@@ -227,3 +227,67 @@ def test_only_an_autoscaled_pool_of_the_cluster_renders(
     other = dataclasses.replace(BURST, name="other")
     with pytest.raises(RenderError, match="other: not an autoscaled pool of cluster raya"):
         render_pool(fleet, other, secrets)
+
+
+def test_the_node_publishes_its_own_host_key_with_its_kubelets_credentials(
+    cluster: Cluster, secrets: ClusterSecrets, tmp_path: Path
+) -> None:
+    """The publishing script, run with a stand-in `k3s` that refuses once (the API not there
+    yet) and records what it is asked; the key is a real one, from ssh-keygen, as
+    sshd-keygen makes it."""
+    ssh_keygen = require_tool("ssh-keygen")
+    fleet = with_pools(cluster, BURST)
+    ignition = render_pool(fleet, BURST, secrets).ignition
+    unit = units(ignition)["raya-host-key-publish.service"]
+    lines = unit.splitlines()
+    assert "Wants=sshd-keygen@ed25519.service" in lines
+    assert ("After=sshd-keygen@ed25519.service raya-node-address.service k3s-agent.service"
+            in lines)  # fmt: skip
+    assert "WantedBy=multi-user.target" in lines
+    exec_start = next(
+        line.removeprefix("ExecStart=").split() for line in lines if line.startswith("ExecStart=")
+    )
+    script, k3s, kubeconfig, dropin, public, annotation = exec_start
+    assert (k3s, kubeconfig, dropin, public, annotation) == (
+        "/usr/local/bin/k3s",
+        "/var/lib/rancher/k3s/agent/kubelet.kubeconfig",  # k3s' agent: the kubelet's own
+        "/etc/rancher/k3s/config.yaml.d/50-node-address.yaml",
+        "/etc/ssh/ssh_host_ed25519_key.pub",
+        "raya.dev/ssh-host-key-ed25519",
+    )
+    executable = tmp_path / "publish"
+    executable.write_text(files(ignition)[script])
+    executable.chmod(0o755)
+    key = tmp_path / "ssh_host_ed25519_key"
+    subprocess.run([ssh_keygen, "-q", "-t", "ed25519", "-N", "", "-C", "root@host", "-f",
+                    str(key)], check=True)  # fmt: skip
+    (tmp_path / "kubelet.kubeconfig").write_text("apiVersion: v1\n")
+    (tmp_path / "50-node-address.yaml").write_text(
+        'node-name: "raya-burst-5f1d2e3c4b5a6978"\nnode-ip: "10.0.16.7"\n'
+    )
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    (stubs / "k3s").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" >> {calls}\necho --- >> {calls}\n'
+        f'[ "$(grep -c -- --- {calls})" -ge 2 ]\n'
+    )
+    (stubs / "sleep").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "sleeps"}\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    result = subprocess.run(
+        [str(executable), str(stubs / "k3s"), str(tmp_path / "kubelet.kubeconfig"),
+         str(tmp_path / "50-node-address.yaml"), f"{key}.pub", annotation],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": f"{stubs}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    algorithm, blob, _ = Path(f"{key}.pub").read_text().split()
+    first, second, _ = calls.read_text().split("---\n")
+    assert first == second
+    assert first.splitlines() == [
+        "kubectl", "--kubeconfig", str(tmp_path / "kubelet.kubeconfig"), "annotate",
+        "--overwrite", "node", "raya-burst-5f1d2e3c4b5a6978",
+        f"raya.dev/ssh-host-key-ed25519={algorithm} {blob}",
+    ]  # fmt: skip
+    assert (tmp_path / "sleeps").read_text().split() == ["5"]

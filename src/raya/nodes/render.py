@@ -83,6 +83,12 @@ SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
 MAX_CONTROL_PLANES = max(CONTROL_PLANE_COUNTS)
 # The first agent's slot: an autoscaled pool's nodes check their certificates then.
 AUTOSCALED_CERTS_SLOT = 1
+# The annotation an autoscaled node publishes its SSH host key in, on its own Node object, with
+# its kubelet's credentials: k3s writes them to this kubeconfig, a client certificate the
+# supervisor issues to this node's name alone once its node password checks out (k3s-io/k3s,
+# pkg/agent/config/config.go, `get`: `kubelet.kubeconfig`, `getNodeNamedHostFile`).
+HOST_KEY_ANNOTATION = "raya.dev/ssh-host-key-ed25519"
+KUBELET_KUBECONFIG = "/var/lib/rancher/k3s/agent/kubelet.kubeconfig"
 
 
 @dataclass(frozen=True)
@@ -349,6 +355,13 @@ def _pool_context(cluster: Cluster, pool: Pool, secrets: ClusterSecrets) -> dict
             "unit": "raya-node-address.service",
             "script": "/usr/local/bin/raya-node-address",
             "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-address.yaml",
+        },
+        "host_key_publish": {
+            "unit": "raya-host-key-publish.service",
+            "script": "/usr/local/bin/raya-host-key-publish",
+            "kubeconfig": KUBELET_KUBECONFIG,
+            "public": SSH_HOST_KEY + ".pub",
+            "annotation": HOST_KEY_ANNOTATION,
         },
         # Every node of the pool has the same config, so the same slot: the random delay
         # spreads them, and an agent restarting k3s touches no etcd member.
