@@ -179,7 +179,9 @@ def test_network_zone_follows_the_location(location: str, zone: str) -> None:
 
 
 def test_unknown_setting() -> None:
-    secret = ["clusterHcloudToken", "backupS3AccessKey", "backupS3SecretKey"]
+    secret = [
+        "clusterHcloudToken", "backupS3AccessKey", "backupS3SecretKey", "autoscalerHcloudToken"
+    ]
     accepted = ", ".join(sorted([*KEYS, *secret]))
     assert error_of(clusterNmae="x") == (
         f"{SOURCE}: raya:clusterNmae is not a known setting; accepted: {accepted}"
@@ -221,6 +223,37 @@ def test_the_cluster_token_must_be_set_encrypted(
         check_secret_settings(path)
     assert str(caught.value).startswith(f"{path}: {problem}")
     assert "x" * 64 not in str(caught.value)  # never the token itself
+
+
+ENCRYPTED = "  raya:clusterHcloudToken:\n    secure: v1:AAAABBBB\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "autoscaled", "problem"),
+    [
+        ("", False, None),  # no autoscaled pool: not needed
+        ("", True, "raya:autoscalerHcloudToken is not set; accepted: a Hetzner Cloud API "
+                   "token (read and write) for the cluster autoscaler"),
+        ("  raya:autoscalerHcloudToken: " + "y" * 64 + "\n", False,
+         "raya:autoscalerHcloudToken is in clear text; accepted: an encrypted value"),
+        ("  raya:autoscalerHcloudToken: " + "y" * 64 + "\n", True,
+         "raya:autoscalerHcloudToken is in clear text; accepted: an encrypted value"),
+        ("  raya:autoscalerHcloudToken:\n    secure: v1:CCCC\n", True, None),
+    ],
+    ids=["not-needed", "missing", "clear-unused", "clear", "encrypted"],
+)
+def test_the_autoscalers_token_is_set_encrypted_with_an_autoscaled_pool(
+    tmp_path: Path, setting: str, autoscaled: bool, problem: str | None
+) -> None:
+    path = stack_file(tmp_path, "test")
+    path.write_text(STACK + ENCRYPTED + setting)
+    if problem is None:
+        check_secret_settings(path, autoscaled=autoscaled)
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_secret_settings(path, autoscaled=autoscaled)
+    assert str(caught.value).startswith(f"{path}: {problem}")
+    assert "y" * 64 not in str(caught.value)  # never the token itself
 
 
 @pytest.mark.parametrize("key", ["authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail"])

@@ -454,8 +454,8 @@ def pool(**changes: Any) -> dict[str, Any]:
         ([pool(), pool(addresses="10.0.1.96/28")], "pools[1] (web): field 'name' is used twice"),
         (
             [pool(size=3)],
-            "pools[0] (web): field 'size' is not a pool field; accepted: name, type, count, "
-            "addresses, labels, taints, location",
+            "pools[0] (web): field 'size' is not a pool field; accepted: name, type, count, min, "
+            "max, addresses, labels, taints, location",
         ),
         ([{"name": "web", "type": "cx33", "count": 1}], "pools[0] (web): field 'addresses' is "
          "required"),

@@ -181,5 +181,5 @@ def test_an_encrypted_setting_raya_reads_is_refused(tmp_path: Path, key: str, wr
     assert str(caught.value) == (
         f"{path}: raya:{key} is encrypted (secure:); accepted: a plain value, set with "
         f"`pulumi config set raya:{key} <value>` (the secret settings are clusterHcloudToken, "
-        "backupS3AccessKey, backupS3SecretKey)"
+        "backupS3AccessKey, backupS3SecretKey, autoscalerHcloudToken)"
     )

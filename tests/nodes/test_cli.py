@@ -340,3 +340,33 @@ def test_a_stack_built_from_a_kit_renders_the_kits_bucket(tmp_path: Path) -> Non
     )
     for secret in (kit.join_secret, kit.agent_secret, kit.backups.secret_key):
         assert secret not in result.stdout + result.stderr
+
+
+def test_an_autoscaled_pool_renders_one_config_with_a_row(tmp_path: Path) -> None:
+    fleet = {
+        "agents": ["cx23"],
+        "pools": [{"name": "burst", "type": "cpx31", "min": 0, "max": 8,
+                   "addresses": "10.0.16.0/24", "taints": ["burst=yes:PreferNoSchedule"]}],
+    }  # fmt: skip
+    project = project_of(tmp_path, fleet)
+    result = raya("render", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (project / "out").iterdir()) == [
+        ".raya-render", "agent-0.bu", "agent-0.ign", "control-plane.bu", "control-plane.ign",
+        "raya-burst.bu", "raya-burst.ign",
+    ]  # fmt: skip
+    size = (project / "out" / "raya-burst.ign").stat().st_size
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("raya-burst-*")]
+    assert row.split() == [
+        "raya-burst-*", "agent,", "autoscaled", "0-8", "burst", "cpx31", "x86", "nbg1",
+        "10.0.16.0/24", "(Hetzner's", "pick)", "-", "-", "burst=yes:PreferNoSchedule",
+        f"{size:,}", "B", f"({size / 32768:.0%})",
+    ]  # fmt: skip
+    assert "of 2 nodes and 1 autoscaled pool to out\n" in result.stderr
+    # Nothing of the pool's config is printed: its agent token least of all.
+    token = yaml.safe_load(
+        ignition_files((project / "out" / "raya-burst.ign").read_bytes())[
+            "/etc/rancher/k3s/config.yaml"
+        ]
+    )["token"]
+    assert token not in result.stdout + result.stderr

@@ -890,7 +890,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
             self._serve("GET", _get)
 
         def do_PATCH(self) -> None:
-            self._serve("PATCH", _patch)
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip()
+            self._serve("PATCH", _apply if kind == APPLY else _patch)
 
         def do_POST(self) -> None:
             self._serve("POST", _post)
@@ -962,6 +963,10 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
             return 200, node
         return 404, _status(404, reason="NotFound")
 
+    def _apply(path: str, query: str, body: Any) -> tuple[int, Any]:
+        """Server-side apply of a Secret or a HelmChart (see `apply_object`)."""
+        return apply_object(state.objects, path, parse_qs(query), body, state.clock())
+
     def _post(path: str, _: str, body: Any) -> tuple[int, Any]:
         match = re.fullmatch(_POD.pattern + "/eviction", path)
         if not match:
@@ -995,6 +1000,69 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return 200, found
 
     return Handler
+
+
+APPLY = "application/apply-patch+yaml"
+_APPLIED = re.compile(
+    r"/api/v1/namespaces/([^/]+)/(secrets)/([^/]+)"
+    r"|/apis/helm\.cattle\.io/v1/namespaces/([^/]+)/(helmcharts)/([^/]+)"
+)
+
+
+def apply_object(
+    objects: dict[str, dict[str, Any]],
+    path: str,
+    query: Mapping[str, list[str]],
+    body: Any,
+    now: float,
+) -> tuple[int, Any]:
+    """A server-side apply (PATCH `application/apply-patch+yaml`) of a Secret or a HelmChart,
+    as kube-apiserver answers it (kubernetes/kubernetes, staging/src/k8s.io/apiserver
+    `pkg/endpoints/handlers/patch.go`, `PatchResource` and `applyPatcher`; field managers in
+    `structured-merge-diff`, https://kubernetes.io/docs/reference/using-api/server-side-apply/):
+    - `fieldManager` is required for an apply (`ValidatePatchOptions`: 422 "fieldManager:
+      Required value: is required for apply patch"); `force` is allowed for an apply only;
+    - the object's name and namespace must be the URL's (400 BadRequest otherwise);
+    - an object that does not exist is created (201), one that does is updated (200);
+    - another manager's object is a 409 Conflict unless `force=true`, which takes it over;
+    - a Secret's `stringData` is merged into `data`, base64, and never stored
+      (`pkg/apis/core/v1/conversion.go`, `Convert_v1_Secret_To_core_Secret`)."""
+    import base64
+
+    match = _APPLIED.fullmatch(path)
+    if match is None:
+        return 404, _status(404, reason="NotFound")
+    namespace, resource, name = [group for group in match.groups() if group]
+    manager = (query.get("fieldManager") or [""])[0]
+    if not manager:
+        return 422, _status(422, 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                            "Required value: is required for apply patch", "Invalid")  # fmt: skip
+    meta = body.get("metadata") or {}
+    if meta.get("name") != name or meta.get("namespace", namespace) != namespace:
+        return 400, _status(400, f"the name of the object ({meta.get('name')}) does not match "
+                            f"the name on the URL ({name})", "BadRequest")  # fmt: skip
+    found = objects.get(path)
+    forced = (query.get("force") or [""])[0] == "true"
+    owner = found["metadata"]["managedFields"][0]["manager"] if found else manager
+    if owner != manager and not forced:
+        return 409, _status(409, f'Apply failed with 1 conflict: conflict with "{owner}"',
+                            "Conflict")  # fmt: skip
+    stored = json.loads(json.dumps(body))
+    if resource == "secrets":
+        data = dict(stored.get("data") or {})
+        for key, value in (stored.pop("stringData", None) or {}).items():
+            data[key] = base64.b64encode(value.encode()).decode()
+        stored["data"] = data
+    stored["metadata"] = {
+        **meta,
+        "namespace": namespace,
+        "uid": (found or {}).get("metadata", {}).get("uid") or str(uuid.uuid4()),
+        "creationTimestamp": (found or {}).get("metadata", {}).get("creationTimestamp")
+        or stamp(now),
+        "managedFields": [{"manager": manager, "operation": "Apply"}],
+    }
+    objects[path] = stored
+    return (200 if found else 201), stored
 
 
 @contextlib.contextmanager

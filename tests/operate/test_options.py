@@ -87,9 +87,10 @@ def test_up_hands_its_removal_options_on(
         return deploy.Result(changes={}, outputs={})
 
     monkeypatch.setattr(deploy, "run", run)
-    # What `up` does after the update (the recovery kit, the bucket check) is
-    # test_recovery_kit.py's and test_up_backups.py's.
+    # What `up` does after the update (the recovery kit, the autoscaler's objects, the bucket
+    # check) is test_recovery_kit.py's, test_autoscaler_apply.py's and test_up_backups.py's.
     monkeypatch.setattr("raya.commands.deploy.write_recovery_kit", lambda *_: None)
+    monkeypatch.setattr("raya.commands.deploy.deliver_autoscaler", lambda *_: None)
     monkeypatch.setattr("raya.commands.deploy.check_backups", lambda *_: None)
     result = invoke(["up", "--root", str(project), *flags])
     assert result.exit_code == 0, result.output

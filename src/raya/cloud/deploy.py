@@ -348,7 +348,7 @@ def _checked_first(root: Path, stack_name: str) -> Cluster:
     CLI is the first thing to say."""
     try:
         cluster = load_cluster(root, stack_name)
-        check_secret_settings(stack_file(root, stack_name))
+        check_secret_settings(stack_file(root, stack_name), autoscaled=bool(cluster.autoscaled))
         source = cluster.config.from_recovery_kit
         if source:  # the program reads it too; a kit of another cluster fails here first
             recovery.load(recovery.resolve(root, source), cluster.config)

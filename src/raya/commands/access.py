@@ -13,6 +13,7 @@ from raya.errors import DeployError
 
 TYPE_CHECKING = False  # typing costs start-up time: mypy alone reads these imports
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
     from typing import Any
 
@@ -97,15 +98,24 @@ def _expiry(document: dict[str, Any]) -> datetime.datetime:
     STACK, ROOT, pass_unknown=True,
 )  # fmt: skip
 def ssh(*, node: str, command: list[str], stack: str, root: Path | None) -> None:
-    """SSH to a node as core, trusting only the host key the deployment gave it."""
-    servers = stack_outputs("ssh", stack, root).get("servers") or {}
+    """SSH to a node as core, trusting only the host key the deployment gave it, or, for a
+    node the cluster autoscaler made, the one it published on its Node object."""
+    outputs = stack_outputs("ssh", stack, root)
+    servers = outputs.get("servers") or {}
     import subprocess
     import tempfile
     from pathlib import Path
 
     from raya.operate import ssh as ssh_model
 
-    _, entry = ssh_model.find_node(servers, node)
+    entry: Mapping[str, Any]
+    try:
+        _, entry = ssh_model.find_node(servers, node)
+    except DeployError:
+        # A node the autoscaler made is in no output: its Node object says who it is.
+        if not outputs.get("autoscaler"):
+            raise
+        entry = ssh_model.published_entry(_node_object(outputs["kubeconfig"], node))
     with tempfile.TemporaryDirectory(prefix="raya-ssh-") as folder:
         known_hosts = Path(folder) / "known_hosts"
         known_hosts.write_text(ssh_model.known_hosts(entry))
@@ -115,3 +125,28 @@ def ssh(*, node: str, command: list[str], stack: str, root: Path | None) -> None
         except FileNotFoundError:
             raise DeployError("ssh is not installed (Debian: openssh-client)") from None
     raise SystemExit(code)
+
+
+def _node_object(kubeconfig: str, name: str) -> Mapping[str, Any]:
+    """Node `name` as the cluster's API serves it, trusting only the kubeconfig's CA."""
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    from raya.commands.deploy import kube_api_client
+
+    api = kube_api_client(kubeconfig)
+    try:
+        found = CoreV1Api(api).read_node(name, _request_timeout=15)
+        document: Mapping[str, Any] = api.sanitize_for_serialization(found)
+    except ApiException as error:
+        if error.status == 404:
+            raise DeployError(
+                f"no node {name!r} in the stack nor in the cluster; accepted: a node of "
+                "`raya status`, or an autoscaled node's name (`kubectl get nodes`)"
+            ) from None
+        raise DeployError(
+            f"the API did not give node {name}: {error.status} {error.reason}"
+        ) from None
+    finally:
+        api.close()
+    return document

@@ -232,6 +232,9 @@ def up(
     Volumes that no node staying in their location could take, is refused unless
     --accept-local-data-loss or --accept-volume-downtime says so.
 
+    With an autoscaled pool, it then applies the cluster autoscaler's Secret and HelmChart
+    over the Kubernetes API (waiting up to 10 minutes for an API still starting).
+
     It ends by checking, with the backups writer's own key, that it can HEAD the backups'
     bucket and put and delete an object in the cluster's folder, as k3s will (asked again
     for up to 10 minutes while IAM applies a new grant); exit status 1 if not, the
@@ -266,7 +269,27 @@ def up(
     for name, value in result.outputs.items():
         out.print(f"{name}: {value}", markup=False, soft_wrap=True)
     write_recovery_kit(root, stack, result)
+    deliver_autoscaler(root, stack, roll_model.Clock())
     check_backups(root, stack, roll_model.Clock())
+
+
+def deliver_autoscaler(root: Path, stack: str, clock: roll_model.Clock) -> None:
+    """The cluster autoscaler's Secret and HelmChart (the stack output `autoscaler`, present
+    with an autoscaled pool) applied to the cluster; nothing without one."""
+    from raya.operate import autoscaler
+
+    outputs = deploy_module("up").stack_outputs(root, stack)
+    manifests = outputs.get("autoscaler")
+    if not manifests:
+        return
+    api = kube_api_client(outputs["kubeconfig"])
+    try:
+        applied = autoscaler.apply(
+            api, manifests, clock, lambda line: err.print(line, markup=False, soft_wrap=True)
+        )
+    finally:
+        api.close()
+    out.print(f"cluster autoscaler: applied {', '.join(applied)}", markup=False, soft_wrap=True)
 
 
 def backup_target(root: Path, stack: str) -> Target:

@@ -46,11 +46,11 @@ def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool
     from dataclasses import replace
 
     from raya.console import counted, err, out
-    from raya.model.config import NAMESPACE
+    from raya.model.config import NAMESPACE, architecture
     from raya.model.pins import load_chart_pins
     from raya.model.project import load_cluster
     from raya.nodes.identity import generate_example_secrets
-    from raya.nodes.render import IGNITION_LIMIT, render_cluster
+    from raya.nodes.render import IGNITION_LIMIT, render_cluster, render_pool
 
     cluster = load_cluster(root, stack)
     config = cluster.config
@@ -73,10 +73,15 @@ def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool
         node.name: str(int(EXAMPLE_VOLUME_ID) + k) for k, node in enumerate(cluster.control_planes)
     }
     rendered = render_cluster(cluster, secrets, charts=charts, volume_id=volumes)
+    # An autoscaled pool's one config, named after its node group (`<clusterName>-<pool>`).
+    pools = [render_pool(cluster, pool, secrets) for pool in cluster.autoscaled]
     _write(out_dir, {
-        f"{node.node.name}{suffix}": data
-        for node in rendered
-        for suffix, data in ((".bu", node.butane.encode()), (".ign", node.ignition))
+        f"{name}{suffix}": data
+        for name, butane, ignition in (
+            *((node.node.name, node.butane, node.ignition) for node in rendered),
+            *((pool.group, pool.butane, pool.ignition) for pool in pools),
+        )
+        for suffix, data in ((".bu", butane.encode()), (".ign", ignition))
     })  # fmt: skip
 
     rows = [(*_HEADER, f"Ignition / {IGNITION_LIMIT:,} B")]
@@ -94,6 +99,23 @@ def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool
             cluster.dns_name(node.node),
             ",".join(f"{key}={value}" for key, value in node.node.labels) or "-",
             ",".join(node.node.taints) or "-",
+            f"{size:,} B ({size / IGNITION_LIMIT:.0%})",
+        ))  # fmt: skip
+    for pool in pools:
+        size = len(pool.ignition)
+        spec = pool.pool
+        rows.append((
+            # Every node the autoscaler makes boots this one config, under a name it chooses.
+            f"{pool.group}-*",
+            f"agent, autoscaled {spec.min_size}-{spec.max_size}",
+            spec.name,
+            spec.server_type,
+            architecture(spec.server_type),
+            spec.location or config.location,
+            f"{spec.addresses} (Hetzner's pick)",
+            "-",
+            ",".join(f"{key}={value}" for key, value in spec.labels) or "-",
+            ",".join(spec.taints) or "-",
             f"{size:,} B ({size / IGNITION_LIMIT:.0%})",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -119,7 +141,9 @@ def render(*, stack: str | None, root: Path | None, out_dir: Path, example: bool
         soft_wrap=True,
     )
     err.print(
-        f"wrote the .bu and .ign files of {counted(len(rendered), 'node')} to {out_dir}",
+        f"wrote the .bu and .ign files of {counted(len(rendered), 'node')}"
+        + (f" and {counted(len(pools), 'autoscaled pool')}" if pools else "")
+        + f" to {out_dir}",
         markup=False,
     )
 

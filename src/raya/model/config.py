@@ -76,7 +76,14 @@ KEYS = (*DEFAULTS, "networkZone", LOAD_BALANCER_SUBNET, "backupS3", *KIT_KEYS, *
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
 # Secret settings (`pulumi config set --secret`): the program alone reads them, decrypted;
 # they are accepted here so that a stack file holding them is valid, never part of the model.
-SECRET_KEYS = (CLUSTER_HCLOUD_TOKEN, "backupS3AccessKey", "backupS3SecretKey")
+# The cluster autoscaler's own Hetzner token: needed only with an autoscaled pool.
+AUTOSCALER_HCLOUD_TOKEN = "autoscalerHcloudToken"
+SECRET_KEYS = (
+    CLUSTER_HCLOUD_TOKEN,
+    "backupS3AccessKey",
+    "backupS3SecretKey",
+    AUTOSCALER_HCLOUD_TOKEN,
+)
 BACKUP_RETENTION = range(1, 1001)
 # host[:port], as k3s' etcd-s3-endpoint: a DNS name (RFC 1123 labels, 253 characters at most)
 # or an IPv4 address, and a TCP port from 1 to 65535 written without a leading 0.
@@ -374,19 +381,29 @@ def _is_encrypted(value: object) -> bool:
     return isinstance(value, list) and any(map(_is_encrypted, value))
 
 
-def check_secret_settings(path: Path) -> None:
+def check_secret_settings(path: Path, *, autoscaled: bool = False) -> None:
     """The stack file at `path` holds the cluster's Hetzner token, encrypted (`secure:`), as
     `pulumi config set --secret` writes it: a deployment without it would give the cluster
-    add-ons that crash-loop. (The object storage keys are needed only with `backupS3`.)"""
+    add-ons that crash-loop; and, with an `autoscaled` pool, the cluster autoscaler's, the
+    same way. (The object storage keys are needed only with `backupS3`.)"""
     document = loads_yaml(path.read_text(encoding="utf-8"))  # read once already
     config = document.get("config") if isinstance(document, dict) else None
-    key = CLUSTER_HCLOUD_TOKEN
+    _check_token(path, config, CLUSTER_HCLOUD_TOKEN, "of the cluster's own", required=True)
+    # The autoscaler's is needed with an autoscaled pool only, but never in clear text.
+    _check_token(
+        path, config, AUTOSCALER_HCLOUD_TOKEN, "for the cluster autoscaler", required=autoscaled
+    )
+
+
+def _check_token(path: Path, config: object, key: str, whose: str, *, required: bool) -> None:
     value = config.get(f"{NAMESPACE}:{key}") if isinstance(config, dict) else None
     how = f"`pulumi config set --secret {NAMESPACE}:{key} <token>`"
     if value is None:
+        if not required:
+            return
         raise ConfigError(
             f"{path}: {NAMESPACE}:{key} is not set; accepted: a Hetzner Cloud API token "
-            f"(read and write) of the cluster's own, set with {how} (docs/config.md)"
+            f"(read and write) {whose}, set with {how} (docs/config.md)"
         )
     if not (isinstance(value, dict) and isinstance(value.get("secure"), str)):
         raise ConfigError(

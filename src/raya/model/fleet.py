@@ -15,6 +15,13 @@ Node `i` of pool `p` is `p-i` (name and DNS label) at address `i` of the pool's 
 (`addresses`, a CIDR the user declares inside nodesSubnet): nothing of it depends on the
 pool's position in the file nor on any other pool, so growing a pool, adding one or
 removing another leaves every other node as it was (docs/fleet.md).
+
+An autoscaled pool says `min` and `max` instead of `count`: Kubernetes' cluster autoscaler
+creates and deletes its servers (Hetzner provider, node group `<clusterName>-<pool>`), so it
+has no planned node. Its `addresses` is a Hetzner subnet of its own inside networkRange and
+outside nodesSubnet: the autoscaler attaches each server to the network with that range
+(`subnetIPRange`) and Hetzner picks a free address in it, which can then never be one that
+raya planned for a node or a load balancer in nodesSubnet.
 """
 
 from __future__ import annotations
@@ -23,10 +30,10 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from raya.errors import ConfigError
 from raya.model.config import LOCATIONS, StackConfig, architecture, server_type_problem
@@ -74,6 +81,13 @@ class Pool:
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[str, ...] = ()
     location: str | None = None
+    # An autoscaled pool's bounds (`count` is then 0: it has no planned node); None otherwise.
+    min_size: int | None = None
+    max_size: int | None = None
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_size is not None
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,8 @@ class Cluster:
     config: StackConfig
     control_planes: tuple[Node, ...]  # the first one started the cluster (cluster-init)
     agents: tuple[Node, ...]
+    # The pools the cluster autoscaler sizes: their nodes are not known ahead of time.
+    autoscaled: tuple[Pool, ...] = ()
 
     @property
     def control_plane(self) -> Node:
@@ -111,8 +127,14 @@ def fleet_file(root: Path) -> Path:
     return root / "deploy" / "fleet" / "agents.json"
 
 
-POOL_KEYS = ("name", "type", "count", "addresses", "labels", "taints", "location")
-_POOL_REQUIRED = ("name", "type", "count", "addresses")
+POOL_KEYS = ("name", "type", "count", "min", "max", "addresses", "labels", "taints", "location")
+_POOL_REQUIRED = ("name", "type", "addresses")
+# `<clusterName>-<pool>-<id>`: the autoscaler names a server after its node group and 16 hex
+# digits at most (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/hetzner,
+# hetzner_node_group.go, `newNodeName`: `%s-%x` of a random int63), and the name is the node's
+# hostname, one DNS label of at most 63 characters.
+AUTOSCALED_ID_DIGITS = 16
+HOSTNAME_MAX = 63
 # A DNS label short enough that `<clusterName>-<pool>-<i>` stays a hostname (63 characters:
 # 32 for the cluster, 20 for the pool, 9 for the node's number), and without '-': a server name
 # is `<clusterName>-<node>` in a Hetzner project that other stacks may share, and with a '-' in
@@ -162,7 +184,10 @@ def load_fleet(path: Path) -> Fleet:
 def _parse_pool(path: Path, k: int, entry: object) -> Pool:
     where = f"{path}: pools[{k}]"
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: expected an object with {', '.join(_POOL_REQUIRED)}")
+        raise ConfigError(
+            f"{where}: expected an object with name, type, count, addresses (or min and max "
+            "instead of count: an autoscaled pool)"
+        )
     name = entry.get("name")
     if isinstance(name, str) and _POOL_NAME.fullmatch(name):
         where = f"{where} ({name})"
@@ -187,9 +212,7 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
     problem = server_type_problem(entry["type"])
     if problem:
         raise fail("type", problem)
-    count = entry["count"]
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise fail("count", f"is {count!r}; accepted: a whole number, 0 or more")
+    count, min_size, max_size = _pool_size(entry, fail)
     addresses = entry["addresses"]
     try:
         if not isinstance(addresses, str) or "/" not in addresses:
@@ -229,7 +252,45 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
         labels=tuple(sorted(labels.items())),
         taints=tuple(taints),
         location=location,
+        min_size=min_size,
+        max_size=max_size,
     )
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _pool_size(
+    entry: Mapping[str, object], fail: Callable[[str, str], ConfigError]
+) -> tuple[int, int | None, int | None]:
+    """`count`, or `min` and `max` (an autoscaled pool), never both: a pool's nodes are either
+    planned by raya or made by the autoscaler."""
+    bounds = [field for field in ("min", "max") if field in entry]
+    if "count" in entry:
+        if bounds:
+            raise fail(
+                bounds[0],
+                "is set beside 'count'; accepted: 'count' (nodes raya plans) or 'min' and "
+                "'max' (nodes the cluster autoscaler makes), not both",
+            )
+        count = entry["count"]
+        if not _whole(count):
+            raise fail("count", f"is {count!r}; accepted: a whole number, 0 or more")
+        return count, None, None
+    if not bounds:
+        raise fail("count", "is missing; accepted: 'count', or 'min' and 'max' (autoscaled)")
+    if len(bounds) == 1:
+        other = "max" if bounds == ["min"] else "min"
+        raise fail(other, f"is missing beside '{bounds[0]}'; accepted: both 'min' and 'max'")
+    low, high = entry["min"], entry["max"]
+    if not _whole(low):
+        raise fail("min", f"is {low!r}; accepted: a whole number, 0 or more")
+    if not _whole(high) or high == 0:
+        raise fail("max", f"is {high!r}; accepted: a whole number, 1 or more")
+    if low > high:
+        raise fail("min", f"is {low}, above 'max' {high}; accepted: 0 to {high}")
+    return 0, low, high
 
 
 def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: str) -> Cluster:
@@ -280,11 +341,27 @@ def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: s
         for k, address in enumerate(config.control_plane_ips)
     )
     pooled = _pool_nodes(config, fleet.pools, {node.private_ip for node in nodes}, source)
-    cluster = Cluster(config=config, control_planes=control_planes, agents=(*nodes, *pooled))
-    if not config.public and len(cluster.nodes) > NETWORK_SERVER_LIMIT:
+    cluster = Cluster(
+        config=config,
+        control_planes=control_planes,
+        agents=(*nodes, *pooled),
+        autoscaled=tuple(pool for pool in fleet.pools if pool.autoscaled),
+    )
+    if config.public and cluster.autoscaled:
         raise ConfigError(
-            f"{source}: {len(cluster.nodes)} nodes (control planes: {len(control_planes)}, "
-            f"agents: {len(cluster.agents)}), but raya:network is private and a Hetzner network "
+            f"{source}: pool {cluster.autoscaled[0].name} is autoscaled (min, max), but "
+            "raya:network is public: an autoscaled node takes its address from the private "
+            "network's DHCP; accepted: autoscaled pools in the private mode, pools with count "
+            "in the public mode"
+        )
+    # An autoscaled pool's nodes are on the network too, up to its max.
+    autoscaled = sum(pool.max_size or 0 for pool in cluster.autoscaled)
+    if not config.public and len(cluster.nodes) + autoscaled > NETWORK_SERVER_LIMIT:
+        raise ConfigError(
+            f"{source}: {len(cluster.nodes) + autoscaled} nodes (control planes: "
+            f"{len(control_planes)}, agents: {len(cluster.agents)}"
+            f"{f', autoscaled at most: {autoscaled}' if autoscaled else ''}), but raya:network "
+            "is private and a Hetzner network "
             f"holds at most {NETWORK_SERVER_LIMIT} servers (Hetzner's Networks FAQ); accepted: "
             f"at most {NETWORK_SERVER_LIMIT} nodes, or raya:network: public in a new stack "
             "(the nodes talk over their public addresses: docs/fleet.md, \"Beyond 100 nodes\")"
@@ -304,15 +381,23 @@ def build_cluster(config: StackConfig, fleet: Fleet | tuple[str, ...], source: s
     # only the cloud controller is one (raya.nodes.addons). Nor do the add-ons' own pods
     # tolerate a pool's taints: they need a node that repels nothing.
     if not config.control_plane_schedulable:
-        open_nodes = [node for node in cluster.agents if not any(map(repels, node.taints))]
-        if not cluster.agents:
+        # An autoscaled pool counts when it always keeps a node (`min` 1 or more).
+        open_nodes = [
+            *(node.taints for node in cluster.agents),
+            *(pool.taints for pool in cluster.autoscaled if pool.min_size),
+        ]
+        open_nodes = [taints for taints in open_nodes if not any(map(repels, taints))]
+        if not cluster.agents and not open_nodes:
             raise ConfigError(
                 f"{source}: no agents, and the control plane is tainted "
                 "(raya:controlPlaneSchedulable is false), so the add-ons would never be "
                 "scheduled; accepted: at least one agent, or raya:controlPlaneSchedulable: true"
             )
         if not open_nodes:
-            pools = sorted({node.pool for node in cluster.agents if node.pool})
+            pools = sorted(
+                {node.pool for node in cluster.agents if node.pool}
+                | {pool.name for pool in cluster.autoscaled}
+            )
             raise ConfigError(
                 f"{source}: every agent is tainted NoSchedule or NoExecute (pools "
                 f"{', '.join(pools)}), and the control plane too (raya:controlPlaneSchedulable "
@@ -355,6 +440,15 @@ def _pool_nodes(
                 + ", ".join(name for name, z in LOCATIONS.items() if z == config.network_zone),
             )
         block = pool.addresses
+        for other in pools[:k]:
+            if block.overlaps(other.addresses):
+                raise fail(
+                    "addresses",
+                    f"is {block}, which overlaps pool {other.name}'s {other.addresses}",
+                )
+        if pool.autoscaled:
+            _check_autoscaled(config, pool, fail)
+            continue
         if not block.subnet_of(subnet):
             raise fail("addresses", f"is {block}, outside nodesSubnet {subnet}")
         if block.network_address < reserved_below:
@@ -366,12 +460,6 @@ def _pool_nodes(
         for address, what in reserved.items():
             if address in block:
                 raise fail("addresses", f"is {block}, which holds {what} {address}")
-        for other in pools[:k]:
-            if block.overlaps(other.addresses):
-                raise fail(
-                    "addresses",
-                    f"is {block}, which overlaps pool {other.name}'s {other.addresses}",
-                )
         clash = sorted(address for address in taken if address in block)
         if clash:
             raise fail(
@@ -400,6 +488,52 @@ def _pool_nodes(
             for i in range(pool.count)
         )
     return nodes
+
+
+def _check_autoscaled(
+    config: StackConfig, pool: Pool, fail: Callable[[str, str], ConfigError]
+) -> None:
+    """An autoscaled pool's subnet and names: Hetzner picks its nodes' addresses in its block,
+    so the block must be a subnet of the network that holds no address raya plans."""
+    block, network = pool.addresses, config.network_range
+    if not block.subnet_of(network):
+        raise fail("addresses", f"is {block}, outside networkRange {network}; accepted: a "
+                   "block inside it (the pool's own Hetzner subnet)")  # fmt: skip
+    if block.overlaps(config.nodes_subnet):
+        raise fail(
+            "addresses",
+            f"is {block}, which overlaps nodesSubnet {config.nodes_subnet}, where raya plans "
+            "the control planes', the load balancers' and the planned nodes' addresses; "
+            "accepted: a block of networkRange outside it (Hetzner assigns the autoscaled "
+            "nodes' addresses itself, anywhere in the block)",
+        )
+    if block.overlaps(config.load_balancer_subnet):
+        raise fail(
+            "addresses",
+            f"is {block}, which overlaps raya:loadBalancerSubnet {config.load_balancer_subnet}, "
+            "where Hetzner addresses the cloud controller's load balancers; accepted: a block "
+            "of networkRange outside both it and nodesSubnet",
+        )
+    if config.gateway in block:
+        raise fail("addresses", f"is {block}, which holds the network's gateway "
+                   f"{config.gateway}; accepted: a block from {config.gateway + 1} up")  # fmt: skip
+    # Its network and broadcast addresses are no server's.
+    hosts = block.num_addresses - 2
+    assert pool.max_size is not None
+    if pool.max_size > hosts:
+        raise fail("max", f"is {pool.max_size}, but its addresses {block} hold at most {hosts} "
+                   "servers (a subnet's first and last addresses are no server's)")  # fmt: skip
+    group = server_name(config.cluster_name, pool.name)
+    longest = len(group) + 1 + AUTOSCALED_ID_DIGITS
+    if longest > HOSTNAME_MAX:
+        raise fail(
+            "name",
+            f"is {pool.name!r}: the autoscaler names its servers `{group}-<up to "
+            f"{AUTOSCALED_ID_DIGITS} hex digits>`, up to {longest} characters; accepted: "
+            f"raya:clusterName and the pool's name together at most "
+            f"{HOSTNAME_MAX - AUTOSCALED_ID_DIGITS - 2} characters (a hostname is one DNS "
+            f"label of at most {HOSTNAME_MAX})",
+        )
 
 
 def _check_unique(cluster: Cluster, source: str) -> None:
@@ -436,7 +570,7 @@ def sold_problem(
         *((f"{fleet_source}: pools[{k}] ({pool.name}): field 'type'", pool.server_type,
            pool.location or config.location,
            "the pool's 'location'" if pool.location else "raya:location")
-          for k, pool in enumerate(fleet.pools) if pool.count),
+          for k, pool in enumerate(fleet.pools) if pool.count or pool.autoscaled),
     ]  # fmt: skip
     for where, server_type, location, chosen_by in choices:
         places = sold.get(server_type)

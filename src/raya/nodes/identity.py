@@ -119,11 +119,14 @@ def check_join_secret(field: str, secret: str) -> None:
         )
 
 
-def check_hcloud_token(token: str) -> None:
-    """The cluster's Hetzner token, checked without ever being shown."""
+def check_hcloud_token(
+    token: str, field: str = "hcloud_token", what: str = "raya:clusterHcloudToken"
+) -> None:
+    """A Hetzner token of the cluster's (`field`, `what` it is), checked without ever being
+    shown."""
     if not _HCLOUD_TOKEN.fullmatch(token):
         raise RenderError(
-            f"secrets: hcloud_token (raya:clusterHcloudToken) is {len(token)} characters; "
+            f"secrets: {field} ({what}) is {len(token)} characters; "
             "accepted: a Hetzner Cloud API token, 64 characters without spaces"
         )
 

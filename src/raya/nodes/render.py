@@ -23,7 +23,15 @@ from raya.butane import transpile
 from raya.defaults import GITHUB_URL
 from raya.errors import ButaneError, RenderError
 from raya.model.config import CONTROL_PLANE_COUNTS, PRIVATE_ROUTE
-from raya.model.fleet import CONTROL_PLANE_LABEL, Cluster, Node, node_password
+from raya.model.fleet import (
+    CONTROL_PLANE_LABEL,
+    Cluster,
+    Node,
+    Pool,
+    Role,
+    node_password,
+    server_name,
+)
 from raya.model.pins import ChartPins
 from raya.nodes.addons import GCP_SECRETS, HCLOUD_SECRET, LOCAL_PATH_CLASS
 from raya.nodes.addons import manifests as addon_manifests
@@ -85,6 +93,14 @@ CERTS_RANDOM_DELAY = "15min"
 SNAPSHOT_SECRET = "raya-etcd-s3"
 SNAPSHOT_SECRET_FILE = f"{SNAPSHOT_SECRET}.yaml"
 MAX_CONTROL_PLANES = max(CONTROL_PLANE_COUNTS)
+# The first agent's slot: an autoscaled pool's nodes check their certificates then.
+AUTOSCALED_CERTS_SLOT = 1
+# The annotation an autoscaled node publishes its SSH host key in, on its own Node object, with
+# its kubelet's credentials: k3s writes them to this kubeconfig, a client certificate the
+# supervisor issues to this node's name alone once its node password checks out (k3s-io/k3s,
+# pkg/agent/config/config.go, `get`: `kubelet.kubeconfig`, `getNodeNamedHostFile`).
+HOST_KEY_ANNOTATION = "raya.dev/ssh-host-key-ed25519"
+KUBELET_KUBECONFIG = "/var/lib/rancher/k3s/agent/kubelet.kubeconfig"
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,29 @@ def render_node(
         raise RenderError(f"{node.name}: not a node of cluster {cluster.config.cluster_name}")
     _check_inputs((node,), secrets, volume_id)
     return _render(cluster, node, secrets, volume_id or "", charts)
+
+
+@dataclass(frozen=True)
+class RenderedPool:
+    pool: Pool
+    group: str  # the autoscaler's node group: `<clusterName>-<pool>`
+    butane: str
+    ignition: bytes  # every node of the pool boots this one config
+
+
+def render_pool(cluster: Cluster, pool: Pool, secrets: ClusterSecrets) -> RenderedPool:
+    """The one config of every node of autoscaled `pool` (the autoscaler's `cloudInit` for
+    its node group): it depends only on the cluster config, the pool, the agent secret and
+    the server CA certificate, never on a node."""
+    if pool not in cluster.autoscaled:
+        raise RenderError(
+            f"{pool.name}: not an autoscaled pool of cluster {cluster.config.cluster_name}"
+        )
+    check_join_secret("agent_secret", secrets.agent_secret)
+    load_ca_certificate("server_ca", secrets.server_ca.cert_pem)
+    group = server_name(cluster.config.cluster_name, pool.name)
+    butane, ignition = _transpile(group, "agent.bu.j2", _pool_context(cluster, pool, secrets))
+    return RenderedPool(pool=pool, group=group, butane=butane, ignition=ignition)
 
 
 def render_cluster(
@@ -179,20 +218,12 @@ def _context(
     cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
 ) -> dict[str, Any]:
     config = cluster.config
+    shared = _shared(cluster, node.role)
     common: dict[str, Any] = {
+        **shared,
         "node": node,
-        "ssh_keys": {
-            "dir": SSH_KEY_DIR,
-            "file": f"{SSH_KEY_DIR}/raya",
-            "handles_file": SSH_HANDLES_FILE,
-            "handles": config.authorized_users,
-            "base_url": GITHUB_URL,
-            "types": list(KEY_FIELDS),
-            "script": "/usr/local/bin/raya-ssh-keys",
-            "unit": "raya-ssh-keys.service",
-            "timer": "raya-ssh-keys.timer",
-            "every": "15min",
-        },
+        "planned": True,
+        "node_address": None,
         "host_key": {
             "path": SSH_HOST_KEY,
             "private": secrets.host_keys[node.name].private_openssh,
@@ -202,69 +233,9 @@ def _context(
         # datastore, and refuses a node that comes back (a replaced VM) with another one.
         "node_password_file": "/etc/rancher/node/password",
         "node_password": node_password(secrets.agent_secret, node.name),
-        # The public mode: no Hetzner network; k3s on the public address the metadata service
-        # names (the server's primary IP), pod traffic in WireGuard between the nodes.
-        "public": config.public,
-        "network": {
-            "interface": PRIVATE_INTERFACE,
-            "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
-            "mtu": PRIVATE_MTU,
-            "wait_unit": "raya-private-network.service",
-            "gateway": config.gateway,
-            "route": PRIVATE_ROUTE,
-        },
-        "node_metadata": {
-            "unit": "raya-node-metadata.service",
-            "script": "/usr/local/bin/raya-node-metadata",
-            "url": METADATA_URL,
-            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-metadata.yaml",
-        },
-        "metadata_guard": {
-            "unit": "raya-metadata-guard.service",
-            "rules": "/etc/nftables/raya-metadata-guard.nft",
-            "table": "raya_metadata_guard",
-            "address": METADATA_ADDRESS,
-        },
-        # Zincati's documented place for a drop-in overriding its defaults.
-        "zincati_dropin": "/etc/zincati/config.d/90-raya-disable-auto-updates.toml",
-        "k3s_binary": K3S_BINARY,
-        "k3s_binary_real": K3S_BINARY_REAL,
-        "selinux": {
-            "rpm": K3S_SELINUX_RPM,
-            "module": K3S_SELINUX_MODULE,
-            # libselinux's local equivalences (file_contexts.subs): the policy's rules for
-            # /usr/local (k3s-selinux: /usr/local/s?bin/k3s) label FCOS' real /var/usrlocal.
-            "subs": "/etc/selinux/targeted/contexts/files/file_contexts.subs",
-        },
-        "k3s_config": "/etc/rancher/k3s/config.yaml",
-        "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
-        "certs": {
-            "unit": "raya-k3s-certs.service",
-            "timer": "raya-k3s-certs.timer",
-            "script": "/usr/local/bin/raya-k3s-certs",
-            "days": CERTIFICATE_RENEW_DAYS,
-            # What k3s serves from the certificates it renews at start: the kubelet on every
-            # node, the API server (127.0.0.1 only) on a server.
-            "urls": (["https://127.0.0.1:6444"] if node.role == "control-plane" else [])
-            + ["https://127.0.0.1:10250"],
-            "on_calendar": _certs_slot(node),
-            "random_delay": CERTS_RANDOM_DELAY,
-            # k3s' etcd client URL and client certificate (k3s `pkg/daemons/control/deps`:
-            # tls/etcd/client.crt, signed by tls/etcd/server-ca.crt), for the quorum check.
-            "etcd": (
-                {"endpoint": "https://127.0.0.1:2379", "tls": f"{K3S_SERVER_DIR}/tls/etcd"}
-                if node.role == "control-plane"
-                else None
-            ),
-        },
+        "certs": {**shared["certs"], "on_calendar": _certs_slot(node)},
     }
-    # The public mode registers through the API's name, which holds every control plane's
-    # address (k3s' fixed registration address may be round-robin DNS: docs.k3s.io,
-    # "High Availability Embedded etcd"; Go's dialer tries each address in turn).
-    api_name = cluster.dns_name(cluster.control_plane).rstrip(".")
-    registration = (
-        f"https://{api_name if config.public else config.registration_ip}:{K3S_PORT}"
-    )
+    registration = _registration(cluster)
     if node.role == "control-plane":
         first = node == cluster.control_plane
         return {
@@ -313,7 +284,7 @@ def _context(
             "tls_san": list(
                 dict.fromkeys(
                     [
-                        api_name,
+                        cluster.dns_name(cluster.control_plane).rstrip("."),
                         cluster.dns_name(node).rstrip("."),
                         *([] if config.public else [str(config.balancer_ip)]),
                     ]
@@ -365,8 +336,22 @@ def _context(
             ),
         }
     assert node.index is not None
+    return {**common, **_agent(cluster, secrets)}
+
+
+def _registration(cluster: Cluster) -> str:
+    """Where joining nodes register: the registration address, or in the public mode the
+    API's name, which holds every control plane's address (k3s' fixed registration address
+    may be round-robin DNS: docs.k3s.io, "High Availability Embedded etcd"; Go's dialer tries
+    each address in turn)."""
+    config = cluster.config
+    api_name = cluster.dns_name(cluster.control_plane).rstrip(".")
+    return f"https://{api_name if config.public else config.registration_ip}:{K3S_PORT}"
+
+
+def _agent(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, Any]:
+    """How an agent runs k3s and joins: the agent token only, which pins the server CA."""
     return {
-        **common,
         "k3s": {
             "unit": "k3s-agent.service",
             "description": "k3s agent",
@@ -375,8 +360,113 @@ def _context(
             "volume": False,
             "datastore": False,
         },
-        "server_url": registration,
+        "server_url": _registration(cluster),
         "token": agent_token(secrets.server_ca.cert_pem, secrets.agent_secret),
+    }
+
+
+def _pool_context(cluster: Cluster, pool: Pool, secrets: ClusterSecrets) -> dict[str, Any]:
+    """The one config of every node of autoscaled `pool`: nothing of a node's own. Its name is
+    its server's (the autoscaler's choice) and its address the one Hetzner's DHCP gives it in
+    the pool's subnet, both read at boot (`node_address`); its SSH host key is the node's own
+    (sshd-keygen makes it at first boot) and its node password k3s' own (k3s writes one at
+    the agent's first start when the file is missing): every node is new to the cluster under
+    a name never used before, so no stored hash can refuse it."""
+    shared = _shared(cluster, "agent")
+    return {
+        **shared,
+        **_agent(cluster, secrets),
+        "node": pool,
+        "planned": False,
+        "node_address": {
+            "unit": "raya-node-address.service",
+            "script": "/usr/local/bin/raya-node-address",
+            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-address.yaml",
+        },
+        "host_key_publish": {
+            "unit": "raya-host-key-publish.service",
+            "script": "/usr/local/bin/raya-host-key-publish",
+            "kubeconfig": KUBELET_KUBECONFIG,
+            "public": SSH_HOST_KEY + ".pub",
+            "annotation": HOST_KEY_ANNOTATION,
+        },
+        # Every node of the pool has the same config, so the same slot: the random delay
+        # spreads them, and an agent restarting k3s touches no etcd member.
+        "certs": {**shared["certs"], "on_calendar": _slot_calendar(AUTOSCALED_CERTS_SLOT)},
+    }
+
+
+def _shared(cluster: Cluster, role: Role) -> dict[str, Any]:
+    """What the context of every node of `role` holds whoever it is: a planned node adds its
+    identity (`_context`), an autoscaled pool's one config none (`_pool_context`)."""
+    config = cluster.config
+    return {
+        # The public mode: no Hetzner network; k3s on the public address the metadata service
+        # names (the server's primary IP), pod traffic in WireGuard between the nodes.
+        "public": config.public,
+        "ssh_keys": {
+            "dir": SSH_KEY_DIR,
+            "file": f"{SSH_KEY_DIR}/raya",
+            "handles_file": SSH_HANDLES_FILE,
+            "handles": config.authorized_users,
+            "base_url": GITHUB_URL,
+            "types": list(KEY_FIELDS),
+            "script": "/usr/local/bin/raya-ssh-keys",
+            "unit": "raya-ssh-keys.service",
+            "timer": "raya-ssh-keys.timer",
+            "every": "15min",
+        },
+        "network": {
+            "interface": PRIVATE_INTERFACE,
+            "keyfile": f"/etc/NetworkManager/system-connections/{PRIVATE_INTERFACE}.nmconnection",
+            "mtu": PRIVATE_MTU,
+            "wait_unit": "raya-private-network.service",
+            "gateway": config.gateway,
+            "route": PRIVATE_ROUTE,
+        },
+        "node_metadata": {
+            "unit": "raya-node-metadata.service",
+            "script": "/usr/local/bin/raya-node-metadata",
+            "url": METADATA_URL,
+            "dropin": "/etc/rancher/k3s/config.yaml.d/50-node-metadata.yaml",
+        },
+        "metadata_guard": {
+            "unit": "raya-metadata-guard.service",
+            "rules": "/etc/nftables/raya-metadata-guard.nft",
+            "table": "raya_metadata_guard",
+            "address": METADATA_ADDRESS,
+        },
+        # Zincati's documented place for a drop-in overriding its defaults.
+        "zincati_dropin": "/etc/zincati/config.d/90-raya-disable-auto-updates.toml",
+        "k3s_binary": K3S_BINARY,
+        "k3s_binary_real": K3S_BINARY_REAL,
+        "selinux": {
+            "rpm": K3S_SELINUX_RPM,
+            "module": K3S_SELINUX_MODULE,
+            # libselinux's local equivalences (file_contexts.subs): the policy's rules for
+            # /usr/local (k3s-selinux: /usr/local/s?bin/k3s) label FCOS' real /var/usrlocal.
+            "subs": "/etc/selinux/targeted/contexts/files/file_contexts.subs",
+        },
+        "k3s_config": "/etc/rancher/k3s/config.yaml",
+        "k3s_dropin_dir": "/etc/rancher/k3s/config.yaml.d",
+        "certs": {
+            "unit": "raya-k3s-certs.service",
+            "timer": "raya-k3s-certs.timer",
+            "script": "/usr/local/bin/raya-k3s-certs",
+            "days": CERTIFICATE_RENEW_DAYS,
+            # What k3s serves from the certificates it renews at start: the kubelet on every
+            # node, the API server (127.0.0.1 only) on a server.
+            "urls": (["https://127.0.0.1:6444"] if role == "control-plane" else [])
+            + ["https://127.0.0.1:10250"],
+            "random_delay": CERTS_RANDOM_DELAY,
+            # k3s' etcd client URL and client certificate (k3s `pkg/daemons/control/deps`:
+            # tls/etcd/client.crt, signed by tls/etcd/server-ca.crt), for the quorum check.
+            "etcd": (
+                {"endpoint": "https://127.0.0.1:2379", "tls": f"{K3S_SERVER_DIR}/tls/etcd"}
+                if role == "control-plane"
+                else None
+            ),
+        },
     }
 
 
@@ -390,6 +480,12 @@ def _certs_slot(node: Node) -> str:
     else:
         tail = node.name.rsplit("-", 1)[-1]
         slot = -int(tail) if tail.isdigit() else 0
+    return _slot_calendar(slot)
+
+
+def _slot_calendar(slot: int) -> str:
+    """The systemd calendar time of certificate-check slot `slot` (0: the first control
+    plane's), each day, UTC."""
     minutes = (CERTS_FIRST_SLOT_MINUTES + slot * CERTS_SLOT_MINUTES) % (24 * 60)
     return f"*-*-* {minutes // 60:02d}:{minutes % 60:02d}:00 UTC"
 
@@ -402,25 +498,30 @@ def _path_unit(path: str, kind: str) -> str:
 def _render(
     cluster: Cluster, node: Node, secrets: ClusterSecrets, volume_id: str, charts: ChartPins
 ) -> RenderedNode:
-    template_name = f"{node.role}.bu.j2"
     context = _context(cluster, node, secrets, volume_id, charts)
+    butane, ignition = _transpile(node.name, f"{node.role}.bu.j2", context)
+    return RenderedNode(node=node, butane=butane, ignition=ignition)
+
+
+def _transpile(name: str, template_name: str, context: Mapping[str, Any]) -> tuple[str, bytes]:
+    """Config `name`'s Butane from `template_name` and its Ignition, within Hetzner's limit."""
     try:
         butane = _environment().get_template(template_name).render(context)
     except jinja2.TemplateError as error:
         where = getattr(error, "lineno", None)
         raise RenderError(
-            f"{TEMPLATES / template_name}{f':{where}' if where else ''}: {node.name}: {error}"
+            f"{TEMPLATES / template_name}{f':{where}' if where else ''}: {name}: {error}"
         ) from None
     try:
-        ignition = transpile(butane, strict=True, source=f"{node.name}.bu").encode()
+        ignition = transpile(butane, strict=True, source=f"{name}.bu").encode()
     except ButaneError as error:
-        raise RenderError(f"{node.name}: the rendered Butane was rejected: {error}") from None
+        raise RenderError(f"{name}: the rendered Butane was rejected: {error}") from None
     if len(ignition) > IGNITION_LIMIT:
         raise RenderError(
-            f"{node.name}: Ignition config is {len(ignition)} bytes, over Hetzner's user_data "
+            f"{name}: Ignition config is {len(ignition)} bytes, over Hetzner's user_data "
             f"limit of {IGNITION_LIMIT}; largest parts: {', '.join(_largest_parts(ignition))}"
         )
-    return RenderedNode(node=node, butane=butane, ignition=ignition)
+    return butane, ignition
 
 
 def _largest_parts(ignition: bytes, count: int = 4) -> list[str]:

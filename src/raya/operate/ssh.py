@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from raya.errors import DeployError
+from raya.nodes.render import HOST_KEY_ANNOTATION
 
 USER = "core"
 
@@ -24,6 +25,30 @@ def find_node(servers: Mapping[str, Any], wanted: str) -> tuple[str, Mapping[str
         f"no node {wanted!r} in the stack; accepted: {', '.join(sorted(servers)) or 'none'} "
         "(or their DNS labels)"
     )
+
+
+def published_entry(node: Mapping[str, Any]) -> dict[str, str]:
+    """An autoscaled node's entry, as `known_hosts` and `ssh_command` take it, from its Node
+    object read over the API trusting only the cluster's CA: its name, its public address
+    (ExternalIP, which Hetzner's cloud controller sets) and the host key it published with its
+    kubelet's credentials (annotation `HOST_KEY_ANNOTATION`). No key published, no entry:
+    never trust on first use."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    key = (meta.get("annotations") or {}).get(HOST_KEY_ANNOTATION)
+    if not key:
+        raise DeployError(
+            f"node {name} has published no SSH host key yet (annotation {HOST_KEY_ANNOTATION}, "
+            "written by its raya-host-key-publish.service once k3s has joined); raya ssh "
+            "trusts no other: try again once the node is Ready"
+        )
+    addresses = {
+        a.get("type"): a.get("address") for a in (node.get("status") or {}).get("addresses") or []
+    }
+    address = addresses.get("ExternalIP")
+    if not address:
+        raise DeployError(f"node {name} has no ExternalIP yet (the cloud controller sets it)")
+    return {"dnsName": name, "ipv4": str(address), "hostKey": str(key)}
 
 
 def known_hosts(entry: Mapping[str, Any]) -> str:

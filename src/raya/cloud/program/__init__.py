@@ -15,11 +15,16 @@ from typing import Any
 import pulumi
 
 from raya.cloud import kit as recovery
+from raya.cloud.program.autoscaler import define_autoscaler
 from raya.cloud.program.backups import BackupTarget, define_backups
 from raya.cloud.program.cluster import Renderer, define_server, define_volume, find_snapshot
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewalls, firewall_layout
-from raya.cloud.program.network import define_network, define_public_addresses
+from raya.cloud.program.network import (
+    define_network,
+    define_pool_subnets,
+    define_public_addresses,
+)
 from raya.cloud.program.outputs import gather
 from raya.cloud.program.placement import (
     define_placement_groups,
@@ -29,7 +34,13 @@ from raya.cloud.program.placement import (
 from raya.cloud.program.secrets import Identity, define_identity
 from raya.defaults import GITHUB_URL
 from raya.errors import DeployError
-from raya.model.config import CLUSTER_HCLOUD_TOKEN, KEYS, NAMESPACE, parse_stack_config
+from raya.model.config import (
+    AUTOSCALER_HCLOUD_TOKEN,
+    CLUSTER_HCLOUD_TOKEN,
+    KEYS,
+    NAMESPACE,
+    parse_stack_config,
+)
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
 from raya.model.pins import Pins, load_chart_pins, load_pins
 from raya.nodes.github_keys import fetch_keys
@@ -64,19 +75,29 @@ def define(
     hcloud_token: pulumi.Input[str],
     replace: Set[str] = frozenset(),
     kit: recovery.RecoveryKit | None = None,
+    autoscaler_token: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
     """Declare every resource; returns the stack outputs. `render` builds a node's config
     (`render_node` with the chart pins); `hcloud_token` is the cluster's own Hetzner token,
     which only the control plane's config carries (as a secret). The nodes named in
     `replace` take the current inputs whole, to be re-created with them; every other server
     keeps what it was created with and reports the difference as drift. With `kit`, the
-    cluster's server token, agent secret, CA pairs and bucket are the kit's."""
+    cluster's server token, agent secret, CA pairs and bucket are the kit's.
+    `autoscaler_token` is the cluster autoscaler's Hetzner token, required with an autoscaled
+    pool (its manifests are then the output `autoscaler`, a secret)."""
     config = cluster.config
     unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
     if unknown:
         raise DeployError(
             f"replace: {', '.join(unknown)} is not a node of cluster {config.cluster_name}; "
             f"accepted: {', '.join(node.name for node in cluster.nodes)}"
+        )
+    if cluster.autoscaled and autoscaler_token is None:
+        raise DeployError(
+            f"{NAMESPACE}:{AUTOSCALER_HCLOUD_TOKEN} is not set, and the fleet has autoscaled "
+            f"pools ({', '.join(pool.name for pool in cluster.autoscaled)}); accepted: a "
+            f"Hetzner Cloud API token set with `pulumi config set --secret "
+            f"{NAMESPACE}:{AUTOSCALER_HCLOUD_TOKEN} <token>`"
         )
     # Hetzner's limits and the look-ups first: the engine starts creating a resource as soon
     # as it is declared, so a fleet past a limit, a missing snapshot or parent zone must fail
@@ -89,6 +110,8 @@ def define(
     }
     parent_zone = find_parent_zone(config.parent_zone)
     network = None if config.public else define_network(config, {"managed_by": config.cluster_name})
+    if network is not None:
+        define_pool_subnets(cluster, network)
     addresses = define_public_addresses(cluster) if config.public else {}
     firewalls = define_firewalls(
         cluster, layout, {name: ip.ip_address for name, ip in addresses.items()}
@@ -130,7 +153,13 @@ def define(
             for name, server in servers.items()
         },
     )
+    autoscaler: dict[str, Any] = (
+        {"autoscaler": define_autoscaler(cluster, pins, identity, autoscaler_token)}
+        if cluster.autoscaled and autoscaler_token is not None
+        else {}
+    )
     return {
+        **autoscaler,
         "zone": config.zone_dns_name,
         "nameServers": zone.name_servers,
         "kubeconfig": identity.kubeconfig,
@@ -204,6 +233,19 @@ def main(root: Path) -> None:
     replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
     render = functools.partial(render_node, charts=load_chart_pins(root))
     token = pulumi.Config(NAMESPACE).require_secret(CLUSTER_HCLOUD_TOKEN)
-    outputs = define(cluster, pins, render, hcloud_token=token, replace=replace, kit=kit)
+    autoscaler_token = (
+        pulumi.Config(NAMESPACE).require_secret(AUTOSCALER_HCLOUD_TOKEN)
+        if cluster.autoscaled
+        else None
+    )
+    outputs = define(
+        cluster,
+        pins,
+        render,
+        hcloud_token=token,
+        replace=replace,
+        kit=kit,
+        autoscaler_token=autoscaler_token,
+    )
     for name, value in outputs.items():
         pulumi.export(name, value)

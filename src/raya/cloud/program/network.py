@@ -74,3 +74,22 @@ def define_public_addresses(cluster: Cluster) -> dict[str, hcloud.PrimaryIp]:
         )
         for node in cluster.nodes
     }
+
+
+def define_pool_subnets(cluster: Cluster, network: Network) -> dict[str, hcloud.NetworkSubnet]:
+    """A cloud subnet per autoscaled pool, by pool name: the cluster autoscaler attaches the
+    pool's servers with it as their IP range, and Hetzner picks each one's address inside it
+    (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/hetzner, hetzner_node_group.go,
+    `createServer`; the range must be one of the network's subnets: `isIpRangeInNetwork`)."""
+    return {
+        pool.name: hcloud.NetworkSubnet(
+            f"{pool.name}-subnet",
+            network_id=network.network_id,
+            type="cloud",
+            network_zone=cluster.config.network_zone,
+            ip_range=str(pool.addresses),
+            # One change of the network after the other, never two at once.
+            opts=pulumi.ResourceOptions(depends_on=[network.balancer_subnet]),
+        )
+        for pool in cluster.autoscaled
+    }

@@ -1,0 +1,158 @@
+"""Kubernetes' cluster autoscaler with its Hetzner provider, for the autoscaled pools.
+
+One node group per autoscaled pool, named `<clusterName>-<pool>`; the autoscaler runs on the
+control planes, from the upstream chart (kubernetes/autoscaler,
+`cluster-autoscaler/charts/cluster-autoscaler`) installed by k3s' helm-controller like the
+other add-ons. What the provider reads (kubernetes/autoscaler,
+`cluster-autoscaler/cloudprovider/hetzner`, `hetzner_manager.go`, `newManager`):
+`HCLOUD_TOKEN`; `HCLOUD_CLUSTER_CONFIG`, base64 of a JSON `ClusterConfig` (`imagesForArch`,
+`nodeConfigs` by node group: `cloudInit`, `labels`, `taints`, `serverLabels`,
+`subnetIPRange`); `HCLOUD_NETWORK`; `HCLOUD_FIREWALL`; `HCLOUD_PUBLIC_IPV4`/`IPV6`. The token
+and the cluster config (each pool's node config carries the agent token) are a Secret's.
+
+`manifests` builds them, pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raya.errors import RenderError
+from raya.model.fleet import Cluster, Pool, server_name
+from raya.model.pins import Pins, label_selector, snapshot_labels
+from raya.nodes.addons import MANAGED_BY, NAMESPACE, Chart, _helm_chart, _manifest
+from raya.nodes.identity import check_hcloud_token
+from raya.nodes.render import RenderedPool
+
+CHARTS = "https://kubernetes.github.io/autoscaler"
+# The chart's version (its appVersion, the autoscaler's: 1.35.0, image
+# registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0, built for amd64 and arm64 alike).
+CHART_VERSION = "9.59.1"
+AUTOSCALER = Chart(
+    name="cluster-autoscaler",
+    repo=CHARTS,
+    target_namespace=NAMESPACE,  # where its Secret is
+    # The chart's fullname: `<release>-<cloudProvider>-<chart>` (templates/_helpers.tpl).
+    workloads=("deployments/cluster-autoscaler-hetzner-cluster-autoscaler",),
+)
+SECRET = "raya-cluster-autoscaler"
+TOKEN_KEY = "token"
+CLUSTER_CONFIG_KEY = "cluster-config"
+# Hetzner's architecture names -> the provider's `imagesForArch` keys (`instanceTypeArch`).
+IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
+# k3s labels every server so; raya taints it so when it is not schedulable (k3s-server.yaml).
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+def node_group(cluster: Cluster, pool: Pool) -> str:
+    """The pool's node group: its servers' name prefix and `hcloud/node-group` label value,
+    prefixed by the cluster so two stacks sharing a Hetzner project never count each other's
+    servers (the provider lists a group's servers by that label, `allServers`)."""
+    return server_name(cluster.config.cluster_name, pool.name)
+
+
+def _taint(taint: str) -> dict[str, str]:
+    """k3s' `key[=value]:Effect` as a Kubernetes taint object (`apiv1.Taint`'s JSON)."""
+    spec, _, effect = taint.rpartition(":")
+    key, _, value = spec.partition("=")
+    return {"key": key, "value": value, "effect": effect}
+
+
+def cluster_config(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool]) -> dict[str, Any]:
+    """The provider's `ClusterConfig`: each node group's config (its Ignition as `cloudInit`,
+    the labels and taints it registers with, the server labels that put it behind the
+    cluster's firewall, its subnet) and the snapshot of each architecture, chosen the way
+    raya chooses it for planned nodes: the newest available one labelled for the pins
+    (`findImage` falls back to a label selector, status available, `created:desc`)."""
+    config = cluster.config
+    selector = label_selector(snapshot_labels(pins, config.cluster_name))
+    return {
+        "imagesForArch": {key: selector for key in IMAGE_ARCHITECTURES.values()},
+        "nodeConfigs": {
+            rendered.group: {
+                "cloudInit": rendered.ignition.decode(),
+                "labels": dict(rendered.pool.labels),
+                "taints": [_taint(taint) for taint in rendered.pool.taints],
+                # The firewall selects the cluster's servers by `managed_by` (firewall.py).
+                "serverLabels": {
+                    "managed_by": config.cluster_name,
+                    "role": "agent",
+                    "pool": rendered.pool.name,
+                },
+                "subnetIPRange": str(rendered.pool.addresses),
+            }
+            for rendered in pools
+        },
+    }
+
+
+def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
+    """The chart's values: the Hetzner provider, one group per autoscaled pool, on the control
+    planes, its token and cluster config from the Secret; restarted when the Secret's cluster
+    config changes (the provider reads it at start only)."""
+    config = cluster.config
+    secret_env = {TOKEN_KEY: "HCLOUD_TOKEN", CLUSTER_CONFIG_KEY: "HCLOUD_CLUSTER_CONFIG"}
+    return {
+        "cloudProvider": "hetzner",
+        "autoscalingGroups": [
+            {
+                "name": node_group(cluster, pool),
+                "minSize": pool.min_size,
+                "maxSize": pool.max_size,
+                "instanceType": pool.server_type,
+                "region": pool.location or config.location,
+            }
+            for pool in cluster.autoscaled
+        ],
+        "extraEnv": {
+            "HCLOUD_NETWORK": config.network_name,
+            "HCLOUD_FIREWALL": config.cluster_name,  # the firewall's name (firewall.py)
+            "HCLOUD_PUBLIC_IPV4": "true",
+            "HCLOUD_PUBLIC_IPV6": "true",
+        },
+        "extraEnvSecrets": {env: {"name": SECRET, "key": key} for key, env in secret_env.items()},
+        "podAnnotations": {"raya/cluster-config-sha256": config_digest},
+        "nodeSelector": {CONTROL_PLANE_ROLE: "true"},
+        "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def secret(token: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    """The Secret of the provider's token and cluster config (base64 of its JSON, as
+    `HCLOUD_CLUSTER_CONFIG` is read)."""
+    encoded = base64.b64encode(_json(document).encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": NAMESPACE, "labels": MANAGED_BY},
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token, CLUSTER_CONFIG_KEY: encoded},
+    }
+
+
+def _json(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token: str) -> str:
+    """The Secret and the HelmChart, one YAML stream; empty without an autoscaled pool."""
+    if not cluster.autoscaled:
+        return ""
+    check_hcloud_token(token, "autoscaler_hcloud_token", "the cluster autoscaler's token")
+    if [rendered.pool for rendered in pools] != list(cluster.autoscaled):
+        raise RenderError(
+            f"the autoscaler's node configs are those of {[p.pool.name for p in pools]}; "
+            f"accepted: one per autoscaled pool, {[p.name for p in cluster.autoscaled]}"
+        )
+    document = cluster_config(cluster, pins, pools)
+    digest = hashlib.sha256(_json(document).encode()).hexdigest()
+    return _manifest(
+        [
+            secret(token, document),
+            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, digest)),
+        ]
+    )
