@@ -182,6 +182,7 @@ def test_the_cluster_config_is_what_the_provider_decodes(
         "fcos_stream": pins.fcos.stream,
         "fcos_version": pins.fcos.version,
         "k3s_version": pins.k3s.version.replace("+", "-"),
+        "k3s_selinux_version": pins.k3s_selinux.version,
     }
 
 
