@@ -39,7 +39,8 @@ COMMANDS = {
     "kubeconfig": ("access", "Write the cluster's admin kubeconfig, made from the deployment's "
                    "own PKI (no SSH)."),
     "ssh": ("access", "SSH to a node as core, trusting only the host key the deployment gave "
-            "it."),
+            "it, or, for a node the cluster autoscaler made, the one it published on its Node "
+            "object."),
     "status": ("operate", "One row per node: server, snapshot against the pins, drift, DNS and "
                "Kubernetes."),
     "backup": ("backups", "Take an etcd snapshot now and upload it to the cluster's bucket."),
