@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from raya.model.unavailable import MaxUnavailable
 from raya.operate import roll as rl
 from tests.cloud.program import csi_topology as csi
 from tests.cloud.program.mocks import Run
@@ -171,8 +172,11 @@ def test_a_cordoned_or_tainted_peer_does_not_count(
 ) -> None:
     peer = paired.nodes["fsn-1"]
     peer["spec"]["unschedulable"] = True
+    # The cordoned peer counts against its pool's budget: two of it may be unavailable here,
+    # so that the roll reaches the volume check.
+    two = MaxUnavailable.parse("2")
     with pytest.raises(rl.RollError, match=STRANDED):
-        roller(deployed, paired_api, Replacer(paired), clock).run(
+        roller(deployed, paired_api, Replacer(paired), clock, max_unavailable=two).run(
             rl.plan(list(WHERE), ["fsn-0"], [])
         )
     peer["spec"]["unschedulable"] = False
