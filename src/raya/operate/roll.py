@@ -52,7 +52,7 @@ takes the nodes that still drift, so it picks up where the last one stopped.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -367,7 +367,17 @@ def claims_on(kube: Kubernetes, node: str, on_its_disk: bool) -> list[str]:
     pinned to the node (rancher/local-path-provisioner, provisioner.go): replacing the server
     destroys it. A Hetzner Volume's source is `csi` (driver `csi.hetzner.cloud`): it moves."""
     found = []
-    for pod in kube.pods_on(node):
+    for pod, claim, volume in claimed_volumes(kube, kube.pods_on(node)):
+        local = bool(volume.spec.host_path or volume.spec.local)
+        if local if on_its_disk else on_hetzner(volume):
+            found.append(f"{claim} (pod {pod.metadata.name})")
+    return sorted(set(found))
+
+
+def claimed_volumes(kube: Kubernetes, pods: Iterable[Any]) -> Iterator[tuple[Any, str, Any]]:
+    """Each bound PersistentVolume the pods use through a claim: (pod, `namespace/claim`,
+    volume)."""
+    for pod in pods:
         for source in pod.spec.volumes or []:
             if source.persistent_volume_claim is None:
                 continue
@@ -375,13 +385,13 @@ def claims_on(kube: Kubernetes, node: str, on_its_disk: bool) -> list[str]:
             claim = kube.claim(namespace, name)
             bound = claim.spec.volume_name if claim is not None else None
             volume = kube.volume(bound) if bound else None
-            if volume is None:
-                continue
-            local = bool(volume.spec.host_path or volume.spec.local)
-            hetzner = volume.spec.csi is not None and volume.spec.csi.driver == CSI_DRIVER
-            if local if on_its_disk else hetzner:
-                found.append(f"{namespace}/{name} (pod {pod.metadata.name})")
-    return sorted(set(found))
+            if volume is not None:
+                yield pod, f"{namespace}/{name}", volume
+
+
+def on_hetzner(volume: Any) -> bool:
+    """Whether `volume` is a Hetzner Volume (its source `csi`, driver `csi.hetzner.cloud`)."""
+    return volume.spec.csi is not None and volume.spec.csi.driver == CSI_DRIVER
 
 
 def _requirement_matches(requirement: Any, value: str | None) -> bool:
@@ -480,23 +490,13 @@ def stranded(kube: Kubernetes, node: str, leaving: Collection[str] = ()) -> list
     their pods would stay Pending until a node where their volume is can take them."""
     gone = {node, *leaving}
     others = [n for n in kube.nodes() if n.metadata.name not in gone]
-    found = []
-    for pod in kube.pods_on(node):
-        if stays(pod):
-            continue
-        for source in pod.spec.volumes or []:
-            if source.persistent_volume_claim is None:
-                continue
-            namespace, name = pod.metadata.namespace, source.persistent_volume_claim.claim_name
-            claim = kube.claim(namespace, name)
-            bound = claim.spec.volume_name if claim is not None else None
-            volume = kube.volume(bound) if bound else None
-            if volume is None or volume.spec.csi is None or volume.spec.csi.driver != CSI_DRIVER:
-                continue
-            if not any(volume_fits(volume, other) and takes(other, pod) for other in others):
-                found.append(
-                    f"{namespace}/{name} (pod {pod.metadata.name}; pinned to {_pinned_to(volume)})"
-                )
+    evicted = [pod for pod in kube.pods_on(node) if not stays(pod)]
+    found = [
+        f"{claim} (pod {pod.metadata.name}; pinned to {_pinned_to(volume)})"
+        for pod, claim, volume in claimed_volumes(kube, evicted)
+        if on_hetzner(volume)
+        and not any(volume_fits(volume, other) and takes(other, pod) for other in others)
+    ]
     return sorted(set(found))
 
 

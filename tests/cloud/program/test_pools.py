@@ -150,7 +150,8 @@ def test_a_missing_arm_snapshot_says_to_build_it() -> None:
 def test_an_autoscaled_pool_has_its_own_subnet_and_no_server() -> None:
     burst = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"),
                  min_size=0, max_size=4)  # fmt: skip
-    result = run(provider_mocks(), fleet(WEB, burst), autoscaler_token="autoscalerToken0" * 4)
+    mocks = provider_mocks()
+    result = run(mocks, fleet(WEB, burst), autoscaler_token="autoscalerToken0" * 4)
     subnets = {
         name: reveal(r.inputs)
         for name, r in result.of_type("hcloud:index/networkSubnet:NetworkSubnet").items()
@@ -159,7 +160,11 @@ def test_an_autoscaled_pool_has_its_own_subnet_and_no_server() -> None:
     assert {name: (s["ipRange"], s["type"], s["networkZone"], s["networkId"])
             for name, s in subnets.items()} == {
         "nodes": ("10.0.1.0/24", "cloud", "eu-central", network_id),
+        "load-balancers": ("10.0.2.0/24", "cloud", "eu-central", network_id),
         "burst-subnet": ("10.0.16.0/24", "cloud", "eu-central", network_id),
     }  # fmt: skip
+    # One change of the network at a time: each subnet waits for the one before it.
+    for name, before in (("load-balancers", "nodes"), ("burst-subnet", "load-balancers")):
+        assert before in {urn.rsplit("::", 1)[-1] for urn in mocks.dependencies[name]}, name
     # The autoscaler makes the pool's servers: raya declares none, nor a record.
     assert sorted(result.of_type(SERVER)) == ["agent-0", "control-plane", "web-0", "web-1"]

@@ -4,6 +4,7 @@ public mode (`raya:network: public`), no network but each node's public address.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import pulumi
@@ -33,24 +34,31 @@ def define_network(config: StackConfig, labels: dict[str, str]) -> Network:
         labels=labels,
     )
     network_id = network.id.apply(int)
-    subnet = hcloud.NetworkSubnet(
-        "nodes",
-        network_id=network_id,
-        type="cloud",
-        network_zone=config.network_zone,
-        ip_range=str(config.nodes_subnet),
-    )
-    balancer_subnet = hcloud.NetworkSubnet(
-        "load-balancers",
-        network_id=network_id,
-        type="cloud",
-        network_zone=config.network_zone,
-        ip_range=str(config.load_balancer_subnet),
-        # One change of the network after the other, never two at once.
-        opts=pulumi.ResourceOptions(depends_on=[subnet]),
+    subnet = _cloud_subnet("nodes", network_id, config, config.nodes_subnet, None)
+    balancer_subnet = _cloud_subnet(
+        "load-balancers", network_id, config, config.load_balancer_subnet, subnet
     )
     return Network(
         network=network, subnet=subnet, balancer_subnet=balancer_subnet, network_id=network_id
+    )
+
+
+def _cloud_subnet(
+    resource: str,
+    network_id: pulumi.Output[int],
+    config: StackConfig,
+    ip_range: ipaddress.IPv4Network,
+    after: hcloud.NetworkSubnet | None,
+) -> hcloud.NetworkSubnet:
+    """A `cloud` subnet of the network in the location's zone, declared `after` the previous
+    one: one change of the network after the other, never two at once."""
+    return hcloud.NetworkSubnet(
+        resource,
+        network_id=network_id,
+        type="cloud",
+        network_zone=config.network_zone,
+        ip_range=str(ip_range),
+        opts=pulumi.ResourceOptions(depends_on=[after] if after is not None else []),
     )
 
 
@@ -81,15 +89,10 @@ def define_pool_subnets(cluster: Cluster, network: Network) -> dict[str, hcloud.
     pool's servers with it as their IP range, and Hetzner picks each one's address inside it
     (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/hetzner, hetzner_node_group.go,
     `createServer`; the range must be one of the network's subnets: `isIpRangeInNetwork`)."""
-    return {
-        pool.name: hcloud.NetworkSubnet(
-            f"{pool.name}-subnet",
-            network_id=network.network_id,
-            type="cloud",
-            network_zone=cluster.config.network_zone,
-            ip_range=str(pool.addresses),
-            # One change of the network after the other, never two at once.
-            opts=pulumi.ResourceOptions(depends_on=[network.balancer_subnet]),
+    subnets: dict[str, hcloud.NetworkSubnet] = {}
+    after = network.balancer_subnet
+    for pool in cluster.autoscaled:
+        after = subnets[pool.name] = _cloud_subnet(
+            f"{pool.name}-subnet", network.network_id, cluster.config, pool.addresses, after
         )
-        for pool in cluster.autoscaled
-    }
+    return subnets
