@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -783,7 +784,21 @@ def _unprotect(
                 resource[option] = False
                 changed = True
     if changed:
-        stack.import_stack(state)
+        _import_state(stack, state)
+
+
+def _import_state(stack: auto.Stack, state: auto.Deployment) -> None:
+    """`stack.import_stack`, with its plaintext copy of the state in a private folder that
+    goes with it: the SDK writes the state, secrets decrypted, to a temporary file that it
+    removes only when `pulumi stack import` succeeds (pulumi automation
+    `_local_workspace.py`, `LocalWorkspace.import_stack`)."""
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="raya-state-") as private:
+        tempfile.tempdir = private
+        try:
+            stack.import_stack(state)
+        finally:
+            tempfile.tempdir = previous
 
 
 def _counts(changes: Mapping[Any, int] | None) -> dict[str, int]:

@@ -5,6 +5,7 @@ environment, unprotecting first) and a destroy that unprotects everything it del
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +362,27 @@ class Hooks:
 
     def after(self, leaving: Any) -> None:
         self.calls.append(("after", tuple(leaving)))
+
+
+class FailingImport(RecordedStack):
+    """`import_stack` as the SDK's LocalWorkspace does it (pulumi automation
+    `_local_workspace.py`, `import_stack`): the state, secrets decrypted, dumped to a
+    `NamedTemporaryFile(delete=False)`, then `pulumi stack import --file`, and the file
+    removed only after the command succeeded; here the command fails."""
+
+    written: list[str]
+
+    def import_stack(self, state: auto.Deployment) -> None:
+        with tempfile.NamedTemporaryFile(mode="w", delete=False) as file:
+            json.dump(state.__dict__, file)
+        self.written = [file.name]
+        raise auto.CommandError(auto.CommandResult("", "error: the backend is unreachable", 255))
+
+
+def test_a_failed_import_leaves_no_plaintext_state_behind(tmp_path: Path) -> None:
+    stack = FailingImport(recorded("replaces-protected.jsonl"))
+    with pytest.raises(auto.CommandError):
+        deploy._unprotect(stack, None)  # type: ignore[arg-type]
+    (written,) = stack.written
+    assert not Path(written).exists(), written
+    assert tempfile.gettempdir() != str(Path(written).parent)  # the default restored
