@@ -112,7 +112,9 @@ def define_ingress_balancer(config: StackConfig) -> hcloud.LoadBalancer:
     `EnsureLoadBalancer`: "Import of load balancers which were created by other means").
     `raya destroy` deletes it after the servers (their firewalls depend on its address), so
     no controller is left to re-create it; Hetzner deletes a balancer with the targets and
-    services on it (its API, DELETE /load_balancers/{id})."""
+    services on it, as the controller itself does with one call (v1.35.0,
+    internal/hcops/load_balancer.go, `Delete`, from `EnsureLoadBalancerDeleted`, removing
+    nothing first)."""
     return hcloud.LoadBalancer(
         "ingress",
         name=ingress_balancer_name(config),
