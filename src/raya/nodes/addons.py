@@ -264,6 +264,13 @@ def location_storage_class(location: str) -> dict[str, Any]:
     }
 
 
+def ingress_balancer_name(config: StackConfig) -> str:
+    """The name of Traefik's Hetzner load balancer: the cloud controller finds it by this name
+    (the Service's `load-balancer.hetzner.cloud/name`) when no balancer carries the Service's
+    uid yet, and the public mode's program creates it under this name first."""
+    return f"{config.cluster_name}-ingress"
+
+
 def traefik_config(config: StackConfig) -> dict[str, Any]:
     """k3s' Traefik, its Service a Hetzner load balancer in the cluster's location that
     reaches the nodes over the private network; external-dns publishes the Ingresses on its
@@ -277,7 +284,7 @@ def traefik_config(config: StackConfig) -> dict[str, Any]:
                 {
                     "service": {
                         "annotations": {
-                            f"{LB}/name": f"{config.cluster_name}-ingress",
+                            f"{LB}/name": ingress_balancer_name(config),
                             f"{LB}/location": config.location,
                             f"{LB}/type": LOAD_BALANCER_TYPE,
                             f"{LB}/use-private-ip": "false" if config.public else "true",

@@ -322,11 +322,13 @@ class ProviderMocks(pulumi.runtime.Mocks):
             outputs["ipv6Address"] = f"2001:db8:{serial:x}::1"
             outputs["status"] = "running"
             return str(serial), outputs
-        elif typ in (
-            "hcloud:index/placementGroup:PlacementGroup",
-            "hcloud:index/loadBalancer:LoadBalancer",
-        ):
+        elif typ == "hcloud:index/placementGroup:PlacementGroup":
             return str(serial), outputs  # Hetzner numbers them, as it does servers
+        elif typ == "hcloud:index/loadBalancer:LoadBalancer":
+            # Hetzner gives a balancer its public IPv4 when it creates it (its API, POST
+            # /load_balancers: `public_net.ipv4.ip`); here from the documentation range.
+            outputs["ipv4"] = str(ipaddress.IPv4Address("192.0.2.0") + serial % 250 + 1)
+            return str(serial), outputs
         elif typ == "hcloud:index/volume:Volume":
             outputs["linuxDevice"] = f"/dev/disk/by-id/scsi-0HC_Volume_{serial}"
             return str(serial), outputs

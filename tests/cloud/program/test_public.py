@@ -1,11 +1,13 @@
 """The public mode (`raya:network: public`) under the program's mocks: no Hetzner network, a
-primary IP per node made before its server, firewalls that admit between nodes exactly what
-the mode needs, within Hetzner's limits, and node configs for flannel's WireGuard backend."""
+primary IP per node and the ingress load balancer made before any server, firewalls that
+admit between nodes exactly what the mode needs, within Hetzner's limits, and node configs
+for flannel's WireGuard backend."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from tests.cloud.program.test_program import EXAMPLE, SERVER, provider_mocks, ru
 
 FIREWALL = "hcloud:index/firewall:Firewall"
 PRIMARY_IP = "hcloud:index/primaryIp:PrimaryIp"
+LOAD_BALANCER = "hcloud:index/loadBalancer:LoadBalancer"
+# kube-apiserver's default --service-node-port-range, which k3s keeps.
+NODE_PORTS = ("tcp", "30000-32767")
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 METADATA_SCRIPT = "/usr/local/bin/raya-node-metadata"
 PRIVATE_KEYFILE = "/etc/NetworkManager/system-connections/enp7s0.nmconnection"
@@ -100,11 +105,9 @@ def test_nodes_get_a_primary_ip_each_and_no_network(tmp_path: Path) -> None:
     cluster = large(tmp_path, 3, 2)
     result = run(provider_mocks(), cluster)
     types = {resource.typ for resource in result.resources.values()}
-    assert not types & {
-        "hcloud:index/network:Network",
-        "hcloud:index/networkSubnet:NetworkSubnet",
-        "hcloud:index/loadBalancer:LoadBalancer",
-    }
+    assert not types & {"hcloud:index/network:Network", "hcloud:index/networkSubnet:NetworkSubnet"}
+    # No registration balancer (it lives on the network): the ingress' alone.
+    assert sorted(result.of_type(LOAD_BALANCER)) == ["ingress"]
     ips = result.of_type(PRIMARY_IP)
     # What `raya status` compares the API servers' endpoints with: the public address.
     outputs = result.outputs["servers"]
@@ -143,6 +146,60 @@ def test_the_names_resolve_before_the_servers_exist(tmp_path: Path) -> None:
         assert not any("Server::" in urn for urn in mocks.dependencies[name]), name
 
 
+def ingress_address(result: Run) -> str:
+    return f"{reveal(result.of_type(LOAD_BALANCER)['ingress'].outputs)['ipv4']}/32"
+
+
+def test_the_ingress_balancer_is_made_first_and_left_to_the_cloud_controller(
+    tmp_path: Path,
+) -> None:
+    cluster = large(tmp_path, 2)
+    mocks = provider_mocks()
+    result = run(mocks, cluster)
+    balancer = result.of_type(LOAD_BALANCER)["ingress"]
+    inputs = reveal(balancer.inputs)
+    # What Traefik's Service annotates (`load-balancer.hetzner.cloud/name`, `type`,
+    # `location`): the cloud controller finds it by that name and takes it over.
+    assert (inputs["name"], inputs["loadBalancerType"], inputs["location"]) == (
+        "raya-ingress",
+        "lb11",
+        cluster.config.location,
+    )
+    assert inputs["labels"] == {"managed_by": "raya"}
+    # What the controller changes on a balancer it takes (v1.35.0, `ReconcileHCLB`) is not
+    # Pulumi's: its label, name, algorithm, type, targets.
+    assert set(balancer.options.ignore_changes) == {
+        'labels["hcloud-ccm/service-uid"]',
+        "name",
+        "algorithm",
+        "loadBalancerType",
+        "targets",
+    }
+    # The firewalls wait for its address and the servers for the firewalls: it exists
+    # before any server, and `raya destroy` deletes it after them.
+    for name in result.of_type(FIREWALL):
+        assert any(urn.endswith("::ingress") for urn in mocks.dependencies[name]), name
+    # The controller took it: its label added, its type changed by a Service annotation, as
+    # a refresh records them; the next `raya up` neither replaces nor reverts it.
+    key = (LOAD_BALANCER, "ingress")
+    stored = mocks.state[key]
+    taken = json.loads(stored.inputs)
+    taken["labels"]["hcloud-ccm/service-uid"] = "0f6b7a0e-uid"
+    taken["loadBalancerType"] = "lb21"
+    mocks.state[key] = replace(stored, inputs=json.dumps(taken, sort_keys=True))
+    mocks.replaced.clear()
+    again = run(mocks, cluster)
+    assert "ingress" not in mocks.replaced
+    assert ingress_address(again) == ingress_address(result)
+
+
+def test_the_private_mode_declares_no_ingress_balancer() -> None:
+    # There the cloud controller makes it, on the network, and the firewalls need not know it.
+    result = run(provider_mocks())
+    assert result.of_type(LOAD_BALANCER) == {}  # one control plane: no registration balancer
+    assert NODE_PORTS not in admitted(result)
+
+
 def test_the_firewalls_admit_between_nodes_only_what_each_role_needs(tmp_path: Path) -> None:
     cluster = large(tmp_path, 3, 2, apiSources=["203.0.113.7/32"], sshSources=[])
     result = run(provider_mocks(), cluster)
@@ -159,6 +216,8 @@ def test_the_firewalls_admit_between_nodes_only_what_each_role_needs(tmp_path: P
         # The API server reaching kubelets (logs, exec), and etcd's members each other.
         ("tcp", "10250"): control_planes,
         ("tcp", "2379-2380"): control_planes,
+        # The ingress balancer reaching Traefik's NodePorts on its targets: from it alone.
+        NODE_PORTS: {ingress_address(result)},
         # As in the private mode: the ingress and ICMP from anywhere; SSH closed (no source).
         ("tcp", "80"): ANYWHERE,
         ("tcp", "443"): ANYWHERE,
@@ -189,12 +248,13 @@ def test_servers_wait_for_every_firewall(tmp_path: Path) -> None:
 
 def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
     # 5 control planes and 1,000 agents: 1,005 addresses for WireGuard and for the API, 5
-    # control planes for the kubelet and for etcd, 2 SSH, 2 API, 4 web, 2 ICMP sources:
-    # 2 x 1,005 + 2 x 5 + 10 = 2,030 effective rules, one per source address.
+    # control planes for the kubelet and for etcd, 2 SSH, 2 API, 4 web, 2 ICMP sources, the
+    # ingress balancer for the NodePorts: 2 x 1,005 + 2 x 5 + 11 = 2,031 effective rules,
+    # one per source address.
     cluster = large(tmp_path, 500, 500, control_planes=5, **NARROW)
     layout = firewall_layout(cluster)
     weights = [sum(len(rule.sources) for rule in rules) for rules in layout]
-    assert sum(weights) == 2030
+    assert sum(weights) == 2031
     assert len(layout) == 5 <= FIREWALLS_PER_SERVER
     assert all(weight <= EFFECTIVE_PER_FIREWALL for weight in weights)
     assert all(len(rules) <= ENTRIES_PER_FIREWALL for rules in layout)
@@ -208,10 +268,10 @@ def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
 
 def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: Path) -> None:
     # raya:apiSources' default holds 0.0.0.0/0, which every node's address is in: 1,005
-    # WireGuard sources, 5 + 5 for the kubelet and etcd, 10 others: 1,025, 3 firewalls.
+    # WireGuard sources, 5 + 5 for the kubelet and etcd, 11 others: 1,026, 3 firewalls.
     cluster = large(tmp_path, 500, 500, control_planes=5)
     layout = firewall_layout(cluster)
-    assert sum(len(rule.sources) for rules in layout for rule in rules) == 1025
+    assert sum(len(rule.sources) for rules in layout for rule in rules) == 1026
     assert len(layout) == 3
     api = {s for rules in layout for rule in rules if rule.port == "6443" for s in rule.sources}
     assert api == ANYWHERE
@@ -223,16 +283,16 @@ def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: 
 def test_past_five_firewalls_the_fleet_is_refused_before_anything_is_declared(
     tmp_path: Path,
 ) -> None:
-    # 5 firewalls of 500: 2,500. 2 x 1,240 nodes + 2 x 5 + 10 = 2,500 fits; one node more
-    # is 2,502.
-    fits = large(tmp_path, 500, 500, 235, control_planes=5, **NARROW)
-    assert len(fits.nodes) == 1240 and len(firewall_layout(fits)) == 5
-    over = large(tmp_path, 500, 500, 236, control_planes=5, **NARROW)
+    # 5 firewalls of 500: 2,500. 2 x 1,239 nodes + 2 x 5 + 11 = 2,499 fits; one node more
+    # is 2,501.
+    fits = large(tmp_path, 500, 500, 234, control_planes=5, **NARROW)
+    assert len(fits.nodes) == 1239 and len(firewall_layout(fits)) == 5
+    over = large(tmp_path, 500, 500, 235, control_planes=5, **NARROW)
     mocks = provider_mocks()
     with pytest.raises(DeployError) as refused:
         run(mocks, over)
     assert str(refused.value).startswith(
-        "deploy/fleet/agents.json: 1241 nodes need 2502 effective firewall rules"
+        "deploy/fleet/agents.json: 1240 nodes need 2501 effective firewall rules"
     )
     assert "at most 5 to a server (2500; Hetzner's Firewalls FAQ)" in str(refused.value)
     assert mocks.resources == {}  # nothing declared

@@ -9,8 +9,10 @@ firewalls never filter: one firewall holds those rules. In the public mode the n
 their public addresses, so the firewalls also admit, each only from the addresses that need
 it: WireGuard (flannel's `wireguard-native`, the pods' traffic) and the API from every node,
 the kubelet from the control planes, etcd's peer and client ports from the control planes
-(when there are several). Every node's address is known before any server exists (its
-primary IP, `raya.cloud.program.network.define_public_addresses`), so the rules are computed
+(when there are several), and the NodePorts from the ingress load balancer (it reaches
+Traefik's Service by its targets' public addresses). Every node's address is known before any
+server exists (its primary IP, `raya.cloud.program.network.define_public_addresses`), and the
+balancer's too (`define_ingress_balancer`), so the rules are computed
 with the nodes, in the same `raya up` that adds or removes one, and split over as many
 firewalls as Hetzner's limits need; every firewall applies to every server of the cluster,
 by label.
@@ -40,6 +42,9 @@ WEB_PORTS = ("80", "443")
 WIREGUARD_PORT = "51820"
 KUBELET_PORT = "10250"
 ETCD_PORTS = "2379-2380"  # client and peer (k3s' inbound rules: "HA with embedded etcd")
+# k3s' default service-node-port-range, kube-apiserver's (`--service-node-port-range`):
+# where a LoadBalancer Service's balancer sends its traffic on each target.
+NODE_PORTS = "30000-32767"
 # Hetzner's limits: up to 5 firewalls applied to one server and up to 500 (effective) rules
 # in one (Hetzner's Firewalls FAQ, "What are the limitations of Firewalls?"); rules "limited
 # to 50 entries per Firewall and 500 effective rules" (its API, POST
@@ -62,12 +67,21 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class IngressBalancer:
+    """The ingress load balancer as a source: its public IPv4 address, /32."""
+
+
+INGRESS_BALANCER = IngressBalancer()
+Source = str | Peer | IngressBalancer
+
+
+@dataclass(frozen=True)
 class Rule:
     """An inbound rule entry: a protocol, a port (or range; none for ICMP) and its sources."""
 
     protocol: str
     port: str | None
-    sources: tuple[str | Peer, ...]
+    sources: tuple[Source, ...]
     description: str
 
 
@@ -99,6 +113,7 @@ def openings(cluster: Cluster) -> list[Rule]:
         rules += [
             Rule("udp", WIREGUARD_PORT, nodes, "WireGuard (pod traffic) from the nodes"),
             Rule("tcp", KUBELET_PORT, control_planes, "kubelet from the control planes"),
+            Rule("tcp", NODE_PORTS, (INGRESS_BALANCER,), "NodePorts from the ingress balancer"),
         ]
         if len(control_planes) > 1:
             rules.append(Rule("tcp", ETCD_PORTS, control_planes, "etcd from the control planes"))
@@ -135,7 +150,7 @@ def firewall_layout(cluster: Cluster) -> tuple[tuple[Rule, ...], ...]:
             f"deploy/fleet/agents.json: {len(cluster.nodes)} nodes need {total} effective "
             f"firewall rules (one per source address of each rule: WireGuard and the API from "
             f"every node (the API unless raya:apiSources holds 0.0.0.0/0), the kubelet and "
-            f"etcd from the control planes, "
+            f"etcd from the control planes, the NodePorts from the ingress balancer, "
             f"{len(config.ssh_sources)} raya:sshSources, {len(config.api_sources)} "
             f"raya:apiSources), but Hetzner holds {EFFECTIVE_RULES_PER_FIREWALL} in a firewall "
             f"and applies at most {FIREWALLS_PER_SERVER} to a server "
@@ -149,23 +164,28 @@ def define_firewalls(
     cluster: Cluster,
     layout: tuple[tuple[Rule, ...], ...],
     addresses: Mapping[str, pulumi.Output[str]],
+    ingress: pulumi.Output[str] | None,
 ) -> list[hcloud.Firewall]:
     """The firewalls of `layout`, each applied to every server labelled as this cluster's,
-    present and future; `addresses`: each node's public IPv4 address (the public mode). The
-    first keeps the name it had when there was one."""
+    present and future; `addresses`: each node's public IPv4 address, and `ingress`: the
+    ingress balancer's (the public mode). The first keeps the name it had when there was
+    one."""
     name = cluster.config.cluster_name
 
+    def address(source: Source) -> pulumi.Input[str]:
+        if isinstance(source, str):
+            return source
+        if isinstance(source, Peer):
+            found = addresses[source.name]
+        else:
+            assert ingress is not None, "the public mode declares its ingress balancer"
+            found = ingress
+        return found.apply(lambda ip: f"{ip}/32")
+
     def sources(rule: Rule) -> pulumi.Input[list[str]]:
-        if not any(isinstance(source, Peer) for source in rule.sources):
+        if all(isinstance(source, str) for source in rule.sources):
             return [str(source) for source in rule.sources]
-        return pulumi.Output.all(
-            *(
-                addresses[source.name].apply(lambda address: f"{address}/32")
-                if isinstance(source, Peer)
-                else source
-                for source in rule.sources
-            )
-        )
+        return pulumi.Output.all(*(address(source) for source in rule.sources))
 
     return [
         hcloud.Firewall(

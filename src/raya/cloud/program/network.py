@@ -1,6 +1,7 @@
 """The spec's `network.tf`: the private network, its `nodes` cloud subnet and the
 `load-balancers` subnet where Hetzner addresses the cloud controller's load balancers; in the
-public mode (`raya:network: public`), no network but each node's public address."""
+public mode (`raya:network: public`), no network but each node's public address and the
+ingress load balancer's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pulumi_hcloud as hcloud
 
 from raya.model.config import StackConfig
 from raya.model.fleet import Cluster, server_name
+from raya.nodes.addons import LOAD_BALANCER_TYPE, ingress_balancer_name
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,45 @@ def define_public_addresses(cluster: Cluster) -> dict[str, hcloud.PrimaryIp]:
         )
         for node in cluster.nodes
     }
+
+
+# What the cloud controller may change on the ingress balancer once it has taken it
+# (hetznercloud/hcloud-cloud-controller-manager v1.35.0, internal/hcops/load_balancer.go,
+# `ReconcileHCLB`): its `hcloud-ccm/service-uid` label (`changeHCLBInfo` adds it, keeping
+# the others), its name (`changeHCLBInfo`, to the Service's name annotation), its algorithm
+# and type (`changeAlgorithm`, `changeType`, to the Service's annotations or the
+# controller's defaults); it adds the targets and services (`ReconcileHCLBTargets`,
+# `ReconcileHCLBServices`). Pulumi leaves those to it, so the two never undo each other. The
+# location cannot change (Hetzner moves no balancer).
+INGRESS_BALANCER_IGNORED = (
+    'labels["hcloud-ccm/service-uid"]',
+    "name",
+    "algorithm",
+    "loadBalancerType",
+    "targets",
+)
+
+
+def define_ingress_balancer(config: StackConfig) -> hcloud.LoadBalancer:
+    """The public mode's ingress load balancer, made before any server so that its public
+    IPv4 is known to the firewalls, which admit NodePorts from it alone. Traefik's Service
+    names it (`raya.nodes.addons.traefik_config`) and the cloud controller takes it over: it
+    looks a Service's balancer up by its `hcloud-ccm/service-uid` label, then by that name,
+    and creates one only when neither finds it (v1.35.0, hcloud/load_balancers.go,
+    `EnsureLoadBalancer`: "Import of load balancers which were created by other means").
+    `raya destroy` deletes it after the servers (their firewalls depend on its address), so
+    no controller is left to re-create it; Hetzner deletes a balancer with the targets and
+    services on it, as the controller itself does with one call (v1.35.0,
+    internal/hcops/load_balancer.go, `Delete`, from `EnsureLoadBalancerDeleted`, removing
+    nothing first)."""
+    return hcloud.LoadBalancer(
+        "ingress",
+        name=ingress_balancer_name(config),
+        load_balancer_type=LOAD_BALANCER_TYPE,
+        location=config.location,
+        labels={"managed_by": config.cluster_name},
+        opts=pulumi.ResourceOptions(ignore_changes=list(INGRESS_BALANCER_IGNORED)),
+    )
 
 
 def define_pool_subnets(cluster: Cluster, network: Network) -> dict[str, hcloud.NetworkSubnet]:
