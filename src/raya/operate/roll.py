@@ -59,6 +59,7 @@ from typing import Any
 from raya.cloud.kubeconfig import reason
 from raya.defaults import DRAIN_TIMEOUT, MAX_UNAVAILABLE, READY_TIMEOUT
 from raya.errors import RayaError
+from raya.model.progress import elapsed
 from raya.model.unavailable import MaxUnavailable
 from raya.nodes.addons import CSI_DRIVER, STORAGE_CLASS
 from raya.operate import etcd
@@ -913,9 +914,3 @@ class Roll(Drain):
                     f"{self.ready_timeout:.0f} s (last seen: {seen})"
                 )
             self.clock.sleep(POLL)
-
-
-def elapsed(seconds: float) -> str:
-    """`h:mm:ss`."""
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
