@@ -455,7 +455,7 @@ def pool(**changes: Any) -> dict[str, Any]:
         (
             [pool(size=3)],
             "pools[0] (web): field 'size' is not a pool field; accepted: name, type, count, min, "
-            "max, addresses, labels, taints, location",
+            "max, addresses, labels, taints, location, maxUnavailable",
         ),
         ([{"name": "web", "type": "cx33", "count": 1}], "pools[0] (web): field 'addresses' is "
          "required"),
@@ -505,6 +505,36 @@ def test_bad_pools(tmp_path: Path, pools: object, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_fleet(path)
     assert str(caught.value).startswith(f"{path}: {message}")
+
+
+MAX_UNAVAILABLE_ACCEPTED = (
+    "accepted: a whole number of nodes from 1 (such as 2) or a percentage of the pool from 1% "
+    'to 100% as a string (such as "25%")'
+)
+
+
+@pytest.mark.parametrize(
+    "value", [0, -1, "0%", "101%", "2", "%", "", "1.5%", "05%", 1.5, 2.0, True, None, ["2"]]
+)
+def test_a_pools_max_unavailable_is_a_count_or_a_percentage_string(
+    tmp_path: Path, value: object
+) -> None:
+    path = write(tmp_path, {"pools": [pool(maxUnavailable=value)]})
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(path)
+    assert str(caught.value) == (
+        f"{path}: pools[0] (web): field 'maxUnavailable' is {value!r}; {MAX_UNAVAILABLE_ACCEPTED}"
+    )
+
+
+def test_a_pools_max_unavailable_resolves_as_the_rolls_option(tmp_path: Path) -> None:
+    pools = [pool(maxUnavailable=3), pool(name="db", addresses="10.0.1.96/28",
+             maxUnavailable="25%"), pool(name="gpu", addresses="10.0.1.112/28")]  # fmt: skip
+    fleet = load_fleet(write(tmp_path, {"pools": pools}))
+    limits = {p.name: p.max_unavailable for p in fleet.pools}
+    assert limits["gpu"] is None  # the roll's --max-unavailable
+    assert limits["web"] is not None and limits["web"].of(20) == 3
+    assert limits["db"] is not None and limits["db"].of(20) == 5 and limits["db"].of(3) == 1
 
 
 def test_good_labels_and_taints_pass(tmp_path: Path) -> None:

@@ -782,3 +782,33 @@ def test_restore_after_destroy_and_up_from_the_kit_passes_the_token_check(
     assert "1. control-plane: stop k3s" in offered.output
     assert "another server token" not in offered.output
     assert stand.calls == []
+
+
+@pytest.mark.parametrize("control_planes", [3])
+def test_restore_says_each_step_done_with_what_is_left_and_the_time_elapsed(
+    project: Path, setup: tuple[Stand, dict[str, Any]], api: tuple[ka.Cluster, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Each of the restore's steps on three control planes (12) takes 20 s on the clock the
+    restore reads: each line says how many are done, left, and the time since the first."""
+    stand, outputs = setup
+    seconds = [1000.0]
+
+    def slow(entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] | None) -> (
+        tuple[int, str]
+    ):
+        seconds[0] += 20
+        return stand(entry, command, stdin)
+
+    monkeypatch.setattr(commands, "remote", slow)
+    monkeypatch.setattr(commands, "clock", lambda: seconds[0])
+    _, restored = drill(project, setup, api)
+    assert restored.exit_code == 0, restored.output
+    lines = [line for line in restored.output.splitlines() if line.startswith("[")]
+    assert [line.split("] ")[0] + "]" for line in lines] == [
+        f"[{n}/12 done, 0:{20 * n // 60:02d}:{20 * n % 60:02d} elapsed, {12 - n} left]"
+        for n in range(1, 13)
+    ]
+    assert lines[0].endswith("] control-plane-2: stop k3s")
+    assert lines[-1].endswith("] control-plane-2: start k3s: it rejoins as a new member")
+    assert outputs["backups"]["secretKey"] not in restored.output

@@ -107,6 +107,50 @@ def test_batches_are_per_pool_with_control_planes_alone() -> None:
     ]
 
 
+def test_a_pools_own_limit_wins_over_the_commands() -> None:
+    pools = {"control-plane": "", "web-0": "web", "web-1": "web", "web-2": "web",
+             "gpu-0": "gpu", "gpu-1": "gpu", "gpu-2": "gpu"}  # fmt: skip
+    steps = rl.plan(list(pools), [], list(pools))
+    planned = rl.batches(steps, pools, MaxUnavailable(count=1), {"gpu": MaxUnavailable(count=3)})
+    assert [[s.node for s in batch] for batch in planned] == [
+        ["control-plane"],
+        ["web-0", "gpu-0", "gpu-1", "gpu-2"],
+        ["web-1"],
+        ["web-2"],
+    ]
+
+
+def test_a_pool_with_its_own_limit_rolls_in_batches_of_it(
+    deployed: Run, cluster: ka.Cluster, api: str, watch: Watch
+) -> None:
+    """The command's --max-unavailable says 1; the pool's own maxUnavailable, 50%: three of
+    its six at a time, never more down."""
+    replace = Batches(cluster)
+    roll = roller(deployed, api, replace, watch, pools=POOLS,
+                  max_unavailable=MaxUnavailable(count=1),
+                  own_limits={"web": MaxUnavailable.parse("50%")})  # fmt: skip
+    roll.run(rl.plan(NODES, AGENTS, []))
+    assert replace.runs == [AGENTS[:3], AGENTS[3:]]
+    assert max(len(down) for down in watch.seen) == 3
+
+
+def test_a_pool_at_its_own_limit_is_refused_naming_it(
+    deployed: Run, cluster: ka.Cluster, api: str, watch: Watch
+) -> None:
+    cluster.nodes["agent-5"]["spec"]["unschedulable"] = True
+    replace = Batches(cluster)
+    roll = roller(deployed, api, replace, watch, pools=POOLS,
+                  max_unavailable=MaxUnavailable(count=3),
+                  own_limits={"web": MaxUnavailable(count=1)})  # fmt: skip
+    with pytest.raises(rl.RollError) as caught:
+        roll.run(rl.plan(NODES, AGENTS[:2], []))
+    assert str(caught.value).startswith(
+        "refused before touching them: pool web has agent-5 unavailable, at most 1 may be "
+        "(its maxUnavailable 1); "
+    )
+    assert replace.runs == []
+
+
 @pytest.mark.parametrize(("limit", "runs"), [
     ("2", [["agent-0", "agent-1"], ["agent-2", "agent-3"], ["agent-4", "agent-5"]]),
     ("50%", [["agent-0", "agent-1", "agent-2"], ["agent-3", "agent-4", "agent-5"]]),
@@ -153,7 +197,7 @@ def test_a_pool_at_its_limit_already_is_refused_before_anything_changes(
         roll.run(rl.plan(NODES, AGENTS[:2], []))
     assert str(caught.value) == (
         "refused before touching them: pool web has agent-4, agent-5 unavailable, at most 2 "
-        "may be (--max-unavailable 2, cordoned or not Ready or not registered counts); bring "
+        "may be (--max-unavailable 2); a node cordoned, not Ready or not registered counts; bring "
         "them back (`raya status`), then roll again; not touched: agent-0, agent-1"
     )
     assert replace.runs == []
@@ -220,3 +264,37 @@ def test_the_command_takes_max_unavailable_and_refuses_a_bad_value(
         "number of nodes from 1 (such as 5) or a percentage of each pool from 1% to 100% " \
         "(such as 10%)" in refused.output  # fmt: skip
     assert len(roll.built) == 2
+
+
+def test_the_command_takes_a_pools_own_limit_from_the_fleet_file(
+    project: Path, deployed: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from raya.cloud import deploy
+    from tests.operate.test_options import Recorded
+    from tests.runner import invoke
+
+    fleet = {"agents": ["cpx21", "cpx21", "cpx21"],
+             "pools": [{"name": "web", "type": "cx23", "count": 4, "addresses": "10.0.1.64/27",
+                        "maxUnavailable": "50%"}]}  # fmt: skip
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(fleet))
+    roll = Recorded()
+    monkeypatch.setattr(rl, "Roll", roll)
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: deployed.outputs)
+    monkeypatch.setattr("raya.commands.operate.kube_api_client", lambda text: None)
+    given = invoke(["roll", "agent-0", "agent-1", "web-0", "web-1", "web-2", "--root",
+                    str(project), "--max-unavailable", "1", "--dry-run"])  # fmt: skip
+    assert given.exit_code == 0, given.output
+    assert given.stdout.splitlines()[-3:] == [
+        "batches (--max-unavailable 1 of each pool, 50% of pool web (its maxUnavailable); "
+        "fewer while nodes of a pool are unavailable):",
+        "  1. agent-0, web-0, web-1",
+        "  2. agent-1, web-2",
+    ]
+    # ...and hands it to the roll, which counts it at each batch.
+    rolled = invoke(["roll", "agent-0", "--root", str(project), "--max-unavailable", "1"])
+    assert rolled.exit_code == 0, rolled.output
+    (built,) = roll.built
+    assert built["own_limits"] == {"web": MaxUnavailable(percent=50)}
+    assert built["max_unavailable"] == MaxUnavailable(count=1)

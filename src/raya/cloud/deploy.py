@@ -44,6 +44,7 @@ from raya.model.fleet import (
 )
 from raya.model.jsonfile import DuplicateKey, loads_yaml
 from raya.model.pins import load_chart_pins, load_pins, snapshot_labels
+from raya.model.progress import elapsed, progress
 from raya.model.project import load_cluster
 from raya.nodes.identity import generate_example_secrets
 from raya.nodes.render import part_digests, render_cluster
@@ -204,6 +205,8 @@ def run(
     delete_backups: bool = False,
     removal: Removal | None = None,
     targeted: bool = False,
+    on_progress: OnOutput | None = None,
+    now: Callable[[], float] = time.monotonic,
 ) -> Result:
     """Run `action` on the stack. Before a preview or an update, the stack file (its secret
     settings present, the recovery kit it is built from), fleet and pins are validated, so
@@ -232,6 +235,9 @@ def run(
     stops the update by raising; their servers (and a control plane's volume) are then
     unprotected for the engine to delete, and `after` runs once the update is done. An
     update that would delete nodes without a `removal` is refused.
+
+    `on_progress` (an update): a line each time the engine is done with a server step
+    (`ServerSteps`), then a summary, timed by `now`.
     """
     if replace and action == "destroy":
         raise DeployError("replace: a destroy replaces nothing")
@@ -251,6 +257,7 @@ def run(
     # Destroying a stack that was never deployed is a mistake, not a reason to create one.
     stack = open_stack(root, stack_name, action != "destroy")
     leaving: tuple[str, ...] = ()
+    servers: list[str] = []
     if action != "destroy":
         check_sold(root, stack_name, cluster, stack, on_output, replace)
         try:  # decrypts: without the passphrase, the first place the CLI says so
@@ -260,7 +267,11 @@ def run(
             if action == "preview" and "PULUMI_CONFIG_PASSPHRASE" in why:
                 why += "; without it, `raya preview --without-secrets` decrypts nothing"
             raise DeployError(f"pulumi {action} of stack {stack_name} failed: {why}") from None
-        leaving = _leaving((state.deployment or {}).get("resources", []), cluster)
+        resources = (state.deployment or {}).get("resources", [])
+        leaving = _leaving(resources, cluster)
+        servers = [
+            str(r["urn"]).rsplit("::", 1)[-1] for r in resources if r.get("type") == SERVER_TYPE
+        ]
         if leaving and action == "up" and removal is None:
             raise DeployError(
                 f"this update would delete {', '.join(leaving)}, which the inputs no longer "
@@ -322,7 +333,13 @@ def run(
                 shut_down(stack, cluster.config.cluster_name, going)
             if urns or protected:
                 _unprotect(stack, set(urns) | set(protected))
-            up = stack.up(**options)
+            # A targeted run creates nothing beyond the replacements.
+            arriving = [] if targeted else [n.name for n in cluster.nodes if n.name not in servers]
+            steps = ServerSteps(arriving, list(dict.fromkeys(replace)), leaving, now)
+            up = stack.up(**{**options, "on_event": steps.collector(options["on_event"],
+                                                                    on_progress)})  # fmt: skip
+            if on_progress is not None:
+                on_progress(steps.summary())
             if removal is not None and leaving:
                 removal.after(leaving)
             kit = up.outputs.get("recoveryKit")
@@ -722,6 +739,83 @@ def _stack_setting(stack: auto.Stack, key: str) -> str | None:
         return str(stack.get_config(key).value)
     except auto.CommandError:
         return None
+
+
+# What each server step has done once the engine is done with it.
+SERVER_DONE = {
+    auto.OpType.CREATE: "server created",
+    auto.OpType.CREATE_REPLACEMENT: "replacing its server: the new one created",
+    auto.OpType.DELETE_REPLACED: "replacing its server: the old one deleted",
+    auto.OpType.DELETE: "server deleted",
+}
+
+
+class ServerSteps:
+    """An update's progress, counted in server steps: the engine's steps on raya's servers
+    (pulumi/pulumi `pkg/resource/deploy/step.go`: a `create`, a `delete`, and a replacement's
+    two, `create-replacement` then `delete-replaced`, or the other way round for
+    delete-before-replace), out of the hundreds of resources an update goes through. What is
+    planned comes from the inputs and the state before it runs: the nodes arriving, those
+    replaced, those leaving; a server step the engine takes beyond those is counted done as
+    it comes. A step is done when its `resOutputsEvent` arrives (`pkg/engine/events.go`:
+    sent once the step has been applied)."""
+
+    def __init__(
+        self,
+        arriving: Sequence[str],
+        replacing: Sequence[str],
+        leaving: Sequence[str],
+        now: Callable[[], float],
+    ) -> None:
+        self.now = now
+        self.started = now()
+        self.pending = [
+            *((name, auto.OpType.CREATE) for name in arriving),
+            *(
+                (name, op)
+                for name in replacing
+                for op in (auto.OpType.CREATE_REPLACEMENT, auto.OpType.DELETE_REPLACED)
+            ),
+            *((name, auto.OpType.DELETE) for name in leaving),
+        ]
+        self.done: list[tuple[str, auto.OpType]] = []
+
+    def seen(self, event: auto.EngineEvent) -> str | None:
+        """The progress line for `event` if it ends a server step, else None."""
+        outputs = event.res_outputs_event
+        if outputs is None or outputs.metadata.type != SERVER_TYPE:
+            return None
+        op = outputs.metadata.op
+        if op not in SERVER_DONE:
+            return None
+        step = (outputs.metadata.urn.rsplit("::", 1)[-1], op)
+        if step in self.pending:
+            self.pending.remove(step)
+        self.done.append(step)
+        where = progress(len(self.done), len(self.pending), self.now() - self.started,
+                         "server steps done")  # fmt: skip
+        return f"{where} {step[0]}: {SERVER_DONE[op]}"
+
+    def collector(
+        self, collect: Callable[[auto.EngineEvent], None], on_progress: OnOutput | None
+    ) -> Callable[[auto.EngineEvent], None]:
+        """`collect` each event, and say each step done through `on_progress`."""
+
+        def seen(event: auto.EngineEvent) -> None:
+            collect(event)
+            line = self.seen(event)
+            if line is not None and on_progress is not None:
+                on_progress(line)
+
+        return seen
+
+    def summary(self) -> str:
+        ops = [op for _, op in self.done]
+        replaced = ops.count(auto.OpType.CREATE_REPLACEMENT)
+        return (
+            f"servers: {ops.count(auto.OpType.CREATE)} created, {replaced} replaced, "
+            f"{ops.count(auto.OpType.DELETE)} deleted in {elapsed(self.now() - self.started)}"
+        )
 
 
 def _drift_collector(found: dict[str, tuple[str, ...]]) -> Callable[[auto.EngineEvent], None]:

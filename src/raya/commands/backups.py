@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 from raya.commands.access import stack_outputs
 from raya.commands.operate import collect, print_report
@@ -52,6 +53,8 @@ def over_ssh(entry: Mapping[str, Any], command: Sequence[str], stdin: IO[bytes] 
 
 
 remote: Remote = over_ssh
+# What a restore's progress is timed by. Replaced by tests.
+clock: Callable[[], float] = time.monotonic
 
 
 def _context(command: str, stack: str, root: Path | None) -> tuple[
@@ -174,7 +177,8 @@ def restore(
     from raya.operate.roll import Clock
 
     snapshot = restore_snapshot(
-        name, control_planes, outputs["servers"], target, yes, remote, dry_run=dry_run
+        name, control_planes, outputs["servers"], target, yes, remote, dry_run=dry_run,
+        now=clock,
     )
     if dry_run:
         err.print(f"dry run: nothing done; `raya restore {snapshot.name}` runs these steps",
@@ -229,16 +233,19 @@ def restored_line(snapshot: bk.Snapshot, report: st.Report) -> str:
 
 def restore_snapshot(
     name: str, control_planes: list[str], servers: Mapping[str, Any], target: bk.Target,
-    yes: bool, run: Remote, dry_run: bool = False,
+    yes: bool, run: Remote, dry_run: bool = False, now: Callable[[], float] = time.monotonic,
 ) -> bk.Snapshot:  # fmt: skip
     """Check snapshot `name`, download it, show the steps, ask (unless `yes`), then run
-    each step on its node through `run`; the first failure stops there, naming it. With
-    `dry_run`, stop once the steps are shown: nothing asked, nothing run."""
+    each step on its node through `run`, saying as each is done how many are, how many are
+    left and the time since the first began (read from `now`); the first failure stops
+    there, naming it. With `dry_run`, stop once the steps are shown: nothing asked, nothing
+    run."""
     import contextlib
     import shlex
     import tempfile
     from pathlib import Path
 
+    from raya.model.progress import progress
     from raya.operate import backups as bk
 
     with err.status(f"checking {name}..."):
@@ -261,6 +268,7 @@ def restore_snapshot(
             "Everything written to the cluster since the snapshot is lost. Go on?"
         ):
             raise SystemExit(1)
+        started = now()
         for number, step in enumerate(steps, 1):
             with (
                 err.status(f"{number}/{len(steps)} {step.node}: {step.what}..."),
@@ -273,7 +281,8 @@ def restore_snapshot(
                     f"{code}: {_tail(printed)}. Steps 1-{number - 1} are done; see "
                     "docs/backups.md to finish by hand"
                 )
-            err.print(f"{number}/{len(steps)} {step.node}: {step.what}: done", markup=False)
+            where = progress(number, len(steps) - number, now() - started)
+            err.print(f"{where} {step.node}: {step.what}", markup=False, soft_wrap=True)
     return snapshot
 
 

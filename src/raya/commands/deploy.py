@@ -55,6 +55,11 @@ def _progress(line: str) -> None:
     out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def _server_progress(line: str) -> None:
+    # raya's own count of an update's server steps: node names and figures, nothing secret.
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def deploy_module(command: str) -> ModuleType:
     """`raya.cloud.deploy`, imported on use: the rest of raya works without Pulumi's packages (the
     [deploy] extra). Run through `./raya`, which names its set-up script in RAYA_BOOTSTRAP, a
@@ -127,6 +132,7 @@ def _run(
         no_destroy_protected=no_destroy_protected,
         delete_backups=delete_backups,
         removal=removal,
+        on_progress=_server_progress if action == "up" else None,
     )
     changes = ", ".join(f"{op} {count}" for op, count in result.changes.items()) or "none"
     out.print(f"{action} of stack {stack}: {changes}", markup=False)

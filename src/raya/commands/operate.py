@@ -168,7 +168,8 @@ def print_report(report: st.Report) -> None:
     Option("--max-unavailable", kind="max-unavailable", default=MAX_UNAVAILABLE,
            help="How many agents of each pool may be unavailable at once (cordoned, not "
            "Ready, or being replaced): a count (5) or a percentage of the pool, rounded "
-           "down, at least 1 (10%); each batch is one targeted engine run."),
+           "down, at least 1 (10%); each batch is one targeted engine run. A pool's own "
+           "maxUnavailable in the fleet file wins over it."),
 )  # fmt: skip
 def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
@@ -190,7 +191,8 @@ def roll(
     (local-path) is not touched unless --accept-local-data-loss is given. The first failure
     stops the roll and names each node: rolled, in progress (and what state it was left
     in), or not touched; a roll run again picks up the nodes that still drift. Agents go in
-    batches of at most --max-unavailable per pool (counting the pool's nodes already
+    batches of at most --max-unavailable per pool, or the pool's own maxUnavailable where
+    the fleet file gives one (counting the pool's nodes already
     cordoned, not Ready or not registered), each batch drained together (every eviction
     under its PodDisruptionBudget) and replaced by one targeted engine run. Each node's
     steps, every wait included, and the batches are printed first; --dry-run stops there.
@@ -198,6 +200,7 @@ def roll(
     in its location now (its type in stock there, not deprecated past): else nothing is
     touched."""
     folder = project_root(root)
+    from raya.model.fleet import fleet_file, load_fleet
     from raya.model.pins import load_pins
     from raya.model.project import load_cluster
     from raya.operate import roll as roll_model
@@ -222,10 +225,17 @@ def roll(
         for line in step.describe():
             out.print(line, markup=False, soft_wrap=True)
     pools = {n.name: n.pool or "" for n in cluster.nodes}
-    planned = roll_model.batches(steps, pools, max_unavailable)
+    own = {
+        pool.name: pool.max_unavailable
+        for pool in load_fleet(fleet_file(folder)).pools
+        if pool.max_unavailable is not None
+    }
+    planned = roll_model.batches(steps, pools, max_unavailable, own)
+    theirs = "".join(f", {limit} of pool {name} (its maxUnavailable)"
+                     for name, limit in sorted(own.items()))  # fmt: skip
     out.print(
-        f"batches (--max-unavailable {max_unavailable} of each pool; fewer while nodes of a "
-        "pool are unavailable):",
+        f"batches (--max-unavailable {max_unavailable} of each pool{theirs}; fewer while "
+        "nodes of a pool are unavailable):",
         markup=False,
         soft_wrap=True,
     )
@@ -257,6 +267,7 @@ def roll(
         control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
         pools=pools,
         max_unavailable=max_unavailable,
+        own_limits=own,
     ).run(steps)
     out.print(f"rolled {len(steps)} node(s)", markup=False)
 

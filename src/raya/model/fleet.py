@@ -39,6 +39,7 @@ from raya.errors import ConfigError
 from raya.model.config import LOCATIONS, StackConfig, architecture, server_type_problem
 from raya.model.jsonfile import check_keys, read_json
 from raya.model.kube import label_problem, repels, taint_identity, taint_problem
+from raya.model.unavailable import MaxUnavailable
 
 AGENT_HOST_OFFSET = 20
 # The longest DNS name in text, without the final dot: 255 octets on the wire (RFC 1035,
@@ -84,6 +85,9 @@ class Pool:
     # An autoscaled pool's bounds (`count` is then 0: it has no planned node); None otherwise.
     min_size: int | None = None
     max_size: int | None = None
+    # How many of its agents `raya roll` may have unavailable at once; None: the roll's
+    # `--max-unavailable`.
+    max_unavailable: MaxUnavailable | None = None
 
     @property
     def autoscaled(self) -> bool:
@@ -127,7 +131,10 @@ def fleet_file(root: Path) -> Path:
     return root / "deploy" / "fleet" / "agents.json"
 
 
-POOL_KEYS = ("name", "type", "count", "min", "max", "addresses", "labels", "taints", "location")
+POOL_KEYS = (
+    "name", "type", "count", "min", "max", "addresses", "labels", "taints", "location",
+    "maxUnavailable",
+)  # fmt: skip
 _POOL_REQUIRED = ("name", "type", "addresses")
 # `<clusterName>-<pool>-<id>`: the autoscaler names a server after its node group and 16 hex
 # digits at most (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/hetzner,
@@ -244,6 +251,7 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
     location = entry.get("location")
     if "location" in entry and (not isinstance(location, str) or location not in LOCATIONS):
         raise fail("location", f"is {location!r}; accepted: {', '.join(LOCATIONS)}")
+    max_unavailable = _max_unavailable(entry, fail) if "maxUnavailable" in entry else None
     return Pool(
         name=name,
         server_type=entry["type"],
@@ -254,7 +262,30 @@ def _parse_pool(path: Path, k: int, entry: object) -> Pool:
         location=location,
         min_size=min_size,
         max_size=max_size,
+        max_unavailable=max_unavailable,
     )
+
+
+def _max_unavailable(
+    entry: Mapping[str, object], fail: Callable[[str, str], ConfigError]
+) -> MaxUnavailable:
+    """`maxUnavailable`: a count as a number (`2`) or a percentage as a string (`"25%"`),
+    under `--max-unavailable`'s rules; nothing else (not `"2"`, `true` nor `2.0`)."""
+    value = entry["maxUnavailable"]
+    accepted = (
+        "accepted: a whole number of nodes from 1 (such as 2) or a percentage of the pool "
+        'from 1% to 100% as a string (such as "25%")'
+    )
+    if isinstance(value, str) and value.endswith("%"):
+        text = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        raise fail("maxUnavailable", f"is {value!r}; {accepted}")
+    try:
+        return MaxUnavailable.parse(text)
+    except ValueError:
+        raise fail("maxUnavailable", f"is {value!r}; {accepted}") from None
 
 
 def _whole(value: object) -> TypeGuard[int]:

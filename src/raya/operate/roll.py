@@ -59,6 +59,7 @@ from typing import Any
 from raya.cloud.kubeconfig import reason
 from raya.defaults import DRAIN_TIMEOUT, MAX_UNAVAILABLE, READY_TIMEOUT
 from raya.errors import RayaError
+from raya.model.progress import elapsed
 from raya.model.unavailable import MaxUnavailable
 from raya.nodes.addons import CSI_DRIVER, STORAGE_CLASS
 from raya.operate import etcd
@@ -224,12 +225,29 @@ def next_batch(
     return batch
 
 
+def pool_limits(
+    pools: Mapping[str, str],
+    steps: Sequence[Step],
+    max_unavailable: MaxUnavailable,
+    own: Mapping[str, MaxUnavailable],
+) -> dict[str, int]:
+    """How many agents of each pool may be unavailable at once: its own `maxUnavailable`
+    (`own`, from the fleet file) where it has one, else `max_unavailable` (the command's)."""
+    return {
+        pool: own.get(pool, max_unavailable).of(size)
+        for pool, size in pool_sizes(pools, steps).items()
+    }
+
+
 def batches(
-    steps: Sequence[Step], pools: Mapping[str, str], max_unavailable: MaxUnavailable
+    steps: Sequence[Step],
+    pools: Mapping[str, str],
+    max_unavailable: MaxUnavailable,
+    own: Mapping[str, MaxUnavailable] | None = None,
 ) -> list[list[Step]]:
     """The batches a roll of `steps` runs when no node is unavailable beforehand: what
     `--dry-run` prints (a roll counts the nodes unavailable before each batch)."""
-    limits = {pool: max_unavailable.of(size) for pool, size in pool_sizes(pools, steps).items()}
+    limits = pool_limits(pools, steps, max_unavailable, own or {})
     pending, planned = list(steps), []
     while pending:
         batch = next_batch(pending, pools, limits)
@@ -608,14 +626,15 @@ class Roll(Drain):
     max_unavailable: MaxUnavailable = field(
         default_factory=lambda: MaxUnavailable.parse(MAX_UNAVAILABLE)
     )
+    # The pools with their own `maxUnavailable` in the fleet file: it wins over the above.
+    own_limits: Mapping[str, MaxUnavailable] = field(default_factory=dict)
     # Per node of the batch running: the state its actions have brought it to, for the
     # error, and its Node object before the batch began (None: not registered).
     left: dict[str, str] = field(default_factory=dict)
     before: dict[str, Any] = field(default_factory=dict)
 
     def run(self, steps: Sequence[Step]) -> None:
-        sizes = pool_sizes(self.pools, steps)
-        limits = {pool: self.max_unavailable.of(size) for pool, size in sizes.items()}
+        limits = pool_limits(self.pools, steps, self.max_unavailable, self.own_limits)
         pending, rolled = list(steps), list[str]()
         started = self.clock.now()
         while pending:
@@ -654,15 +673,22 @@ class Roll(Drain):
             full = "; ".join(
                 f"pool {pool or 'agents'} has "
                 f"{', '.join(sorted(n for n in down if pool_of(self.pools, n) == pool))} "
-                f"unavailable, at most {limits[pool]} may be"
+                f"unavailable, at most {limits[pool]} may be ({self.limit_source(pool)})"
                 for pool in pools
             )
             raise RollError(
-                f"refused before touching them: {full} (--max-unavailable "
-                f"{self.max_unavailable}, cordoned or not Ready or not registered counts); "
+                f"refused before touching them: {full}; a node cordoned, not Ready or not "
+                "registered counts; "
                 "bring them back (`raya status`), then roll again"
             )
         return found
+
+    def limit_source(self, pool: str) -> str:
+        """Where a pool's limit comes from, for the error."""
+        own = self.own_limits.get(pool)
+        if own is not None:
+            return f"its maxUnavailable {own}"
+        return f"--max-unavailable {self.max_unavailable}"
 
     def unavailable(self) -> frozenset[str]:
         """The agents unavailable now: registered but not Ready or cordoned, or of the fleet
@@ -913,9 +939,3 @@ class Roll(Drain):
                     f"{self.ready_timeout:.0f} s (last seen: {seen})"
                 )
             self.clock.sleep(POLL)
-
-
-def elapsed(seconds: float) -> str:
-    """`h:mm:ss`."""
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"

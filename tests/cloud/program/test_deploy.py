@@ -669,3 +669,73 @@ def test_raya_preview_without_secrets_prints_each_drifting_node(
         refused.output
     )
     assert standin.calls()[mark:] == []
+
+
+class Ticking:
+    """A clock read by raya's progress: five seconds later at each reading."""
+
+    def __init__(self) -> None:
+        self.seconds = -5.0
+
+    def __call__(self) -> float:
+        self.seconds += 5
+        return self.seconds
+
+
+class Leaves:
+    """A `deploy.Removal` with nothing to drain: the stand-in has no cluster."""
+
+    def before(self, leaving: Any, kubeconfig: str | None) -> None: ...
+
+    def confirm(self, leaving: Any) -> None: ...
+
+    def after(self, leaving: Any) -> None: ...
+
+
+def test_up_counts_its_server_steps_with_what_is_left_and_the_time_elapsed(
+    project: Path, standin: Standin
+) -> None:
+    """A line each time the engine is done with a server (not one per resource of the 45),
+    then a summary; the clock read once at the start, once per line."""
+    shown: list[str] = []
+    deploy.run("up", project, "prod", lambda line: None, on_progress=shown.append, now=Ticking())
+    steps, summary = shown[:-1], shown[-1]
+    assert [line.split("] ")[0] + "]" for line in steps] == [
+        "[1/4 server steps done, 0:00:05 elapsed, 3 left]",
+        "[2/4 server steps done, 0:00:10 elapsed, 2 left]",
+        "[3/4 server steps done, 0:00:15 elapsed, 1 left]",
+        "[4/4 server steps done, 0:00:20 elapsed, 0 left]",
+    ]
+    assert sorted(line.split("] ")[1] for line in steps) == [
+        "agent-0: server created", "agent-1: server created", "agent-2: server created",
+        "control-plane: server created",
+    ]  # fmt: skip
+    assert summary == "servers: 4 created, 0 replaced, 0 deleted in 0:00:25"
+    # The pool's server arrives, the list's three leave, the control plane is replaced:
+    # six steps, a replacement's two halves apart.
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps(POOL_ONLY))
+    shown.clear()
+    deploy.run("up", project, "prod", lambda line: None, replace=("control-plane",),
+               removal=Leaves(), on_progress=shown.append, now=Ticking())  # fmt: skip
+    counts = [line.split("] ")[0] + "]" for line in shown[:-1]]
+    assert counts == [f"[{n}/6 server steps done, 0:00:{5 * n:02d} elapsed, {6 - n} left]"
+                      for n in range(1, 7)]  # fmt: skip
+    assert sorted(line.split("] ")[1] for line in shown[:-1]) == [
+        "agent-0: server deleted", "agent-1: server deleted", "agent-2: server deleted",
+        "control-plane: replacing its server: the new one created",
+        "control-plane: replacing its server: the old one deleted",
+        "web-0: server created",
+    ]  # fmt: skip
+    assert shown[-1] == "servers: 1 created, 1 replaced, 3 deleted in 0:00:35"
+    assert [s for s in secret_values(standin.backend()) if s in "\n".join(shown)] == []
+
+
+def test_a_targeted_update_counts_only_its_replacements(project: Path, standin: Standin) -> None:
+    deploy.run("up", project, "prod", lambda line: None)
+    shown: list[str] = []
+    deploy.run("up", project, "prod", lambda line: None, replace=("agent-1", "agent-2"),
+               targeted=True, on_progress=shown.append, now=Ticking())  # fmt: skip
+    assert [line.split("] ")[0] + "]" for line in shown[:-1]] == [
+        f"[{n}/4 server steps done, 0:00:{5 * n:02d} elapsed, {4 - n} left]" for n in (1, 2, 3, 4)
+    ]
+    assert shown[-1] == "servers: 0 created, 2 replaced, 0 deleted in 0:00:25"
