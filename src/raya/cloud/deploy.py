@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import requests
 import yaml
-from hcloud import HCloudException
+from hcloud import APIException, HCloudException
 from pulumi import automation as auto
 
 from raya.cloud import catalogue
@@ -555,8 +555,7 @@ def delete_autoscaled(root: Path, stack_name: str, stack: auto.Stack) -> tuple[s
         while True:
             listed = autoscaled_servers(client, cluster_name)
             for server in listed:
-                if server.id not in asked:
-                    client.servers.delete(server)
+                if server.id not in asked and _deleted(client, server):
                     asked[server.id] = str(server.name)
             if not listed:
                 return tuple(sorted(asked.values()))
@@ -573,6 +572,18 @@ def delete_autoscaled(root: Path, stack_name: str, stack: auto.Stack) -> tuple[s
             f"Hetzner API: deleting the cluster autoscaler's servers: {error}; nothing else "
             "was deleted"
         ) from None
+
+
+def _deleted(client: Any, server: Any) -> bool:
+    """Ask Hetzner to delete `server`; False if it is gone already (the autoscaler, scaling
+    down meanwhile, deleted it between the list and this request: `not_found`)."""
+    try:
+        client.servers.delete(server)
+    except APIException as error:
+        if error.code == "not_found":
+            return False
+        raise
+    return True
 
 
 def orphaned_groups(cluster: Cluster, servers: Sequence[Any]) -> dict[str, list[str]]:

@@ -719,6 +719,29 @@ def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cl
     assert "delete firewall raya" in log and "delete server raya-control-plane (off)" in log
 
 
+def test_a_server_the_autoscaler_deleted_meanwhile_is_not_counted(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    gone = autoscaled(cloud, "raya-web-2e", "10.0.1.71")
+    listed = deploy.autoscaled_servers
+
+    def late(client: Any, cluster_name: str) -> list[Any]:
+        # The list answered; then the autoscaler deleted raya-web-2e before raya asked to.
+        found = listed(client, cluster_name)
+        if gone.id in cloud.hetzner.servers:
+            cloud.hetzner.delete_server(gone.id)
+        return found
+
+    monkeypatch.setattr(deploy, "autoscaled_servers", late)
+    result = deploy.run("destroy", cloud.root, "prod", lambda line: None)
+    assert result.autoscaled == ("raya-web-1f",)
+    # Asked for both; Hetzner answered not_found for the one already gone.
+    assert cloud.hetzner.requests == ["delete raya-web-1f"]
+    assert f"DELETE /v1/servers/{gone.id}" in hetzner_api.BUDGET.requests
+    assert cloud.hetzner.servers == {}
+
+
 def test_the_firewall_an_autoscaled_server_holds_stops_the_engines_destroy(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
