@@ -25,8 +25,14 @@ API reference lists ("List Images": `type`, `status`, `architecture`, `label_sel
 `type`, `status`, `architecture`, `created` and `labels`; a `label_selector` of `k=v` terms
 (comma-separated, all required: the only form raya writes, `raya.model.pins.label_selector`).
 
-Servers are listed with `label_selector` too (API reference, "Label Selector": `k=v`
-terms joined by commas, all of which must hold), each with its `labels`, 25 to a page unless
+`DELETE /v1/servers/{id}` (API reference, "Delete a Server") answers the action
+`delete_server`, `running`: the model marks the server `deleting` and removes it once the
+action's time is over (`Hetzner.delete_server_later`), at a later request, never within this
+one.
+
+Servers are listed with `label_selector` too (API reference, "Label Selector": terms joined
+by commas, all of which must hold; `k=v` the label's value, `k` alone the label present),
+each with its `labels`, 25 to a page unless
 `per_page` (at most 50) says otherwise, `page` choosing which; hcloud-python's `get_all`
 asks for 50 a page and follows `next_page`.
 
@@ -218,15 +224,19 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
         return {"id": found.id, "name": found.name, "status": found.status,
                 "labels": found.labels}  # fmt: skip
 
+    model.settle()
     if request.command == "GET" and parts.path == "/v1/servers":
         query = parse_qs(parts.query)
         names = query.get("name")
-        terms = [t.split("=", 1) for s in query.get("label_selector", []) for t in s.split(",")]
+        terms = [t.partition("=") for s in query.get("label_selector", []) for t in s.split(",")]
         found = [
             server(s)
             for s in sorted(model.servers.values(), key=lambda s: s.id)
             if (names is None or s.name in names)
-            and all(s.labels.get(key) == value for key, value in terms)
+            and all(
+                s.labels.get(key) == value if equals else key in s.labels
+                for key, equals, value in terms
+            )
         ]
         per_page = min(int(query.get("per_page", ["25"])[0]), 50)
         page = int(query.get("page", ["1"])[0])
@@ -240,21 +250,30 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
         return NOT_FOUND
     if request.command == "GET" and not match[2]:
         return 200, json.dumps({"server": server(model.servers[int(match[1])])}).encode()
+    if request.command == "DELETE" and not match[2]:
+        model.requests.append(f"delete {model.servers[int(match[1])].name}")
+        model.delete_server_later(int(match[1]))
+        return 200, json.dumps({"action": _action("delete_server", int(match[1]))}).encode()
     if request.command == "POST" and match[2]:
         model.requests.append(f"shutdown {model.servers[int(match[1])].name}")
         model.shutdown_server(int(match[1]))
-        action = {
-            "id": len(model.log) + 1,
-            "command": "shutdown_server",
-            "status": "running",
-            "progress": 0,
-            "started": "2026-12-01T00:00:00+00:00",
-            "finished": None,
-            "resources": [{"id": int(match[1]), "type": "server"}],
-            "error": None,
-        }
+        action = _action("shutdown_server", int(match[1]))
         return 201, json.dumps({"action": action}).encode(), "application/json"
     return NOT_FOUND
+
+
+def _action(command: str, server_id: int) -> dict[str, Any]:
+    """An action on a server, just started (API reference, "Actions")."""
+    return {
+        "id": server_id * 10 + len(command),
+        "command": command,
+        "status": "running",
+        "progress": 0,
+        "started": "2026-12-01T00:00:00+00:00",
+        "finished": None,
+        "resources": [{"id": server_id, "type": "server"}],
+        "error": None,
+    }
 
 
 def images(request: BaseHTTPRequestHandler) -> Reply:

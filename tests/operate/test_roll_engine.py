@@ -191,18 +191,20 @@ def test_a_batch_is_one_targeted_engine_run_over_its_servers_and_their_dependent
     assert [name for name, _, _ in created] == agents
     assert "rolled 3 node(s)" in result.stdout
     # raya's own requests to Hetzner's API: the server types once for the roll and once per
-    # engine run (the fleet's two types, cx23 and cx33, one request each); per batch one list
-    # of the cluster's servers, one shutdown per server, one list per look until all are off
-    # (here at the first): not one request per server per look.
+    # engine run (the fleet's two types, cx23 and cx33, one request each) with one list of the
+    # cluster autoscaler's servers (none left without a pool: `check_no_orphans`); per batch
+    # one list of the cluster's servers, one shutdown per server, one list per look until all
+    # are off (here at the first): not one request per server per look.
     one, two = (cloud.hetzner.server_named(f"raya-{n}") for n in ("agent-0", "agent-1"))
     three = cloud.hetzner.server_named("raya-agent-2")
     types = ["GET /v1/server_types"] * 2
     assert standin.BUDGET.requests[asked:] == [
         *types,
-        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[0]}/actions/shutdown",
+        *types, "GET /v1/servers", "GET /v1/servers",
+        f"POST /v1/servers/{old_ids[0]}/actions/shutdown",
         f"POST /v1/servers/{old_ids[1]}/actions/shutdown", "GET /v1/servers",
-        *types, "GET /v1/servers", f"POST /v1/servers/{old_ids[2]}/actions/shutdown",
-        "GET /v1/servers",
+        *types, "GET /v1/servers", "GET /v1/servers",
+        f"POST /v1/servers/{old_ids[2]}/actions/shutdown", "GET /v1/servers",
     ]  # fmt: skip
     assert None not in (one, two, three) and standin.BUDGET.refused == 0
     # The next untargeted update applies the waiting change (the firewall model replaces it).

@@ -222,6 +222,19 @@ def cluster_list(mapping: dict[str, bytes | Respond], listed: Respond) -> Respon
 
 
 LISTED = "managed_by%3Draya"  # the label selector `managed_by=raya`, as hcloud-python sends it
+# ...and `managed_by=raya,hcloud/node-group`, the cluster autoscaler's servers.
+NODE_GROUPS = "managed_by%3Draya%2Chcloud%2Fnode-group"
+
+
+def node_groups(listed: Respond, other: Respond) -> Respond:
+    """The cluster autoscaler's servers from `listed`; any other request to `other`."""
+
+    def respond(request: BaseHTTPRequestHandler) -> Reply:
+        if request.path.startswith(f"/v1/servers?label_selector={NODE_GROUPS}&"):
+            return listed(request)
+        return other(request)
+
+    return respond
 
 
 def test_hetzner_servers_against_a_local_api(deployed: Run) -> None:
@@ -271,6 +284,59 @@ def test_the_servers_of_200_agents_are_five_requests(
         dict.fromkeys(names, "running")
     )
     assert hetzner_standin.BUDGET.requests == ["GET /v1/servers"] * 5  # ceil(203 / 50)
+
+
+def _ready(*names: str, ready: bool = True) -> dict[str, st.NodeFacts]:
+    return {n: st.NodeFacts(ready, VERSION, "Fedora CoreOS", {}) for n in names}
+
+
+@pytest.mark.parametrize(
+    ("servers", "nodes", "state", "text"),
+    [
+        (["raya-burst-2b", "raya-burst-1a"], _ready("raya-burst-1a", "raya-burst-2b", "x"),
+         st.HEALTHY, "2 server(s) (min 1, max 3), 2 registered, 2 Ready"),
+        # One booting (not registered yet), one registered but not Ready.
+        (["raya-burst-1a", "raya-burst-2b", "raya-burst-3c"],
+         {**_ready("raya-burst-1a"), **_ready("raya-burst-2b", ready=False)}, st.UNHEALTHY,
+         "3 server(s) (min 1, max 3), 2 registered, 1 Ready; not Ready: raya-burst-2b, "
+         "raya-burst-3c"),
+        ([], {}, st.UNHEALTHY, "0 server(s) (min 1, max 3), 0 registered, 0 Ready; outside 1..3"),
+        ("Hetzner API: unable to authenticate", {}, st.UNKNOWN,
+         "Hetzner API: unable to authenticate"),
+        (["raya-burst-1a"], "API https://cp:6443 unreachable: timeout", st.UNKNOWN,
+         "API https://cp:6443 unreachable: timeout"),
+    ],
+)  # fmt: skip
+def test_an_autoscaled_pools_row(
+    servers: list[str] | str, nodes: dict[str, st.NodeFacts] | str, state: str, text: str
+) -> None:
+    row = st.pool_row("burst", 1, 3, servers, nodes)
+    assert (row.pool, row.minimum, row.maximum) == ("burst", 1, 3)
+    assert row.check == st.Check(state, text)
+    report = st.Report((), {}, (row,))
+    assert report.healthy is (state == st.HEALTHY)
+    assert report.as_json()["pools"]["burst"]["state"] == state
+
+
+def test_node_group_servers_are_one_list_of_the_clusters_autoscaled_servers(
+    hetzner_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Hetzner stand-in: the cluster's planned server, two node groups of its autoscaler,
+    # and another cluster's group, which the cluster's label leaves out.
+    model = Hetzner()
+    model.create_server("raya-agent-0", (), {"managed_by": "raya", "role": "agent"})
+    for name, group, cluster in [("raya-burst-1a", "raya-burst", "raya"),
+                                 ("raya-web-2b", "raya-web", "raya"),
+                                 ("raya-burst-3c", "raya-burst", "raya"),
+                                 ("other-burst-4d", "other-burst", "other")]:  # fmt: skip
+        model.create_server(name, (), {"hcloud/node-group": group, "managed_by": cluster})
+    monkeypatch.setattr(hetzner_standin, "MODEL", model)
+    found = st.node_group_servers(hetzner_standin.TOKEN, hetzner_api.url, "raya")
+    assert found == {"raya-burst": ["raya-burst-1a", "raya-burst-3c"], "raya-web": ["raya-web-2b"]}
+    assert hetzner_standin.BUDGET.requests == ["GET /v1/servers"]
+    assert st.node_group_servers("", hetzner_api.url, "raya") == "HCLOUD_TOKEN not set"
+    refused = st.node_group_servers("wrong", hetzner_api.url, "raya")
+    assert isinstance(refused, str) and refused.startswith("Hetzner API: ")
 
 
 @pytest.fixture
@@ -430,12 +496,24 @@ def test_the_command_end_to_end(
         fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
         for name, entry in servers.items()
     ))  # fmt: skip
+    # An autoscaled pool beside the planned nodes: two servers of its node group, registered.
+    fleet = project / "deploy" / "fleet" / "agents.json"
+    fleet.write_text(json.dumps({**json.loads(fleet.read_text()), "pools": [
+        {"name": "burst", "type": "cpx31", "min": 1, "max": 4, "addresses": "10.0.16.0/24"}
+    ]}))  # fmt: skip
+    grown = {"raya-burst-5f": 901, "raya-burst-6e": 902}
+    group = listing(*(
+        {**fakes.hetzner_server(number, name, "running", LABELS),
+         "labels": {"hcloud/node-group": "raya-burst", "managed_by": "raya"}}
+        for name, number in grown.items()
+    ))  # fmt: skip
     state = ka.Cluster(
         nodes={
             name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
-            for name, entry in servers.items()
+            for name, entry in [*servers.items(),
+                                *((n, {"serverId": i}) for n, i in grown.items())]
         }
-    )
+    )  # fmt: skip
     ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
@@ -464,7 +542,7 @@ def test_the_command_end_to_end(
     monkeypatch.setattr(st, "parent_name_servers", lambda zone: ["ns1.example.com."])
     monkeypatch.setenv("HCLOUD_TOKEN", "token")
     with (
-        http_server(cluster_list({}, hetzner)) as hcloud_url,
+        http_server(node_groups(group, cluster_list({}, hetzner))) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
         ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):
@@ -494,6 +572,12 @@ def test_the_command_end_to_end(
         if check["state"] != st.HEALTHY
     }
     assert unhealthy == {("agent-2", "drift")}
+    assert report["pools"] == {"burst": {
+        "min": 1, "max": 4, "servers": ["raya-burst-5f", "raya-burst-6e"],
+        "registered": ["raya-burst-5f", "raya-burst-6e"], "state": st.HEALTHY,
+        "text": "2 server(s) (min 1, max 4), 2 registered, 2 Ready",
+    }}  # fmt: skip
+    assert "│ burst           │ 1   │ 4   │ 2       │ 2          │ 2 server(s)" in table.output
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
     # The one control plane's newest snapshot, an hour old: within twice the 6 h schedule.
     assert report["cluster"]["backups control-plane"] == {

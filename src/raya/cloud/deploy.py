@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import requests
 import yaml
-from hcloud import HCloudException
+from hcloud import APIException, HCloudException
 from pulumi import automation as auto
 
 from raya.cloud import catalogue
@@ -32,7 +32,7 @@ from raya.cloud.program import REPLACE_ENV, drift
 from raya.cloud.program.cluster import CLUSTER_LABEL
 from raya.defaults import HCLOUD_API_URL
 from raya.errors import DeployError, RayaError
-from raya.model.config import check_secret_settings, stack_file
+from raya.model.config import DEFAULTS, check_secret_settings, stack_file
 from raya.model.fleet import (
     CONTROL_PLANE_NAME,
     Cluster,
@@ -46,6 +46,7 @@ from raya.model.jsonfile import DuplicateKey, loads_yaml
 from raya.model.pins import load_chart_pins, load_pins, snapshot_labels
 from raya.model.progress import elapsed, progress
 from raya.model.project import load_cluster
+from raya.nodes.autoscaler import NODE_GROUP_LABEL, node_group
 from raya.nodes.identity import generate_example_secrets
 from raya.nodes.render import part_digests, render_cluster
 
@@ -54,7 +55,9 @@ OnOutput = Callable[[str], None]
 INSTALL_TIMEOUT = 60.0  # seconds without an answer from get.pulumi.com
 INSTALL_RETRY_AFTER = 600.0  # seconds a failed download of the CLI is not tried again
 SHUTDOWN_TIMEOUT = 180.0  # seconds for a server to be off after an ACPI shutdown
-SHUTDOWN_POLL = 2.0
+SHUTDOWN_POLL = 2.0  # seconds between two lists of servers being shut down or deleted
+# Seconds for Hetzner to finish deleting the cluster autoscaler's servers (a destroy).
+DELETE_TIMEOUT = 300.0
 INSTALL_HINT = (
     "install it with `curl -fsSL https://get.pulumi.com | sh` "
     "(see https://www.pulumi.com/docs/install/) and retry"
@@ -102,6 +105,8 @@ class Result:
     # A preview without secrets only: nodes the inputs declare that have no server in the
     # state yet (`up` creates them).
     arriving: tuple[str, ...] = ()
+    # A destroy: the servers of the cluster autoscaler it deleted first, by name.
+    autoscaled: tuple[str, ...] = ()
 
 
 class Removal(Protocol):
@@ -227,7 +232,12 @@ def run(
     anything if the preview replaces or deletes any of `PROTECTED` not named in `replace`.
     A destroy unprotects every resource first: it is asked for, and confirmed by the CLI.
     It leaves what the program retains on delete (the backups' bucket and its snapshots)
-    unless `delete_backups`.
+    unless `delete_backups`. Before the engine runs, it deletes the servers the cluster
+    autoscaler made (`delete_autoscaled`, `Result.autoscaled`): no Pulumi resource, they
+    hold the cluster's firewall, which Hetzner refuses to delete while applied to one.
+
+    An update is refused, nothing changed, while servers of a node group that no autoscaled
+    pool of the inputs has anymore exist (`orphaned_groups`): nothing would delete them.
 
     Nodes in the stack's state that the inputs no longer declare (a pool shrunk or gone,
     fewer control planes) are `Result.leaving`. An update deletes them only through
@@ -260,6 +270,8 @@ def run(
     servers: list[str] = []
     if action != "destroy":
         check_sold(root, stack_name, cluster, stack, on_output, replace)
+        if action == "up":
+            check_no_orphans(root, stack_name, cluster, stack)
         try:  # decrypts: without the passphrase, the first place the CLI says so
             state = stack.export_stack()
         except auto.CommandError as error:
@@ -350,9 +362,12 @@ def run(
                 leaving,
                 recovery_kit=kit.value if kit is not None else None,
             )
+        autoscaled = delete_autoscaled(root, stack_name, stack)
         _unprotect(stack, None, release_retained=delete_backups)
         destroy = stack.destroy(on_output=on_output, on_error=on_output, color="never")
-        return Result(changes=_counts(destroy.summary.resource_changes), outputs={})
+        return Result(
+            changes=_counts(destroy.summary.resource_changes), outputs={}, autoscaled=autoscaled
+        )
     except auto.CommandError as error:
         raise DeployError(
             f"pulumi {action} of stack {stack_name} failed: {_last_line(error)}"
@@ -521,6 +536,111 @@ def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> Non
                 )
     except (HCloudException, requests.RequestException) as error:
         raise DeployError(f"Hetzner API: shutting down before deletion: {error}") from None
+
+
+def autoscaled_servers(client: Any, cluster_name: str) -> list[Any]:
+    """The servers the cluster autoscaler made for cluster `cluster_name`: the provider labels
+    each with its node group (`NODE_GROUP_LABEL`), and the pool's server labels
+    (raya.nodes.autoscaler.cluster_config) with the cluster's, so that another cluster's
+    groups in the same Hetzner project are never counted. One list, 50 a page."""
+    selector = f"{CLUSTER_LABEL}={cluster_name},{NODE_GROUP_LABEL}"
+    return list(client.servers.get_all(label_selector=selector))
+
+
+def _client(root: Path, stack_name: str, stack: auto.Stack) -> Any:
+    endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
+    return hcloud_client(_token(root, stack_name, stack), endpoint)
+
+
+def delete_autoscaled(root: Path, stack_name: str, stack: auto.Stack) -> tuple[str, ...]:
+    """Delete the cluster autoscaler's servers of the stack's cluster and wait until Hetzner
+    has (a server's deletion is an action that ends later: API reference, "Delete a Server");
+    their names. Asked before the engine's destroy: each has the cluster's firewall applied
+    (`HCLOUD_FIREWALL`), and Hetzner refuses to delete a firewall applied to a server
+    (`resource_in_use`, "Delete a Firewall"), or a subnet with servers attached ("Delete a
+    subnet from a Network"), so the destroy would fail half-way with them left running. A
+    server the autoscaler makes meanwhile is found by the next list and deleted too. Raises,
+    the engine not started, if one is not gone within `DELETE_TIMEOUT`.
+
+    The cluster is the stack's `raya:clusterName` (the default when unset), read through the
+    CLI: a destroy reads none of raya's files."""
+    cluster_name = _stack_setting(stack, "raya:clusterName") or str(DEFAULTS["clusterName"])
+    client = _client(root, stack_name, stack)
+    asked: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + DELETE_TIMEOUT
+        while True:
+            listed = autoscaled_servers(client, cluster_name)
+            for server in listed:
+                if server.id not in asked and _deleted(client, server):
+                    asked[server.id] = str(server.name)
+            if not listed:
+                return tuple(sorted(asked.values()))
+            if time.monotonic() >= deadline:
+                names = ", ".join(sorted(str(server.name) for server in listed))
+                raise DeployError(
+                    f"the cluster autoscaler's servers {names} are still there "
+                    f"{DELETE_TIMEOUT:g} s after their deletion was asked; nothing else was "
+                    "deleted: run `raya destroy` again once Hetzner has deleted them"
+                )
+            time.sleep(SHUTDOWN_POLL)
+    except (HCloudException, requests.RequestException) as error:
+        raise DeployError(
+            f"Hetzner API: deleting the cluster autoscaler's servers: {error}; nothing else "
+            "was deleted"
+        ) from None
+
+
+def _deleted(client: Any, server: Any) -> bool:
+    """Ask Hetzner to delete `server`; False if it is gone already (the autoscaler, scaling
+    down meanwhile, deleted it between the list and this request: `not_found`)."""
+    try:
+        client.servers.delete(server)
+    except APIException as error:
+        if error.code == "not_found":
+            return False
+        raise
+    return True
+
+
+def orphaned_groups(cluster: Cluster, servers: Sequence[Any]) -> dict[str, list[str]]:
+    """The cluster autoscaler's `servers` (`autoscaled_servers`) whose node group is no
+    autoscaled pool of `cluster`'s: node group -> their names. The autoscaler manages only
+    the groups its values list, and the engine knows no such server: nothing would delete
+    them."""
+    groups = {node_group(cluster, pool) for pool in cluster.autoscaled}
+    found: dict[str, list[str]] = {}
+    for server in servers:
+        group = str((server.labels or {}).get(NODE_GROUP_LABEL, ""))
+        if group not in groups:
+            found.setdefault(group, []).append(str(server.name))
+    return {group: sorted(names) for group, names in sorted(found.items())}
+
+
+def check_no_orphans(root: Path, stack_name: str, cluster: Cluster, stack: auto.Stack) -> None:
+    """Refuse an update, before anything changes, that would leave servers of the cluster
+    autoscaler in a node group that no autoscaled pool of the inputs has anymore (a pool
+    removed, or made fixed with `count`)."""
+    try:
+        servers = autoscaled_servers(_client(root, stack_name, stack), cluster.config.cluster_name)
+    except (HCloudException, requests.RequestException) as error:
+        raise DeployError(
+            f"Hetzner API: listing the cluster autoscaler's servers: {error}; nothing changed"
+        ) from None
+    orphans = orphaned_groups(cluster, servers)
+    if not orphans:
+        return
+    prefix = f"{cluster.config.cluster_name}-"
+    named = "; ".join(
+        f"pool {group.removeprefix(prefix)} (node group {group}): {', '.join(names)}"
+        for group, names in orphans.items()
+    )
+    raise DeployError(
+        f"{fleet_file(root)}: servers the cluster autoscaler made for pools no longer "
+        f"autoscaled still exist ({named}), and nothing would delete them: keep each such "
+        "pool with min 0 until the autoscaler has removed them (`raya status` counts them), "
+        "or delete them (`hcloud server delete <name>`), then run again; nothing changed"
+    )
 
 
 def stack_outputs(root: Path, stack_name: str) -> dict[str, Any]:

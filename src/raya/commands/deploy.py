@@ -365,9 +365,12 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
     """Delete every resource of the stack: servers, volume, network, DNS zone, service accounts.
 
     Protected ones included (the control plane and its volume): the confirmation is the
-    protection. The backups' bucket and its snapshots stay unless --delete-backups."""
+    protection. The servers the cluster autoscaler made (found by their labels) are deleted
+    first, and counted. The backups' bucket and its snapshots stay unless --delete-backups."""
     root = project_root(root)
-    what = "its servers, DNS zone" + (" and every backup" if delete_backups else "")
+    what = "its servers (the cluster autoscaler's too), DNS zone" + (
+        " and every backup" if delete_backups else ""
+    )
     if not yes:
         # Before the question: a stack that is not there (or no CLI to reach it) is the news.
         deploy_module("destroy").open_stack(root, stack, False)
@@ -375,7 +378,13 @@ def destroy(*, stack: str, root: Path | None, yes: bool, delete_backups: bool) -
                        to_stderr=True):  # fmt: skip
             err.print("nothing destroyed")
             raise SystemExit(1)
-    _run("destroy", stack, root, delete_backups=delete_backups)
+    result = _run("destroy", stack, root, delete_backups=delete_backups)
+    names = f": {', '.join(result.autoscaled)}" if result.autoscaled else ""
+    out.print(
+        f"deleted {len(result.autoscaled)} server(s) the cluster autoscaler made{names}",
+        markup=False,
+        soft_wrap=True,
+    )
     _say_where_the_kit_is(root, stack, delete_backups)
     if delete_backups:
         err.print("deleted the backups' bucket and its snapshots")

@@ -35,6 +35,9 @@ def status(
 ) -> None:
     """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
 
+    Then one row per autoscaled pool: its min and max, the servers of its node group, and how
+    many of them are registered as Nodes (unhealthy outside min..max, or one not Ready).
+
     Below it: the etcd members and the API servers that serve, the add-ons, and each control
     plane's newest snapshot in the bucket (unhealthy when it has none, or one older than
     twice the schedule's longest gap).
@@ -99,6 +102,18 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         else:
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
+    pools = []
+    if cluster.autoscaled:
+        from raya.nodes.autoscaler import node_group
+
+        with err.status("asking Hetzner for the autoscaled pools' servers..."):
+            groups = st.node_group_servers(
+                os.environ.get("HCLOUD_TOKEN", ""), hcloud_endpoint, cluster.config.cluster_name
+            )
+        for pool in cluster.autoscaled:
+            found = groups if isinstance(groups, str) else groups.get(node_group(cluster, pool), [])
+            bounds = (pool.min_size or 0, pool.max_size or 0)  # both set: it is autoscaled
+            pools.append(st.pool_row(pool.name, *bounds, found, nodes))
     with err.status("listing the backups..."):
         addons.update(backups.health(
             outputs.get("backups"),
@@ -125,6 +140,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         nodes=nodes,
         drift=found_drift,
         extra=addons,
+        pools=pools,
     )
 
 
@@ -143,6 +159,16 @@ def print_report(report: st.Report) -> None:
         cells = (f"[{style[c.state]}]{escape(c.text)}[/]" for c in row.checks.values())
         table.add_row(row.node, *cells)
     out.print(table)
+    if report.pools:
+        pools = Table(show_lines=False)
+        for column in ("autoscaled pool", "min", "max", "servers", "registered", "state"):
+            pools.add_column(column, overflow="fold")
+        for pool in report.pools:
+            servers = "?" if pool.servers is None else str(len(pool.servers))
+            state = f"[{style[pool.check.state]}]{escape(pool.check.text)}[/]"
+            pools.add_row(pool.pool, str(pool.minimum), str(pool.maximum), servers,
+                          str(len(pool.registered)), state)  # fmt: skip
+        out.print(pools)
     for name, check in report.cluster.items():
         out.print(f"{name}: [{style[check.state]}]{escape(check.text)}[/]")
     out.print("healthy" if report.healthy else "[red]not healthy[/]")

@@ -44,6 +44,9 @@ TOKEN_KEY = "token"
 CLUSTER_CONFIG_KEY = "cluster-config"
 # Hetzner's architecture names -> the provider's `imagesForArch` keys (`instanceTypeArch`).
 IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
+# The label the provider puts on every server it creates, valued by its node group, and by
+# which it lists a group's servers (`hetzner_node_group.go`, `createServer`; `nodeGroupLabel`).
+NODE_GROUP_LABEL = "hcloud/node-group"
 # k3s labels every server so; raya taints it so when it is not schedulable (k3s-server.yaml).
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 

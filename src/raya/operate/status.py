@@ -60,13 +60,40 @@ COLUMNS = ("server", "image", "drift", "dns", "kubernetes")
 
 
 @dataclass(frozen=True)
+class PoolRow:
+    """An autoscaled pool: its bounds, the servers of its node group (None: unknown) and,
+    of those, the ones registered as Nodes."""
+
+    pool: str
+    minimum: int
+    maximum: int
+    servers: tuple[str, ...] | None
+    registered: tuple[str, ...]
+    check: Check
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "min": self.minimum,
+            "max": self.maximum,
+            "servers": None if self.servers is None else list(self.servers),
+            "registered": list(self.registered),
+            **vars(self.check),
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     rows: tuple[Row, ...]
     cluster: dict[str, Check] = field(default_factory=dict)  # API, delegation, add-ons...
+    pools: tuple[PoolRow, ...] = ()  # the autoscaled pools
 
     @property
     def healthy(self) -> bool:
-        checks = [*self.cluster.values(), *(c for row in self.rows for c in row.checks.values())]
+        checks = [
+            *self.cluster.values(),
+            *(c for row in self.rows for c in row.checks.values()),
+            *(pool.check for pool in self.pools),
+        ]
         return all(check.healthy for check in checks)
 
     def as_json(self) -> dict[str, Any]:
@@ -74,6 +101,7 @@ class Report:
             "healthy": self.healthy,
             "cluster": {name: vars(check) for name, check in self.cluster.items()},
             "nodes": {row.node: {n: vars(c) for n, c in row.checks.items()} for row in self.rows},
+            "pools": {pool.pool: pool.as_json() for pool in self.pools},
         }
 
 
@@ -217,8 +245,10 @@ def assess(
     nodes: Mapping[str, NodeFacts] | str,
     drift: Mapping[str, Sequence[str]] | str | None,
     extra: Mapping[str, Check] | None = None,
+    pools: Sequence[PoolRow] = (),
 ) -> Report:
-    """The report from the facts; `outputs` are the stack's (what should be)."""
+    """The report from the facts; `outputs` are the stack's (what should be); `pools`, the
+    autoscaled pools' rows (`pool_row`)."""
     rows = []
     servers_out = outputs.get("servers", {})
     control_planes = [entry.get("ipv4") for n, entry in servers_out.items() if _order(n)[0] == 0]
@@ -244,7 +274,39 @@ def assess(
         )
     cluster = {"delegation": delegation_check(delegation, outputs.get("nameServers", []))}
     cluster.update(extra or {})
-    return Report(tuple(rows), cluster)
+    return Report(tuple(rows), cluster, tuple(pools))
+
+
+def pool_row(
+    pool: str,
+    minimum: int,
+    maximum: int,
+    servers: Sequence[str] | str,
+    nodes: Mapping[str, NodeFacts] | str,
+) -> PoolRow:
+    """Autoscaled pool `pool` from the servers of its node group (their names, or why they
+    are unknown) and the Nodes (an autoscaled node registers by its server's name): healthy
+    when their number is within `minimum` and `maximum` and each is registered and Ready. A
+    server still booting is counted, not yet registered: unhealthy until it is."""
+    if isinstance(servers, str):
+        return PoolRow(pool, minimum, maximum, None, (), unknown(servers))
+    names = tuple(sorted(servers))
+    if isinstance(nodes, str):
+        return PoolRow(pool, minimum, maximum, names, (), unknown(nodes))
+    registered = tuple(name for name in names if name in nodes)
+    ready = [name for name in registered if nodes[name].ready]
+    text = f"{len(names)} server(s) (min {minimum}, max {maximum}), {len(registered)} registered"
+    text += f", {len(ready)} Ready"
+    problems = []
+    if not minimum <= len(names) <= maximum:
+        problems.append(f"outside {minimum}..{maximum}")
+    missing = [name for name in names if name not in ready]
+    if missing:
+        problems.append(f"not Ready: {', '.join(missing)}")
+    return PoolRow(
+        pool, minimum, maximum, names, registered,
+        bad(f"{text}; {'; '.join(problems)}") if problems else ok(text),
+    )  # fmt: skip
 
 
 def control_plane_addresses(outputs: Mapping[str, Any]) -> dict[str, str]:
@@ -314,6 +376,28 @@ def hetzner_servers(
             server_type=str(server.server_type.name if server.server_type else "?"),
             image_labels=labels,
         )
+    return found
+
+
+def node_group_servers(token: str, endpoint: str, cluster_name: str) -> dict[str, list[str]] | str:
+    """The cluster autoscaler's servers of the cluster (raya.cloud.deploy.autoscaled_servers):
+    node group -> their names; a reason string if unreachable."""
+    import requests
+    from hcloud import HCloudException
+
+    from raya.cloud.deploy import autoscaled_servers
+    from raya.cloud.image import hcloud_client
+    from raya.nodes.autoscaler import NODE_GROUP_LABEL
+
+    if not token:
+        return "HCLOUD_TOKEN not set"
+    try:
+        listed = autoscaled_servers(hcloud_client(token, endpoint, API_TIMEOUT), cluster_name)
+    except (HCloudException, requests.RequestException) as error:
+        return f"Hetzner API: {error}"
+    found: dict[str, list[str]] = {}
+    for server in listed:
+        found.setdefault(str(server.labels[NODE_GROUP_LABEL]), []).append(str(server.name))
     return found
 
 

@@ -56,7 +56,9 @@ The provider models answer Diff with the properties each provider's schema marks
 (hcloud: `terraform-provider-hcloud` server and volume attachment schemas; gcp: the record
 set's name, type and zone) and, like pulumi-terraform-bridge `pkg/tfbridge/provider.go` `Diff`
 for a resource whose `name` is set explicitly, ask for delete-first on a replacement they
-compute. Creates and deletes of hcloud servers, volumes and attachments go to the Hetzner model;
+compute. Creates and deletes of hcloud servers, volumes and attachments, and deletes of
+firewalls (refused while one is applied to a server: `Hetzner.delete_firewall`), go to the
+Hetzner model;
 buckets to the Cloud Storage model (`gcs.py`: create, read for an import, delete); other
 resources get the outputs `ProviderMocks` computes.
 """
@@ -101,6 +103,7 @@ from tests.cloud.program.mocks import (
 VOLUME_TYPE = "hcloud:index/volume:Volume"
 ATTACHMENT_TYPE = "hcloud:index/volumeAttachment:VolumeAttachment"
 RECORD_TYPE = "gcp:dns/recordSet:RecordSet"
+FIREWALL_TYPE = "hcloud:index/firewall:Firewall"
 BUCKET_TYPE = "gcp:storage/bucket:Bucket"
 # The properties whose change re-creates the resource, per provider schema (ForceNew); any
 # change of a type not listed re-creates it.
@@ -499,6 +502,8 @@ class Engine(ProviderMocks):
             self.hetzner.delete_volume(int(resource.id))
         elif resource.typ == ATTACHMENT_TYPE:
             self.hetzner.detach(int(resource.id))
+        elif resource.typ == FIREWALL_TYPE:
+            self.hetzner.delete_firewall(str(resource.inputs["name"]))
         elif resource.typ == BUCKET_TYPE:
             self.storage.delete_bucket(resource.id)
 
@@ -645,6 +650,16 @@ class EngineStack:
             if on_output is not None:
                 on_output(f"{op} {name}")
         return auto.DestroyResult("", "", _summary(self.engine.steps))
+
+    def get_config(self, key: str) -> auto.ConfigValue:
+        """`pulumi config get`: the stack file's value; a key it does not set fails, as the
+        CLI does (standin_pulumi.py, `config_get`)."""
+        document = yaml.safe_load((self.root / f"Pulumi.{self.engine.stack}.yaml").read_text())
+        value = (document.get("config") or {}).get(key)
+        if value is None:
+            message = f"error: configuration key '{key}' not found for stack '{self.engine.stack}'"
+            raise auto.CommandError(auto.CommandResult(stdout="", stderr=message, code=255))
+        return auto.ConfigValue(value=_config_text(value), secret=isinstance(value, dict))
 
     def export_stack(self) -> auto.Deployment:
         self.calls.append(("export", ()))

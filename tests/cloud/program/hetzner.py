@@ -22,6 +22,15 @@ Written from the API and the provider, not from what raya expects:
   a Server": "the server's OS must support ACPI"): a server whose OS does not act on it
   (`acpi` False: hung, or ignoring the button) stays `running`. Asking an `off` server to
   shut down changes nothing.
+- A firewall applied to a server (the cluster autoscaler applies its `HCLOUD_FIREWALL` to each
+  server it creates: kubernetes/autoscaler `cluster-autoscaler/cloudprovider/hetzner/
+  hetzner_node_group.go`, `createServer`, `opts.Firewalls`) cannot be deleted while it is:
+  `resource_in_use`, "Firewall still applied to a resource" (API reference, "Delete a
+  Firewall"); terraform-provider-hcloud `internal/firewall/resource.go`,
+  `resourceFirewallDelete`, retries that error and then fails the delete.
+- Deleting a server through the API (`DELETE /v1/servers/{id}`, API reference "Delete a
+  Server") answers an action, `delete_server`, still running: the server is `deleting` until
+  the action ends, and gone after (`delete_server_later`, done by `settle`).
 - `hcloud_volume_attachment` (terraform-provider-hcloud, `resourceVolumeAttachmentCreate` and
   `resourceVolumeAttachmentDelete`): create attaches the volume to the server (its id is the
   volume's); delete detaches it if it is attached, and does nothing if it is not.
@@ -35,6 +44,7 @@ a new boot.
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +65,7 @@ class Server:
     status: str = "running"
     acpi: bool = True  # its OS acts on an ACPI shutdown
     labels: dict[str, str] = field(default_factory=dict)
+    firewalls: tuple[str, ...] = ()  # applied to it directly, by name
 
 
 @dataclass
@@ -72,8 +83,12 @@ class Hetzner:
     volumes: dict[int, Volume] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     # What raya asked of Hetzner's HTTP API itself (tests/cloud/hetzner_api.py), not through
-    # the provider: "shutdown <server>" for each shutdown action.
+    # the provider: "shutdown <server>" for each shutdown action, "delete <server>" for each
+    # delete.
     requests: list[str] = field(default_factory=list)
+    # Servers being deleted through the API: id -> when (time.monotonic) the action ends.
+    deleting: dict[int, float] = field(default_factory=dict)
+    delete_seconds: float = 0.5  # how long a `delete_server` action runs
     _serial: int = 5000
 
     def _id(self) -> int:
@@ -84,7 +99,11 @@ class Hetzner:
         return next((s for s in self.servers.values() if s.name == name), None)
 
     def create_server(
-        self, name: str, private_ips: tuple[str, ...], labels: dict[str, str] | None = None
+        self,
+        name: str,
+        private_ips: tuple[str, ...],
+        labels: dict[str, str] | None = None,
+        firewalls: tuple[str, ...] = (),
     ) -> Server:
         if self.server_named(name) is not None:
             raise HetznerError("uniqueness_error", f"server name {name} is already used")
@@ -94,7 +113,9 @@ class Hetzner:
                 raise HetznerError(
                     "ip_not_available", f"IP {ip} is not available (held by {held[ip]})"
                 )
-        server = Server(self._id(), name, private_ips, labels=dict(labels or {}))
+        server = Server(
+            self._id(), name, private_ips, labels=dict(labels or {}), firewalls=firewalls
+        )
         self.servers[server.id] = server
         self.log.append(f"create server {name}")
         self.on_create(name)
@@ -119,6 +140,31 @@ class Hetzner:
         del self.servers[server_id]
         self.log.append(f"delete server {server.name} ({server.status})")
         self.on_delete(server.name)
+
+    def delete_server_later(self, server_id: int) -> None:
+        """The API's delete: the server `deleting` now, gone `delete_seconds` later."""
+        server = self._server(server_id)
+        if server_id not in self.deleting:
+            server.status = "deleting"
+            self.deleting[server_id] = time.monotonic() + self.delete_seconds
+            self.log.append(f"deleting server {server.name}")
+
+    def settle(self) -> None:
+        """Ends the `delete_server` actions whose time has come."""
+        for server_id, due in sorted(self.deleting.items()):
+            if time.monotonic() >= due:
+                del self.deleting[server_id]
+                if server_id in self.servers:
+                    self.delete_server(server_id)
+
+    def delete_firewall(self, name: str) -> None:
+        users = sorted(s.name for s in self.servers.values() if name in s.firewalls)
+        if users:
+            raise HetznerError(
+                "resource_in_use",
+                f"firewall {name} still applied to a resource ({', '.join(users)})",
+            )
+        self.log.append(f"delete firewall {name}")
 
     def create_volume(self, name: str) -> Volume:
         if any(v.name == name for v in self.volumes.values()):

@@ -36,6 +36,11 @@ never a recording of another project. What it writes is the CLI's own protocol:
   with the engine's own words (pkg/resource/deploy/step.go, `deleteProtectedError`), one
   retained on delete calls no provider (`DeleteStep.Apply`).
 - `stack output --json`: secrets as `[secret]` unless `--show-secrets`.
+- `config get KEY --json --stack S`: the value in the stack file `Pulumi.S.yaml` of the folder
+  it runs in, `{"value": ..., "secret": ...}` (a `secure:` one decrypted, as the engine model
+  reads it); a key the file does not set fails, exit 255 (pulumi/pulumi
+  `pkg/cmd/pulumi/config/config.go`, `getConfig`: "configuration key '%s' not found for stack
+  '%s'").
 - the stack's secrets provider is a passphrase: a command that decrypts (`preview`, `up`,
   `destroy`, which load the stack's config and its state; `stack export --show-secrets`)
   fails, exit 255, without `PULUMI_CONFIG_PASSPHRASE` or `PULUMI_CONFIG_PASSPHRASE_FILE`, with
@@ -443,6 +448,21 @@ def destroy(args: list[str], stack: str) -> int:
     return ended(failure)
 
 
+def config_get(key: str, stack: str) -> int:
+    import yaml
+
+    from tests.cloud.program.engine import _config_text
+
+    document = yaml.safe_load(Path(f"Pulumi.{stack}.yaml").read_text())
+    value = (document.get("config") or {}).get(key)
+    if value is None:
+        print(f"error: configuration key '{key}' not found for stack '{stack}'", file=sys.stderr)
+        return 255
+    secret = isinstance(value, dict) and "secure" in value
+    print(json.dumps({"value": _config_text(value), "secret": secret}))
+    return 0
+
+
 def main(args: list[str]) -> int:
     # The SDK puts this first on every command line; the rest is what was asked.
     if args[:1] == ["--non-interactive"]:
@@ -470,6 +490,8 @@ def main(args: list[str]) -> int:
         shown = "--show-secrets" in args
         print(json.dumps({name: value if shown or not secret else "[secret]"
                           for name, (value, secret) in load(stack).outputs.items()}))  # fmt: skip
+    elif args[:2] == ["config", "get"]:
+        return config_get(args[2], stack)
     elif args[:2] == ["stack", "export"]:
         print(json.dumps(export(stack, "--show-secrets" in args)))
     elif args[:2] == ["stack", "import"]:

@@ -15,6 +15,7 @@ import sys
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +28,10 @@ from raya.errors import ConfigError, DeployError
 from raya.model.config import load_stack_config
 from tests.cloud import hetzner_api
 from tests.cloud.program import standin_pulumi
+from tests.cloud.program.engine import Cloud, deployed_cloud
+from tests.cloud.program.hetzner import Server
 from tests.cloud.program.mocks import Snapshot
+from tests.cloud.program.test_autoscaler import FLEET as AUTOSCALED_FLEET
 from tests.cloud.program.test_program import LABELS, provider_mocks
 from tests.runner import invoke
 from tests.support import REPO
@@ -739,3 +743,127 @@ def test_a_targeted_update_counts_only_its_replacements(project: Path, standin: 
         f"[{n}/4 server steps done, 0:00:{5 * n:02d} elapsed, {4 - n} left]" for n in (1, 2, 3, 4)
     ]
     assert shown[-1] == "servers: 0 created, 2 replaced, 0 deleted in 0:00:25"
+
+
+# Issue 39: the cluster autoscaler's servers, which no Pulumi resource holds.
+NODE_GROUP = "hcloud/node-group"
+
+
+@pytest.fixture
+def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    """The example project as stack `prod`, deployed once through the engine model, whose
+    Hetzner model the API stand-in serves; raya's polls a tenth of a second apart."""
+    example = provider_mocks()
+    deployed = deployed_cloud(project, monkeypatch, example.zones, example.snapshots)
+    monkeypatch.setattr(deploy, "SHUTDOWN_POLL", 0.1)
+    return deployed
+
+
+def autoscaled(cloud: Cloud, name: str, address: str, cluster: str = "raya") -> Server:
+    """A server as the cluster autoscaler creates it (kubernetes/autoscaler
+    `cloudprovider/hetzner/hetzner_node_group.go`, `createServer`): its node group's label,
+    the pool's server labels (raya.nodes.autoscaler.cluster_config), the firewall
+    `HCLOUD_FIREWALL` names applied to it."""
+    labels = {NODE_GROUP: f"{cluster}-web", "managed_by": cluster, "role": "agent", "pool": "web"}
+    return cloud.hetzner.create_server(name, (address,), labels, firewalls=(cluster,))
+
+
+def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cloud) -> None:
+    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    autoscaled(cloud, "raya-web-2e", "10.0.1.71")
+    autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")  # another cluster's
+    mark = len(cloud.hetzner.log)
+    result = deploy.run("destroy", cloud.root, "prod", lambda line: None)
+    assert result.autoscaled == ("raya-web-1f", "raya-web-2e")
+    assert [s.name for s in cloud.hetzner.servers.values()] == ["other-web-3d"]
+    assert cloud.hetzner.requests == ["delete raya-web-1f", "delete raya-web-2e"]
+    log = cloud.since(mark)
+    # Hetzner deletes them later (an action), and raya waited for that before the engine
+    # started: the firewall they held was deleted after them.
+    assert log[:4] == [
+        "deleting server raya-web-1f",
+        "deleting server raya-web-2e",
+        "delete server raya-web-1f (deleting)",
+        "delete server raya-web-2e (deleting)",
+    ]
+    assert "delete firewall raya" in log and "delete server raya-control-plane (off)" in log
+
+
+def test_a_server_the_autoscaler_deleted_meanwhile_is_not_counted(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    gone = autoscaled(cloud, "raya-web-2e", "10.0.1.71")
+    listed = deploy.autoscaled_servers
+
+    def late(client: Any, cluster_name: str) -> list[Any]:
+        # The list answered; then the autoscaler deleted raya-web-2e before raya asked to.
+        found = listed(client, cluster_name)
+        if gone.id in cloud.hetzner.servers:
+            cloud.hetzner.delete_server(gone.id)
+        return found
+
+    monkeypatch.setattr(deploy, "autoscaled_servers", late)
+    result = deploy.run("destroy", cloud.root, "prod", lambda line: None)
+    assert result.autoscaled == ("raya-web-1f",)
+    # Asked for both; Hetzner answered not_found for the one already gone.
+    assert cloud.hetzner.requests == ["delete raya-web-1f"]
+    assert f"DELETE /v1/servers/{gone.id}" in hetzner_api.BUDGET.requests
+    assert cloud.hetzner.servers == {}
+
+
+def test_the_firewall_an_autoscaled_server_holds_stops_the_engines_destroy(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why they go first: Hetzner refuses to delete a firewall applied to a server."""
+    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    monkeypatch.setattr(deploy, "delete_autoscaled", lambda root, name, stack: ())
+    with pytest.raises(DeployError, match=r"firewall raya still applied to a resource "
+                       r"\(raya-web-1f\) \(resource_in_use\)"):  # fmt: skip
+        deploy.run("destroy", cloud.root, "prod", lambda line: None)
+
+
+def test_raya_destroy_says_how_many_autoscaled_servers_it_deleted_and_asks_first(
+    cloud: Cloud,
+) -> None:
+    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    refused = invoke(["destroy", "--root", str(cloud.root)], input="n\n")
+    assert refused.exit_code == 1
+    assert "the cluster autoscaler's too" in refused.stderr
+    assert cloud.hetzner.requests == [] and cloud.hetzner.server_named("raya-web-1f")
+    agreed = invoke(["destroy", "--root", str(cloud.root)], input="y\n")
+    assert agreed.exit_code == 0, agreed.output
+    assert "deleted 1 server(s) the cluster autoscaler made: raya-web-1f" in agreed.stdout
+    assert cloud.hetzner.servers == {}
+
+
+def test_up_refuses_while_servers_of_a_pool_no_longer_autoscaled_exist(cloud: Cloud) -> None:
+    server = autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")  # not this cluster's
+    mark, runs = len(cloud.hetzner.log), len(cloud.stack.calls)
+    with pytest.raises(DeployError) as caught:
+        cloud.up()
+    assert str(caught.value) == (
+        f"{cloud.root / 'deploy' / 'fleet' / 'agents.json'}: servers the cluster autoscaler "
+        "made for pools no longer autoscaled still exist (pool web (node group raya-web): "
+        "raya-web-1f), and nothing would delete them: keep each such pool with min 0 until "
+        "the autoscaler has removed them (`raya status` counts them), or delete them "
+        "(`hcloud server delete <name>`), then run again; nothing changed"
+    )
+    assert cloud.since(mark) == [] and cloud.stack.calls[runs:] == []
+    cloud.hetzner.delete_server(server.id)
+    cloud.up()
+    assert cloud.stack.calls[runs:] == [("export", ()), ("up", ())]
+
+
+def test_servers_of_a_group_the_inputs_still_autoscale_are_no_orphans() -> None:
+    def server(name: str, group: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, labels={NODE_GROUP: group, "managed_by": "raya"})
+
+    listed = [server("raya-burst-1a", "raya-burst"), server("raya-web-2b", "raya-web"),
+              server("raya-web-1c", "raya-web")]  # fmt: skip
+    # FLEET autoscales pool burst (node group raya-burst), not web.
+    assert deploy.orphaned_groups(AUTOSCALED_FLEET, listed) == {
+        "raya-web": ["raya-web-1c", "raya-web-2b"]
+    }
+    assert deploy.orphaned_groups(AUTOSCALED_FLEET, listed[:1]) == {}

@@ -72,6 +72,11 @@ class RecordedStack:
         summary = update_summary("update", {auto.OpType.SAME: 26})
         return auto.UpResult("", "", summary, {"recoveryKit": kit})
 
+    def get_config(self, key: str) -> auto.ConfigValue:
+        """`pulumi config get` of a key the stack does not set: the CLI's error."""
+        message = f"error: configuration key '{key}' not found for stack 'prod'"
+        raise auto.CommandError(auto.CommandResult(stdout="", stderr=message, code=255))
+
     def destroy(self, **kwargs: Any) -> auto.DestroyResult:
         self.calls.append(("destroy", kwargs))
         return auto.DestroyResult("", "", update_summary("destroy", {auto.OpType.DELETE: 26}))
