@@ -331,17 +331,11 @@ class Cluster:
 
     def _claimed(self, found: dict[str, Any]) -> list[dict[str, Any]]:
         """The CSI PersistentVolumes the pod's claims are bound to."""
-        namespace, volumes = found["metadata"]["namespace"], []
-        for source in found["spec"].get("volumes") or []:
-            claim_name = (source.get("persistentVolumeClaim") or {}).get("claimName")
-            claim = self.objects.get(
-                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim_name}"
-            )
-            bound = (claim or {}).get("spec", {}).get("volumeName")
-            volume = self.objects.get(f"/api/v1/persistentvolumes/{bound}") if bound else None
-            if volume is not None and (volume["spec"].get("csi") or {}).get("driver") == CSI_DRIVER:
-                volumes.append(volume)
-        return volumes
+        return [
+            volume
+            for volume in self._bound(found)
+            if (volume["spec"].get("csi") or {}).get("driver") == CSI_DRIVER
+        ]
 
     def _volumes_in_use(self, now: float) -> None:
         """Each running kubelet's `volumesInUse`: its pods' volumes, and those unmounted less

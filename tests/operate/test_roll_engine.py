@@ -83,6 +83,14 @@ def api(cloud: Cloud, cluster: ka.Cluster, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def through_the_stand_in(api: str, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`raya roll` talks to the Kubernetes stand-in at `api` and keeps its time."""
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: clock)
+
+
 def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
     cloud: Cloud,
     cluster: ka.Cluster,
@@ -91,10 +99,7 @@ def test_roll_of_the_control_plane_and_an_agent_deletes_each_old_server_first(
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(
-        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
-    )
-    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    through_the_stand_in(api, clock, monkeypatch)
     (volume,) = cloud.hetzner.volumes.values()
     mark = len(cloud.hetzner.log)
     roll = ["roll", "control-plane", "agent-0", "--root", str(cloud.root)]
@@ -143,10 +148,7 @@ def test_a_batch_is_one_targeted_engine_run_over_its_servers_and_their_dependent
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(
-        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=api)
-    )
-    monkeypatch.setattr(rl, "Clock", lambda: clock)  # the stand-in's time
+    through_the_stand_in(api, clock, monkeypatch)
     # A change elsewhere in the inputs, waiting for the next `raya up`: the SSH sources, which
     # the firewall takes. A targeted run leaves it (its provider is not even asked).
     stack_file = cloud.root / "Pulumi.prod.yaml"
