@@ -342,7 +342,7 @@ def run(
             # about 31 s, the provider does anyway): once off, no removed member comes back.
             going = [*dict.fromkeys(replace), *leaving]
             if going:
-                shut_down(stack, cluster.config.cluster_name, going)
+                shut_down(_client(root, stack_name, stack), cluster.config.cluster_name, going)
             if urns or protected:
                 _unprotect(stack, set(urns) | set(protected))
             # A targeted run creates nothing beyond the replacements.
@@ -484,7 +484,7 @@ def _users_digests(root: Path, cluster: Cluster) -> dict[str, str]:
     return {node.node.name: part_digests(node.ignition)["users"] for node in rendered}
 
 
-def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> None:
+def shut_down(client: Any, cluster_name: str, nodes: Sequence[str]) -> None:
     """Shut the servers of `nodes` down through Hetzner's API (an ACPI shutdown) and wait
     until each is `off`, before the engine deletes them: the hcloud provider's
     `shutdown_before_deletion` waits about 31 s and then deletes a server that is still
@@ -495,8 +495,6 @@ def shut_down(stack: auto.Stack, cluster_name: str, nodes: Sequence[str]) -> Non
     All of them at once, within Hetzner's request budget (raya.cloud.ratelimit): the
     cluster's servers found by one list (its label; a server without it by its name), one
     shutdown each, then one list every `SHUTDOWN_POLL` seconds until every one is off."""
-    token = os.environ.get("HCLOUD_TOKEN") or _stack_setting(stack, "hcloud:token") or ""
-    client = hcloud_client(token, os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL)
     names = {server_name(cluster_name, node): node for node in nodes}
 
     def listed() -> dict[str, Any]:
