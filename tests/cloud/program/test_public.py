@@ -101,6 +101,21 @@ def addresses(result: Run) -> dict[str, str]:
     }
 
 
+def test_the_list_form_in_the_public_mode(tmp_path: Path) -> None:
+    """The list form's agents (no pool) get their primary IPs and firewall places too."""
+    path = tmp_path / "agents.json"
+    path.write_text(json.dumps({"agents": ["cx23", "cx33"]}))
+    cluster = build_cluster(stack(), load_fleet(path), "agents.json")
+    result = run(provider_mocks(), cluster)
+    assert sorted(result.of_type(PRIMARY_IP)) == [
+        "agent-0-ipv4", "agent-1-ipv4", "control-plane-ipv4",
+    ]  # fmt: skip
+    assert not result.of_type("hcloud:index/network:Network")
+    # WireGuard between the nodes: every node's address, the list form's agents included.
+    wireguard = admitted(result)[("udp", "51820")]
+    assert {f"{ip}/32" for ip in addresses(result).values()} == wireguard
+
+
 def test_nodes_get_a_primary_ip_each_and_no_network(tmp_path: Path) -> None:
     cluster = large(tmp_path, 3, 2)
     result = run(provider_mocks(), cluster)
