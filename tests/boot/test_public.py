@@ -3,7 +3,8 @@ real systemd and NetworkManager (systemd-nspawn) on the simulated Hetzner networ
 private NIC at all: k3s gets the public address from the metadata service as node-ip and the
 server serves on it, with flannel's WireGuard backend and no flannel interface named; the
 agent registers through the API's name (answered by the public side's DNS, as the cluster's
-zone answers it); the metadata guard as before."""
+zone answers it); the metadata guard as before; metrics-server's files where k3s reads its
+manifests (the volume's `manifests/`): raya's Deployment and the `.skip` beside k3s' own."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from raya.nodes.identity import generate_example_secrets
 from tests.boot.scenarios import k3s_unit, render
 from tests.boot.sim import BootedNode, NodePlan, VolumePlan, booted
 from tests.nodes.conftest import VOLUME_ID
+from tests.nodes.tools import ignition_files
 from tests.support import require_root, require_tool
 
 # The datastore guard asks four peers by name, none of which resolves here, then k3s starts.
 DEADLINE = 150.0
 API = "cp.raya.example.com"
+SEED = "var/lib/raya/k3s-server-seed"  # where Ignition seeds what goes onto the volume
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +119,18 @@ def test_the_agent_registers_through_the_apis_name(nodes: dict[str, BootedNode])
     assert joined and joined[0].startswith(f"joined https://{API}:6443")
     assert server.state["public_address"] != agent.state["public_address"]
     assert not agent.has_private_nic() and agent.state["failed"] == []
+
+
+def test_metrics_server_files_are_where_k3s_reads_its_manifests(node: BootedNode) -> None:
+    """k3s reads `<data dir>/server/manifests`, the volume's `manifests/` (mounted at
+    /var/lib/rancher/k3s/server): there, before k3s started, the seed put raya's
+    metrics-server and the `.skip` that k3s' deploy controller honours for the Deployment its
+    stage writes beside it (k3s-io/k3s pkg/deploy/stage.go, `Stage`; controller.go,
+    `listFilesIn`)."""
+    assert node.volume is not None
+    seeded = ignition_files(node.plan.ignition)
+    on_volume = node.volume.files()
+    for name in ("raya-metrics-server.yaml", "metrics-server/metrics-server-deployment.yaml.skip"):
+        assert on_volume.get(f"manifests/{name}") == seeded[f"/{SEED}/manifests/{name}"], name
+    seed, k3s = node.job_done("raya-k3s-seed.service"), node.job_done("k3s.service")
+    assert seed and k3s and seed.at <= k3s.at

@@ -108,6 +108,21 @@ ISSUERS = {
     "letsencrypt-staging": "https://acme-staging-v02.api.letsencrypt.org/directory",
     "letsencrypt-production": "https://acme-v02.api.letsencrypt.org/directory",
 }
+# k3s labels every server's node so, "true" (k3s-io/k3s pkg/server/server.go,
+# `setNodeLabelsAndAnnotations`: `util.ControlPlaneRoleLabelKey`); raya taints it so, NoSchedule,
+# unless raya:controlPlaneSchedulable (k3s-server.yaml.j2).
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+# The public mode's metrics-server (`metrics_server`): raya's manifest, and the `.skip` file
+# beside k3s' packaged Deployment (k3s writes its packaged manifests under these paths of its
+# manifests directory at every start: k3s-io/k3s manifests/embed.go, pkg/deploy/stage.go).
+METRICS_SERVER_MANIFEST = "raya-metrics-server.yaml"
+METRICS_SERVER_SKIP = "metrics-server/metrics-server-deployment.yaml.skip"
+# The image k3s' packaged Deployment runs in the v1.36 releases (their release notes' embedded
+# component versions: Metrics-server v0.8.1): image/k3s.pin's release keeps the one it ships.
+METRICS_SERVER_IMAGE = "rancher/mirrored-metrics-server:v0.8.1"
+# metrics-server's secure port in k3s' Deployment (`--secure-port`), named as its Service's
+# target port.
+METRICS_SERVER_PORT = 10250
 # external-dns deletes the records it created when their Ingress or Service goes (see
 # docs/publishing.md for why `sync` and not `upsert-only`).
 EXTERNAL_DNS_POLICY = "sync"
@@ -360,6 +375,100 @@ def cluster_issuer(name: str, server: str, config: StackConfig, project: str) ->
     }
 
 
+def metrics_server() -> list[dict[str, Any]]:
+    """k3s' metrics-server Deployment (and its ServiceAccount, which share the file the
+    `.skip` stops k3s from applying), kept on the control planes: the public mode's firewalls
+    admit the kubelet port from the control planes' addresses alone (firewall.py), and
+    metrics-server scrapes each node's kubelet at its InternalIP, the node's public address
+    there (k3s' `--kubelet-preferred-address-types`: InternalIP,ExternalIP,Hostname unless
+    flannel-external-ip, k3s-io/k3s pkg/server/server.go, `addrTypesPrioTemplate`). Its pod's
+    traffic to an address outside the cluster CIDR leaves masqueraded to its node's address
+    (flannel-io/flannel pkg/trafficmngr/iptables/iptables.go, `masqRules`: `-s <cluster CIDR>
+    ! -d 224.0.0.0/4 -j MASQUERADE`): from an agent, that address is one the firewalls do not
+    admit on 10250, and `kubectl top` and HorizontalPodAutoscalers would get nothing.
+
+    Otherwise as k3s packages it (k3s-io/k3s manifests/metrics-server/
+    metrics-server-deployment.yaml): the same names and labels (the Service, the APIService and
+    the RBAC k3s still applies select and bind them), priority class and tolerations (k3s'
+    CriticalAddonsOnly, and the control-plane and master taints), arguments and port."""
+    labels = {"k8s-app": "metrics-server"}
+    probe = {"scheme": "HTTPS", "port": "https"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "metrics-server", "namespace": NAMESPACE, "labels": MANAGED_BY},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "metrics-server",
+                "namespace": NAMESPACE,
+                "labels": {**labels, **MANAGED_BY},
+            },
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"name": "metrics-server", "labels": labels},
+                    "spec": {
+                        "priorityClassName": "system-node-critical",
+                        "serviceAccountName": "metrics-server",
+                        "nodeSelector": {CONTROL_PLANE_ROLE: "true"},
+                        "tolerations": [
+                            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                            *(
+                                {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+                                for key in (CONTROL_PLANE_ROLE, "node-role.kubernetes.io/master")
+                            ),
+                        ],
+                        "volumes": [{"name": "tmp-dir", "emptyDir": {}}],
+                        "containers": [
+                            {
+                                "name": "metrics-server",
+                                "image": METRICS_SERVER_IMAGE,
+                                "args": [
+                                    "--cert-dir=/tmp",
+                                    f"--secure-port={METRICS_SERVER_PORT}",
+                                    "--kubelet-preferred-address-types="
+                                    "InternalIP,ExternalIP,Hostname",
+                                    "--kubelet-use-node-status-port",
+                                    "--metric-resolution=15s",
+                                ],
+                                "ports": [
+                                    {
+                                        "name": "https",
+                                        "containerPort": METRICS_SERVER_PORT,
+                                        "protocol": "TCP",
+                                    }
+                                ],
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/readyz", **probe},
+                                    "periodSeconds": 2,
+                                    "failureThreshold": 3,
+                                },
+                                "livenessProbe": {
+                                    "httpGet": {"path": "/livez", **probe},
+                                    "periodSeconds": 10,
+                                    "failureThreshold": 3,
+                                },
+                                "resources": {"requests": {"cpu": "100m", "memory": "70Mi"}},
+                                "securityContext": {
+                                    "readOnlyRootFilesystem": True,
+                                    "runAsNonRoot": True,
+                                    "runAsUser": 1000,
+                                    "allowPrivilegeEscalation": False,
+                                },
+                                "volumeMounts": [{"name": "tmp-dir", "mountPath": "/tmp"}],
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    ]
+
+
 def manifests(
     cluster: Cluster, charts: ChartPins, external_dns_key: str, cert_manager_key: str
 ) -> dict[str, str]:
@@ -368,11 +477,18 @@ def manifests(
     The projects come from the service account keys: each account was created in the project
     holding the cluster's zone. The issuers have a file of their own: k3s retries a file that
     fails to apply every 15 s, so they land once cert-manager's CRDs and webhook are up.
+    In the public mode, raya's metrics-server too, and the `.skip` file beside k3s' packaged
+    Deployment: k3s still writes that file at every start (its stage writes each packaged
+    manifest but those `--disable` names; k3s-io/k3s pkg/deploy/stage.go, `Stage`) but no
+    longer applies it (pkg/deploy/controller.go, `listFilesIn`: a file whose name plus
+    `.skip` is in its directory is ignored), while the rest of k3s' metrics-server (its
+    Service, APIService, RBAC) is still applied. `--disable=metrics-server` would instead
+    delete all of it, and raya would have to ship every part.
     """
     config = cluster.config
     external_dns_project = service_account_project("external_dns_key", external_dns_key)
     cert_manager_project = service_account_project("cert_manager_key", cert_manager_key)
-    return {
+    files = {
         CHARTS_MANIFEST: _manifest(
             [
                 _helm_chart(HCLOUD_CCM, charts.hcloud_ccm.version, hcloud_ccm_values(config)),
@@ -394,6 +510,11 @@ def manifests(
             ]
         ),
     }
+    if config.public:
+        files[METRICS_SERVER_MANIFEST] = _manifest(metrics_server())
+        # k3s checks that the file exists, nothing more; its line says why to a reader.
+        files[METRICS_SERVER_SKIP] = f"# raya: {METRICS_SERVER_MANIFEST} replaces it\n"
+    return files
 
 
 # ---- what the cluster says about them (for `raya status`) ----

@@ -24,7 +24,14 @@ from typing import Any
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, Pool, server_name
 from raya.model.pins import Pins, label_selector, snapshot_labels
-from raya.nodes.addons import MANAGED_BY, NAMESPACE, Chart, _helm_chart, _manifest
+from raya.nodes.addons import (
+    CONTROL_PLANE_ROLE,
+    MANAGED_BY,
+    NAMESPACE,
+    Chart,
+    _helm_chart,
+    _manifest,
+)
 from raya.nodes.identity import check_hcloud_token
 from raya.nodes.render import RenderedPool
 
@@ -47,8 +54,6 @@ IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
 # The label the provider puts on every server it creates, valued by its node group, and by
 # which it lists a group's servers (`hetzner_node_group.go`, `createServer`; `nodeGroupLabel`).
 NODE_GROUP_LABEL = "hcloud/node-group"
-# k3s labels every server so; raya taints it so when it is not schedulable (k3s-server.yaml).
-CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 
 
 def node_group(cluster: Cluster, pool: Pool) -> str:
