@@ -224,7 +224,7 @@ def _check_limits(
         f"{effective_rules(rules)} effective firewall rules (one per source address of each "
         f"rule: WireGuard and the API from every node (the API unless raya:apiSources holds "
         f"0.0.0.0/0), the kubelet and etcd from the control planes, the NodePorts from "
-        f"{1 + len(config.load_balancers)} load balancers (Traefik's and raya:loadBalancers), "
+        f"Traefik's balancer and the {len(config.load_balancers)} of raya:loadBalancers, "
         f"{len(config.ssh_sources)} raya:sshSources, {len(config.api_sources)} "
         f"raya:apiSources), spread so that no node's address ever changes firewall: "
         f"{problem} (Hetzner's Firewalls FAQ); accepted: fewer nodes, or fewer "
