@@ -175,10 +175,13 @@ def firewall_layout(cluster: Cluster) -> tuple[tuple[Rule, ...], ...]:
             shared = shared[len(taken) :]
     homes = {node.name: firewall_of(node) for node in cluster.nodes}
     for i, rule in enumerate(rules):
-        for home, firewall in enumerate(firewalls[:FIREWALLS_PER_SERVER]):
-            own = tuple(s for s in rule.sources if isinstance(s, Peer) and homes[s.name] == home)
-            firewall.extend(
-                (i, replace(rule, sources=own[j : j + SOURCES_PER_RULE]))
+        held: dict[int, list[Source]] = {}
+        for source in rule.sources:
+            if isinstance(source, Peer):
+                held.setdefault(homes[source.name], []).append(source)
+        for home, own in sorted(held.items()):
+            firewalls[home].extend(
+                (i, replace(rule, sources=tuple(own[j : j + SOURCES_PER_RULE])))
                 for j in range(0, len(own), SOURCES_PER_RULE)
             )
     # Each firewall's entries in the order of `openings` (sorted is stable: the settings'
