@@ -104,6 +104,14 @@ SHAPE = (
             [{"name": "db", "location": "fra1"}],
             "db: location is 'fra1'; accepted: fsn1, nbg1, hel1, ash, hil, sin",
         ),
+        (
+            [{"name": "db", "location": ["fsn1"]}],
+            "db: location is ['fsn1']; accepted: fsn1, nbg1, hel1, ash, hil, sin",
+        ),
+        (
+            [{"name": "db", "type": ["lb21"]}],
+            "db: type is ['lb21']; accepted: lb11, lb21, lb31",
+        ),
     ],
 )
 def test_the_users_balancers_are_checked(balancers: object, problem: str) -> None:

@@ -144,9 +144,10 @@ CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
 # servers); `public`, over their public addresses, pod traffic in WireGuard (docs/fleet.md,
 # "Beyond 100 nodes").
 NETWORK_MODES = ("private", "public")
-# Hetzner's load balancer types (its Load Balancers pricing: LB11, LB21, LB31), and the one the
-# cloud controller creates when neither the Service nor its configuration names another
-# (hcloud-cloud-controller-manager v1.35.0, internal/hcops/load_balancer.go, `Create`).
+# Hetzner's load balancer types (LB11, LB21 and LB31 on its Load Balancer page, lower case in
+# its API), and the one the cloud controller creates when neither the Service nor its
+# configuration names another (hcloud-cloud-controller-manager v1.35.0,
+# internal/hcops/load_balancer.go, `Create`).
 LOAD_BALANCER_TYPES = ("lb11", "lb21", "lb31")
 DEFAULT_LOAD_BALANCER_TYPE = "lb11"
 # Traefik's balancer, `<clusterName>-ingress` (raya.nodes.addons.ingress_balancer_name): no
@@ -793,7 +794,7 @@ def _load_balancers(
                 "(Hetzner's load balancer types)",
             )
         where = item.get("location", location)
-        if where not in LOCATIONS:
+        if not isinstance(where, str) or where not in LOCATIONS:
             raise fail(key, f"{name}: location is {where!r}; accepted: {', '.join(LOCATIONS)}")
         found[name] = LoadBalancer(name=name, type=kind, location=where)
     return tuple(found.values())
