@@ -14,6 +14,7 @@ from raya.model.config import (
     KEYS,
     LOCATIONS,
     BackupS3,
+    LoadBalancer,
     check_secret_settings,
     load_stack_config,
     parse_stack_config,
@@ -66,6 +67,71 @@ def test_defaults_are_the_specs() -> None:
     assert config.network == "private" and not config.public
 
 
+LISTS = "(a YAML list, or its JSON text as `pulumi config set` stores it)"
+SHAPE = (
+    "a list of mappings, each with a name and optionally a type (default lb11) and a "
+    f"location (default raya:location) {LISTS}"
+)
+
+
+@pytest.mark.parametrize(
+    ("balancers", "problem"),
+    [
+        ("mqtt", f"is 'mqtt'; accepted: {SHAPE}"),
+        (["mqtt"], f"has 'mqtt'; accepted: {SHAPE}"),
+        ([{"type": "lb11"}], "field 'name' is required"),
+        (
+            [{"name": "mqtt", "size": 1}],
+            "field 'size' is not a known field; accepted: name, type, location",
+        ),
+        (
+            [{"name": "Mqtt"}],
+            "name is 'Mqtt'; accepted: 1-30 lowercase letters, digits or '-', a letter first, "
+            "no '-' last (the balancer is named <clusterName>-<name> in Hetzner)",
+        ),
+        ([{"name": "m" * 31}], f"name is {'m' * 31!r}; accepted: 1-30 lowercase letters"),
+        (
+            [{"name": "ingress"}],
+            "name is 'ingress', Traefik's balancer's, which raya makes already; accepted: "
+            "another name",
+        ),
+        ([{"name": "db"}, {"name": "db", "type": "lb21"}], "lists 'db' twice"),
+        (
+            [{"name": "db", "type": "lb41"}],
+            "db: type is 'lb41'; accepted: lb11, lb21, lb31 (Hetzner's load balancer types)",
+        ),
+        (
+            [{"name": "db", "location": "fra1"}],
+            "db: location is 'fra1'; accepted: fsn1, nbg1, hel1, ash, hil, sin",
+        ),
+        (
+            [{"name": "db", "location": ["fsn1"]}],
+            "db: location is ['fsn1']; accepted: fsn1, nbg1, hel1, ash, hil, sin",
+        ),
+        (
+            [{"name": "db", "type": ["lb21"]}],
+            "db: type is ['lb21']; accepted: lb11, lb21, lb31",
+        ),
+    ],
+)
+def test_the_users_balancers_are_checked(balancers: object, problem: str) -> None:
+    error = error_of(network="public", loadBalancers=balancers)
+    assert error.startswith(f"{SOURCE}: raya:loadBalancers {problem}")
+
+
+def test_the_users_balancers_are_refused_in_the_private_mode() -> None:
+    # There the cloud controller's balancers reach the NodePorts over the network, which
+    # Hetzner's firewalls do not filter: nothing to declare, and nothing half-meant.
+    assert error_of(loadBalancers=[{"name": "mqtt"}]) == (
+        f"{SOURCE}: raya:loadBalancers is set and raya:network is private: there the cloud "
+        "controller's balancers reach the NodePorts over the cluster's network, which "
+        "Hetzner's firewalls do not filter, so there is nothing to declare; accepted: no "
+        "raya:loadBalancers, or raya:network: public in a new stack"
+    )
+    assert parse(loadBalancers=[]).load_balancers == ()
+    assert parse(network="public").load_balancers == ()
+
+
 @pytest.mark.parametrize("value", ["Public", "large", "", True, ["public"], 0])
 def test_the_network_mode_is_private_or_public(value: object) -> None:
     assert error_of(network=value) == (
@@ -100,6 +166,7 @@ def test_every_setting_can_be_given() -> None:
         recoveryKit="~/vault/lab-2.kit.json",
         fromRecoveryKit="kits/lab-1.kit.json",
         network="public",
+        loadBalancers=[{"name": "mqtt", "type": "lb21", "location": "fsn1"}, {"name": "db"}],
     )
     # The settings docs/config.md lists: the call above gives each of them.
     assert (
@@ -120,6 +187,7 @@ def test_every_setting_can_be_given() -> None:
             "controlPlanes",
             "fromRecoveryKit",
             "loadBalancerSubnet",
+            "loadBalancers",
             "location",
             "managedSubdomain",
             "network",
@@ -153,6 +221,11 @@ def test_every_setting_can_be_given() -> None:
     assert config.control_plane_volume_size == 20
     assert config.control_planes == 3
     assert config.network == "public" and config.public
+    # The type lb11 and the stack's location unless given.
+    assert config.load_balancers == (
+        LoadBalancer("mqtt", "lb21", "fsn1"),
+        LoadBalancer("db", "lb11", "hel1"),
+    )
     assert (config.backup_schedule, config.backup_retention) == ("@daily", 14)
     assert config.backup_s3 == BackupS3("minio.lab:9000", "lab-backups", "us-east-1", "lab-2")
 

@@ -61,6 +61,13 @@ FORMS: list[tuple[str, str, list[str]]] = [
     ("location", "hel1", ['"hel1"']),
     # `pulumi config set raya:network public` stores the text; quoted, the same.
     ("network", "public", ['"public"', "'public'"]),
+    # `--path 'raya:loadBalancers[0].name' mqtt` writes the block list; given whole on the
+    # command line, its JSON text.
+    (
+        "loadBalancers",
+        "\n    - name: mqtt\n      type: lb21",
+        ["""'[{"name": "mqtt", "type": "lb21"}]'""", "[{name: mqtt, type: lb21}]"],
+    ),
     ("networkZone", "eu-central", ['"eu-central"']),
     ("controlPlaneServerType", "cax21", ['"cax21"']),
     # A YAML number where text is expected: Pulumi hands over the text written.
@@ -81,6 +88,7 @@ COMPANIONS = {
     "nodesSubnet": "  raya:controlPlaneIp: 10.0.2.10\n",
     "controlPlaneIp": "",
     "networkZone": "  raya:location: fsn1\n",
+    "loadBalancers": "  raya:network: public\n",
 }
 _SERIAL = itertools.count()
 

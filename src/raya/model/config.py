@@ -70,7 +70,17 @@ REQUIRED = ("authorizedUsers", "managedSubdomain", "parentZone", "acmeEmail")
 KIT_KEYS = ("recoveryKit", "fromRecoveryKit")
 # The cloud controller's load balancers' subnet; its default is derived from nodesSubnet.
 LOAD_BALANCER_SUBNET = "loadBalancerSubnet"
-KEYS = (*DEFAULTS, "networkZone", LOAD_BALANCER_SUBNET, "backupS3", *KIT_KEYS, *REQUIRED)
+# The public mode's load balancers for LoadBalancer Services besides Traefik's.
+LOAD_BALANCERS = "loadBalancers"
+KEYS = (
+    *DEFAULTS,
+    "networkZone",
+    LOAD_BALANCER_SUBNET,
+    LOAD_BALANCERS,
+    "backupS3",
+    *KIT_KEYS,
+    *REQUIRED,
+)
 # The cluster's own Hetzner API token, for its cloud controller and CSI driver: separate from
 # the deployment's (`hcloud:token`) so that it can be revoked alone.
 CLUSTER_HCLOUD_TOKEN = "clusterHcloudToken"
@@ -134,6 +144,18 @@ CONTROL_PLANE_BLOCK = max(CONTROL_PLANE_COUNTS) + 1
 # servers); `public`, over their public addresses, pod traffic in WireGuard (docs/fleet.md,
 # "Beyond 100 nodes").
 NETWORK_MODES = ("private", "public")
+# Hetzner's load balancer types (LB11, LB21 and LB31 on its Load Balancer page, lower case in
+# its API), and the one the cloud controller creates when neither the Service nor its
+# configuration names another (hcloud-cloud-controller-manager v1.35.0,
+# internal/hcops/load_balancer.go, `Create`).
+LOAD_BALANCER_TYPES = ("lb11", "lb21", "lb31")
+DEFAULT_LOAD_BALANCER_TYPE = "lb11"
+# Traefik's balancer, `<clusterName>-ingress` (raya.nodes.addons.ingress_balancer_name): no
+# raya:loadBalancers entry may take its name.
+INGRESS_BALANCER = "ingress"
+# A raya:loadBalancers name: `<clusterName>-<name>` is the balancer's Hetzner name, an RFC 1123
+# label (at most 63 characters) as the servers' names are, with a clusterName of up to 32.
+_BALANCER_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?")
 # Hetzner's volume sizes, in GB.
 VOLUME_SIZES = range(10, 10241)
 _SERVER_TYPE = re.compile(r"([a-z]+)[0-9]+[a-z]*")
@@ -164,6 +186,17 @@ class BackupS3:
 
 
 @dataclass(frozen=True)
+class LoadBalancer:
+    """A load balancer raya makes for a LoadBalancer Service of the user's (`raya:loadBalancers`,
+    the public mode): Hetzner's `<clusterName>-<name>`, which the Service's
+    `load-balancer.hetzner.cloud/name` annotation hands to the cloud controller."""
+
+    name: str
+    type: str  # one of LOAD_BALANCER_TYPES
+    location: str  # one of LOCATIONS
+
+
+@dataclass(frozen=True)
 class StackConfig:
     cluster_name: str
     location: str
@@ -191,6 +224,8 @@ class StackConfig:
     # The kit this stack's server token, CA pairs and bucket come from (raya.cloud.kit).
     from_recovery_kit: str | None = None
     network: str = "private"  # one of NETWORK_MODES
+    # The public mode's balancers for LoadBalancer Services besides Traefik's.
+    load_balancers: tuple[LoadBalancer, ...] = ()
 
     @property
     def public(self) -> bool:
@@ -628,6 +663,9 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
             "or public (the nodes talk over their public addresses, WireGuard between them)",
         )
 
+    service_balancers = _load_balancers(
+        _pulumi_object(merged.get(LOAD_BALANCERS, [])), network_mode, location, fail
+    )
     backup_s3 = _backup_s3(_pulumi_object(merged.get("backupS3")), cluster_name, fail)
     if backup_s3 is None:
         # The deployment makes the bucket in GCS, named after the cluster
@@ -665,6 +703,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str) -> StackConfig:
         recovery_kit=_kit_path(merged.get("recoveryKit"), "recoveryKit", fail),
         from_recovery_kit=_kit_path(merged.get("fromRecoveryKit"), "fromRecoveryKit", fail),
         network=network_mode,
+        load_balancers=service_balancers,
     )
 
 
@@ -700,6 +739,65 @@ def _load_balancer_subnet(
             f"balancer's addresses); {accepted}",
         )
     return subnet
+
+
+def _load_balancers(
+    value: object, network_mode: str, location: str, fail: Callable[[str, str], ConfigError]
+) -> tuple[LoadBalancer, ...]:
+    """raya:loadBalancers: a list of mappings with a name, and optionally a type and a location."""
+    key = LOAD_BALANCERS
+    shape = (
+        "a list of mappings, each with a name and optionally a type (default "
+        f"{DEFAULT_LOAD_BALANCER_TYPE}) and a location (default raya:location) {_LIST_FORMS}"
+    )
+    if not isinstance(value, list):
+        raise fail(key, f"is {value!r}; accepted: {shape}")
+    if value and network_mode != "public":
+        raise fail(
+            key,
+            f"is set and raya:network is {network_mode}: there the cloud controller's balancers "
+            "reach the NodePorts over the cluster's network, which Hetzner's firewalls do not "
+            "filter, so there is nothing to declare; accepted: no raya:loadBalancers, or "
+            "raya:network: public in a new stack",
+        )
+    found: dict[str, LoadBalancer] = {}
+    for item in value:
+        if not isinstance(item, dict):
+            raise fail(key, f"has {item!r}; accepted: {shape}")
+        check_keys(
+            item,
+            ("name", "type", "location"),
+            ("name",),
+            lambda field, problem: fail(key, f"field {field!r} {problem}"),
+            "a known field",
+        )
+        name = item["name"]
+        if not isinstance(name, str) or not _BALANCER_NAME.fullmatch(name):
+            raise fail(
+                key,
+                f"name is {name!r}; accepted: 1-30 lowercase letters, digits or '-', a letter "
+                "first, no '-' last (the balancer is named <clusterName>-<name> in Hetzner)",
+            )
+        if name == INGRESS_BALANCER:
+            raise fail(
+                key,
+                f"name is {name!r}, Traefik's balancer's, which raya makes already; accepted: "
+                "another name",
+            )
+        if name in found:
+            raise fail(key, f"lists {name!r} twice")
+        kind = item.get("type", DEFAULT_LOAD_BALANCER_TYPE)
+        if kind not in LOAD_BALANCER_TYPES:
+            raise fail(
+                key,
+                f"{name}: type is {kind!r}; accepted: {', '.join(LOAD_BALANCER_TYPES)} "
+                "(Hetzner's load balancer types)",
+            )
+        where = item.get("location", location)
+        if not isinstance(where, str) or where not in LOCATIONS:
+            raise fail(key, f"{name}: location is {where!r}; accepted: {', '.join(LOCATIONS)}")
+        found[name] = LoadBalancer(name=name, type=kind, location=where)
+    return tuple(found.values())
 
 
 def bucket_problem(name: str, *, gcs: bool) -> str | None:

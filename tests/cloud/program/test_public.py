@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from raya.cloud.program.firewall import firewall_layout
+from raya.cloud.program.firewall import Peer, firewall_layout
 from raya.cloud.program.placement import spread_groups
 from raya.errors import DeployError
 from raya.model.config import parse_stack_config
@@ -190,10 +190,11 @@ def test_the_ingress_balancer_is_made_first_and_left_to_the_cloud_controller(
         "loadBalancerType",
         "targets",
     }
-    # The firewalls wait for its address and the servers for the firewalls: it exists
-    # before any server, and `raya destroy` deletes it after them.
-    for name in result.of_type(FIREWALL):
-        assert any(urn.endswith("::ingress") for urn in mocks.dependencies[name]), name
+    # The firewall admitting the NodePorts waits for its address and the servers for the
+    # firewalls: it exists before any server, and `raya destroy` deletes it after them.
+    assert any(urn.endswith("::ingress") for urn in mocks.dependencies["firewall"])
+    for name in result.of_type(SERVER):
+        assert any(urn.endswith("::firewall") for urn in mocks.dependencies[name]), name
     # The controller took it: its label added, its type changed by a Service annotation, as
     # a refresh records them; the next `raya up` neither replaces nor reverts it.
     key = (LOAD_BALANCER, "ingress")
@@ -206,6 +207,43 @@ def test_the_ingress_balancer_is_made_first_and_left_to_the_cloud_controller(
     again = run(mocks, cluster)
     assert "ingress" not in mocks.replaced
     assert ingress_address(again) == ingress_address(result)
+
+
+def test_the_users_balancers_are_made_first_and_admitted_to_the_nodeports(
+    tmp_path: Path,
+) -> None:
+    mqtt = {"name": "mqtt", "type": "lb21"}
+    db = {"name": "db", "location": "fsn1"}
+    mocks = provider_mocks()
+    result = run(mocks, large(tmp_path, 2, loadBalancers=[mqtt, db]))
+    balancers = result.of_type(LOAD_BALANCER)
+    assert sorted(balancers) == ["db-balancer", "ingress", "mqtt-balancer"]
+    made = {
+        name: (inputs["name"], inputs["loadBalancerType"], inputs["location"], inputs["labels"])
+        for name, inputs in ((name, reveal(b.inputs)) for name, b in balancers.items())
+    }
+    # The names a Service's `load-balancer.hetzner.cloud/name` gives; lb11 and the cluster's
+    # location unless the setting says otherwise.
+    assert made["mqtt-balancer"] == ("raya-mqtt", "lb21", "nbg1", {"managed_by": "raya"})
+    assert made["db-balancer"] == ("raya-db", "lb11", "fsn1", {"managed_by": "raya"})
+    for name in ("mqtt-balancer", "db-balancer"):
+        # Left to the cloud controller once it takes it, as Traefik's is.
+        assert set(balancers[name].options.ignore_changes) == {
+            'labels["hcloud-ccm/service-uid"]', "name", "algorithm", "loadBalancerType",
+            "targets",
+        }  # fmt: skip
+        # Made before the firewall that admits it, and so before every server.
+        assert any(urn.endswith(f"::{name}") for urn in mocks.dependencies["firewall"])
+    ipv4 = {f"{reveal(b.outputs)['ipv4']}/32" for b in balancers.values()}
+    assert len(ipv4) == 3
+    # The NodePorts from the three balancers' addresses, nothing else.
+    assert admitted(result)[NODE_PORTS] == ipv4
+    # One taken out of the setting: its address is no longer admitted.
+    fewer = run(mocks, large(tmp_path, 2, loadBalancers=[db]))
+    assert sorted(fewer.of_type(LOAD_BALANCER)) == ["db-balancer", "ingress"]
+    assert admitted(fewer)[NODE_PORTS] == ipv4 - {
+        f"{reveal(balancers['mqtt-balancer'].outputs)['ipv4']}/32"
+    }
 
 
 def test_the_private_mode_declares_no_ingress_balancer() -> None:
@@ -250,15 +288,33 @@ def test_one_control_plane_has_no_etcd_peers_to_admit(tmp_path: Path) -> None:
 
 
 def test_servers_wait_for_every_firewall(tmp_path: Path) -> None:
-    cluster = large(tmp_path, 240, 10, control_planes=5, **NARROW)  # 255 nodes: 2 firewalls
+    # The public mode always has Hetzner's five, whatever its size: a node's firewall is
+    # never one that another node's arrival creates.
+    cluster = large(tmp_path, 2, **NARROW)
     mocks = provider_mocks()
     result = run(mocks, cluster)
     firewalls = result.of_type(FIREWALL)
     names = {resource: reveal(f.inputs)["name"] for resource, f in firewalls.items()}
-    assert names == {"firewall": "raya", "firewall-2": "raya-2"}
+    assert names == {
+        "firewall": "raya",
+        "firewall-2": "raya-2",
+        "firewall-3": "raya-3",
+        "firewall-4": "raya-4",
+        "firewall-5": "raya-5",
+    }
     for name in result.of_type(SERVER):
         waits = {urn.rsplit("::", 1)[1] for urn in mocks.dependencies[name]}
-        assert {"firewall", "firewall-2"} <= waits, name
+        assert set(names) <= waits, name
+
+
+def limits_kept(layout: Any) -> list[int]:
+    """Each firewall's effective rules, after checking every Hetzner limit on `layout`."""
+    weights = [sum(len(rule.sources) for rule in rules) for rules in layout]
+    assert len(layout) <= FIREWALLS_PER_SERVER
+    assert all(weight <= EFFECTIVE_PER_FIREWALL for weight in weights)
+    assert all(len(rules) <= ENTRIES_PER_FIREWALL for rules in layout)
+    assert all(len(rule.sources) <= SOURCES_PER_ENTRY for rules in layout for rule in rules)
+    return weights
 
 
 def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
@@ -268,12 +324,12 @@ def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
     # one per source address.
     cluster = large(tmp_path, 500, 500, control_planes=5, **NARROW)
     layout = firewall_layout(cluster)
-    weights = [sum(len(rule.sources) for rule in rules) for rules in layout]
+    weights = limits_kept(layout)
     assert sum(weights) == 2031
-    assert len(layout) == 5 <= FIREWALLS_PER_SERVER
-    assert all(weight <= EFFECTIVE_PER_FIREWALL for weight in weights)
-    assert all(len(rules) <= ENTRIES_PER_FIREWALL for rules in layout)
-    assert all(len(rule.sources) <= SOURCES_PER_ENTRY for rules in layout for rule in rules)
+    # Each firewall holds the nodes whose planned address is its number modulo 5: one
+    # control plane (4 rules: WireGuard, API, kubelet, etcd) and 100 nodes of each pool (2
+    # rules each); the first also the 11 sources of the settings and the balancer.
+    assert weights == [415, 404, 404, 404, 404]
     # Every node's address in the WireGuard and API rules once, whatever firewall holds it.
     for port in ("51820", "6443"):
         held = [s for rules in layout for rule in rules if rule.port == port for s in rule.sources]
@@ -283,11 +339,10 @@ def test_a_thousand_agents_fit_hetzners_firewall_limits(tmp_path: Path) -> None:
 
 def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: Path) -> None:
     # raya:apiSources' default holds 0.0.0.0/0, which every node's address is in: 1,005
-    # WireGuard sources, 5 + 5 for the kubelet and etcd, 11 others: 1,026, 3 firewalls.
+    # WireGuard sources, 5 + 5 for the kubelet and etcd, 11 others: 1,026.
     cluster = large(tmp_path, 500, 500, control_planes=5)
     layout = firewall_layout(cluster)
-    assert sum(len(rule.sources) for rules in layout for rule in rules) == 1026
-    assert len(layout) == 3
+    assert limits_kept(layout) == [214, 203, 203, 203, 203]
     api = {s for rules in layout for rule in rules if rule.port == "6443" for s in rule.sources}
     assert api == ANYWHERE
     opened = admitted(run(provider_mocks(), large(tmp_path, 2)))
@@ -295,34 +350,114 @@ def test_with_the_api_open_to_anywhere_the_nodes_are_not_listed_again(tmp_path: 
     assert len(opened[("udp", "51820")]) == 5  # still only from the nodes
 
 
-def test_past_five_firewalls_the_fleet_is_refused_before_anything_is_declared(
+def test_past_a_full_firewall_the_fleet_is_refused_before_anything_is_declared(
     tmp_path: Path,
 ) -> None:
-    # 5 firewalls of 500: 2,500. 2 x 1,239 nodes + 2 x 5 + 11 = 2,499 fits; one node more
-    # is 2,501.
-    fits = large(tmp_path, 500, 500, 234, control_planes=5, **NARROW)
-    assert len(fits.nodes) == 1239 and len(firewall_layout(fits)) == 5
-    over = large(tmp_path, 500, 500, 235, control_planes=5, **NARROW)
+    # Pools p0, p1, p2 start at offsets 512, 1024 and 1536 of nodesSubnet 10.0.0.0/20 (2, 4
+    # and 1 modulo 5), the control planes at 10 to 14. The first firewall holds the 11
+    # sources of the settings and the balancer, control-plane (4 rules), and 2 rules for
+    # each pool node at an address 0 modulo 5: p0's 100, p1's 100 and, of p2's 214 nodes,
+    # the 43 of i = 4, 9, ... 214: 11 + 4 + 2 x 242 = 499 with 214 nodes in p2 (1,219
+    # nodes); p2-214 is the 243rd: 501.
+    fits = large(tmp_path, 500, 500, 214, control_planes=5, **NARROW)
+    assert len(fits.nodes) == 1219
+    assert limits_kept(firewall_layout(fits))[0] == 499
+    over = large(tmp_path, 500, 500, 215, control_planes=5, **NARROW)
     mocks = provider_mocks()
     with pytest.raises(DeployError) as refused:
         run(mocks, over)
     assert str(refused.value).startswith(
-        "deploy/fleet/agents.json: 1240 nodes need 2501 effective firewall rules"
+        "deploy/fleet/agents.json: 1220 nodes need 2461 effective firewall rules"
     )
-    assert "at most 5 to a server (2500; Hetzner's Firewalls FAQ)" in str(refused.value)
+    assert (
+        "501 effective rules in 14 entries in firewall raya (the one holding the 244 nodes "
+        "whose planned address is 0 modulo 5, and the sources of the stack's settings), but "
+        "Hetzner holds 500 effective rules and 50 entries in a firewall"
+    ) in str(refused.value)
     assert mocks.resources == {}  # nothing declared
 
 
-def test_the_firewalls_follow_the_nodes_in_the_same_run(tmp_path: Path) -> None:
+def homes(layout: Any) -> dict[str, set[int]]:
+    """Each node -> the firewalls (by position) whose rules list its address."""
+    found: dict[str, set[int]] = {}
+    for k, rules in enumerate(layout):
+        for rule in rules:
+            for source in rule.sources:
+                if isinstance(source, Peer):
+                    found.setdefault(source.name, set()).add(k)
+    return found
+
+
+def test_no_nodes_address_changes_firewall_as_the_fleet_grows_and_shrinks(
+    tmp_path: Path,
+) -> None:
+    # Pulumi updates the firewalls independently: an address leaving one firewall for
+    # another could be missing from both between the two updates. Through a fleet's life,
+    # every node's address stays in the one firewall it started in. Large enough for the
+    # addresses to span every firewall many times over (narrow apiSources: 2 rules a node).
+    path = tmp_path / "agents.json"
+
+    def fleet(agents: int, counts: tuple[int, ...], control_planes: int) -> Cluster:
+        # The list form's agents and pools p0, p1, ... each in its own /23 from 10.0.2.0.
+        entries = [
+            {"name": f"p{k}", "type": "cx23", "count": count,
+             "addresses": f"10.0.{2 + 2 * k}.0/23"}
+            for k, count in enumerate(counts) if count
+        ]  # fmt: skip
+        path.write_text(json.dumps({"agents": ["cx23"] * agents, "pools": entries}))
+        config = stack(controlPlanes=control_planes, **NARROW)
+        return build_cluster(config, load_fleet(path), "agents.json")
+
+    steps = [
+        ("start", fleet(2, (400, 300, 200), 3)),
+        ("a middle pool grows", fleet(2, (400, 370, 200), 3)),
+        ("the last pool grows", fleet(2, (400, 370, 260), 3)),
+        ("a pool added at the end", fleet(2, (400, 370, 260, 40), 3)),
+        ("two control planes added", fleet(2, (400, 370, 260, 40), 5)),
+        ("the list form grows", fleet(5, (400, 370, 260, 40), 5)),
+        ("a middle pool shrinks", fleet(5, (400, 230, 260, 40), 5)),
+        ("the first pool shrinks", fleet(5, (150, 230, 260, 40), 5)),
+        ("a middle pool removed", fleet(5, (150, 0, 260, 40), 5)),
+        ("the list form shrinks", fleet(1, (150, 0, 260, 40), 5)),
+    ]
+    before = homes(firewall_layout(steps[0][1]))
+    assert {len(held) for held in before.values()} == {1}  # every address in one firewall
+    for what, cluster in steps[1:]:
+        layout = firewall_layout(cluster)
+        limits_kept(layout)
+        after = homes(layout)
+        assert set(after) == {node.name for node in cluster.nodes}, what
+        assert {len(held) for held in after.values()} == {1}, what
+        moved = sorted(name for name in set(before) & set(after) if before[name] != after[name])
+        assert moved == [], what
+        before = after
+
+
+def test_each_nodes_address_is_in_the_firewall_of_its_planned_address(tmp_path: Path) -> None:
+    # 10.0.0.0/20: the control planes at offsets 10, 11, 12 (0, 1, 2 modulo 5); pool p0 at
+    # 10.0.2.0/23, offset 512 (2 modulo 5): p0-0 2, p0-1 3, p0-2 4, p0-3 0.
+    expected = {
+        "control-plane": "firewall",
+        "control-plane-1": "firewall-2",
+        "control-plane-2": "firewall-3",
+        "p0-0": "firewall-3",
+        "p0-1": "firewall-4",
+        "p0-2": "firewall-5",
+        "p0-3": "firewall",
+    }
     mocks = provider_mocks()
-    before = run(mocks, large(tmp_path, 2, **NARROW))
-    grown = run(mocks, large(tmp_path, 3, **NARROW))
-    wireguard = admitted(grown)[("udp", "51820")]
-    assert f"{addresses(grown)['p0-2']}/32" in wireguard
-    assert len(wireguard) == len(admitted(before)[("udp", "51820")]) + 1
-    shrunk = run(mocks, large(tmp_path, 1, **NARROW))
-    assert len(admitted(shrunk)[("udp", "51820")]) == 4  # 3 control planes, p0-0
-    assert f"{addresses(grown)['p0-1']}/32" not in admitted(shrunk)[("tcp", "6443")]
+    for count in (4, 3):  # and once p0-3 has left: no other address moves
+        result = run(mocks, large(tmp_path, count, **NARROW))
+        ip = {f"{address}/32": name for name, address in addresses(result).items()}
+        held: dict[str, set[str]] = {}
+        for firewall, rules in firewall_rules(result).items():
+            for rule in rules:
+                for source in rule["sourceIps"]:
+                    if source in ip:
+                        held.setdefault(ip[source], set()).add(firewall)
+        assert held == {
+            name: {firewall} for name, firewall in expected.items() if name in ip.values()
+        }, count
 
 
 def test_placement_groups_past_hetzners_50_are_refused(tmp_path: Path) -> None:

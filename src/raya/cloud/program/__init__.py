@@ -21,7 +21,7 @@ from raya.cloud.program.cluster import Renderer, define_server, define_volume, f
 from raya.cloud.program.dns import define_records, define_zone, find_parent_zone
 from raya.cloud.program.firewall import define_firewalls, firewall_layout
 from raya.cloud.program.network import (
-    define_ingress_balancer,
+    define_balancers,
     define_network,
     define_pool_subnets,
     define_public_addresses,
@@ -114,12 +114,12 @@ def define(
     if network is not None:
         define_pool_subnets(cluster, network)
     addresses = define_public_addresses(cluster) if config.public else {}
-    ingress = define_ingress_balancer(config) if config.public else None
+    balancers = define_balancers(config) if config.public else {}
     firewalls = define_firewalls(
         cluster,
         layout,
         {name: ip.ip_address for name, ip in addresses.items()},
-        None if ingress is None else ingress.ipv4,
+        {name: balancer.ipv4 for name, balancer in balancers.items()},
     )
     zone = define_zone(cluster, parent_zone)
     identity = define_identity(

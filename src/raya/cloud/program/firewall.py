@@ -9,13 +9,19 @@ firewalls never filter: one firewall holds those rules. In the public mode the n
 their public addresses, so the firewalls also admit, each only from the addresses that need
 it: WireGuard (flannel's `wireguard-native`, the pods' traffic) and the API from every node,
 the kubelet from the control planes, etcd's peer and client ports from the control planes
-(when there are several), and the NodePorts from the ingress load balancer (it reaches
-Traefik's Service by its targets' public addresses). Every node's address is known before any
-server exists (its primary IP, `raya.cloud.program.network.define_public_addresses`), and the
-balancer's too (`define_ingress_balancer`), so the rules are computed
-with the nodes, in the same `raya up` that adds or removes one, and split over as many
-firewalls as Hetzner's limits need; every firewall applies to every server of the cluster,
-by label.
+(when there are several), and the NodePorts from raya's load balancers (Traefik's and those
+of `raya:loadBalancers`: each reaches its Service's NodePorts by its targets' public
+addresses). Every node's address is known before any server exists (its primary IP,
+`raya.cloud.program.network.define_public_addresses`), and the balancers' too
+(`define_balancers`), so the rules are computed with the nodes, in the same `raya up` that
+adds or removes one, and spread over Hetzner's five firewalls a server takes; every firewall
+applies to every server of the cluster, by label.
+
+A node's address always sits in the same firewall, whatever other nodes join or leave
+(`firewall_of`): Pulumi updates the firewalls independently, so an address moving from one
+to another could be missing from both between the two updates. Inside one firewall nothing
+can go missing: its whole rule set is replaced by one `set_rules` request
+(terraform-provider-hcloud, internal/firewall/resource.go, `resourceFirewallUpdate`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ import pulumi_hcloud as hcloud
 
 from raya.cloud.program.cluster import CLUSTER_LABEL
 from raya.errors import DeployError
-from raya.model.config import IPNetwork
-from raya.model.fleet import Cluster
+from raya.model.config import INGRESS_BALANCER, IPNetwork
+from raya.model.fleet import Cluster, Node
 
 ANYWHERE = ("0.0.0.0/0", "::/0")
 SSH_PORT = "22"
@@ -67,12 +73,14 @@ class Peer:
 
 
 @dataclass(frozen=True)
-class IngressBalancer:
-    """The ingress load balancer as a source: its public IPv4 address, /32."""
+class Balancer:
+    """One of raya's load balancers as a source (`raya.model.config.INGRESS_BALANCER`, or a
+    `raya:loadBalancers` name): its public IPv4 address, /32."""
+
+    name: str
 
 
-INGRESS_BALANCER = IngressBalancer()
-Source = str | Peer | IngressBalancer
+Source = str | Peer | Balancer
 
 
 @dataclass(frozen=True)
@@ -110,10 +118,16 @@ def openings(cluster: Cluster) -> list[Rule]:
         Rule("icmp", None, ANYWHERE, "ICMP"),
     ]
     if config.public:
+        balancers = (INGRESS_BALANCER, *(balancer.name for balancer in config.load_balancers))
         rules += [
             Rule("udp", WIREGUARD_PORT, nodes, "WireGuard (pod traffic) from the nodes"),
             Rule("tcp", KUBELET_PORT, control_planes, "kubelet from the control planes"),
-            Rule("tcp", NODE_PORTS, (INGRESS_BALANCER,), "NodePorts from the ingress balancer"),
+            Rule(
+                "tcp",
+                NODE_PORTS,
+                tuple(Balancer(name) for name in balancers),
+                "NodePorts from raya's load balancers",
+            ),
         ]
         if len(control_planes) > 1:
             rules.append(Rule("tcp", ETCD_PORTS, control_planes, "etcd from the control planes"))
@@ -125,61 +139,123 @@ def effective_rules(rules: Sequence[Rule]) -> int:
     return sum(len(rule.sources) for rule in rules)
 
 
+def firewall_of(node: Node) -> int:
+    """Which of the public mode's firewalls holds `node`'s address (0 to 4): its planned
+    address modulo 5. That address is the node's identity, which no other node's joining or
+    leaving changes (raya.model.fleet: a pool's node `i` is address `i` of the pool's own
+    block, an agent of the list its position after the subnet's first 20, control plane `k`
+    controlPlaneIp + k), so neither does its firewall; and a pool's consecutive addresses
+    spread its nodes evenly over the five."""
+    return int(node.private_ip) % FIREWALLS_PER_SERVER
+
+
 def firewall_layout(cluster: Cluster) -> tuple[tuple[Rule, ...], ...]:
-    """The rules of each firewall, in order: `openings` cut into entries of at most
-    SOURCES_PER_RULE sources, filled into firewalls of at most RULES_PER_FIREWALL entries
-    and EFFECTIVE_RULES_PER_FIREWALL effective rules. Refused (before anything is declared)
-    when a server would need more than FIREWALLS_PER_SERVER of them."""
-    firewalls: list[list[Rule]] = [[]]
-    weight = 0
+    """The rules of each firewall, in order. The sources of the stack's settings and the
+    balancers fill the first firewall, cut into entries of at most SOURCES_PER_RULE sources
+    (and the next, past RULES_PER_FIREWALL entries or EFFECTIVE_RULES_PER_FIREWALL effective
+    rules); in the public mode, which always has FIREWALLS_PER_SERVER firewalls, each node's
+    address goes in its own firewall (`firewall_of`) in every rule that lists it. Refused
+    (before anything is declared) when a firewall would exceed Hetzner's limits, or a server
+    would need more than FIREWALLS_PER_SERVER of them."""
     rules = openings(cluster)
-    for rule in rules:
-        sources = rule.sources
-        while sources:
-            if weight == EFFECTIVE_RULES_PER_FIREWALL or len(firewalls[-1]) == RULES_PER_FIREWALL:
-                firewalls.append([])
-                weight = 0
-            taken = sources[: min(SOURCES_PER_RULE, EFFECTIVE_RULES_PER_FIREWALL - weight)]
-            firewalls[-1].append(replace(rule, sources=taken))
-            weight += len(taken)
-            sources = sources[len(taken) :]
-    if len(firewalls) > FIREWALLS_PER_SERVER:
-        config = cluster.config
-        total = effective_rules(rules)
-        raise DeployError(
-            f"deploy/fleet/agents.json: {len(cluster.nodes)} nodes need {total} effective "
-            f"firewall rules (one per source address of each rule: WireGuard and the API from "
-            f"every node (the API unless raya:apiSources holds 0.0.0.0/0), the kubelet and "
-            f"etcd from the control planes, the NodePorts from the ingress balancer, "
-            f"{len(config.ssh_sources)} raya:sshSources, {len(config.api_sources)} "
-            f"raya:apiSources), but Hetzner holds {EFFECTIVE_RULES_PER_FIREWALL} in a firewall "
-            f"and applies at most {FIREWALLS_PER_SERVER} to a server "
-            f"({FIREWALLS_PER_SERVER * EFFECTIVE_RULES_PER_FIREWALL}; Hetzner's Firewalls FAQ); "
-            "accepted: fewer nodes, or fewer raya:sshSources or raya:apiSources"
+    count = FIREWALLS_PER_SERVER if cluster.config.public else 1
+    firewalls: list[list[tuple[int, Rule]]] = [[] for _ in range(count)]
+    k = 0
+    for i, rule in enumerate(rules):
+        shared = tuple(source for source in rule.sources if not isinstance(source, Peer))
+        while shared:
+            weight = sum(len(entry.sources) for _, entry in firewalls[k])
+            if weight == EFFECTIVE_RULES_PER_FIREWALL or len(firewalls[k]) == RULES_PER_FIREWALL:
+                k += 1
+                if k == len(firewalls):
+                    firewalls.append([])
+                continue
+            taken = shared[: min(SOURCES_PER_RULE, EFFECTIVE_RULES_PER_FIREWALL - weight)]
+            firewalls[k].append((i, replace(rule, sources=taken)))
+            shared = shared[len(taken) :]
+    homes = {node.name: firewall_of(node) for node in cluster.nodes}
+    for i, rule in enumerate(rules):
+        held: dict[int, list[Source]] = {}
+        for source in rule.sources:
+            if isinstance(source, Peer):
+                held.setdefault(homes[source.name], []).append(source)
+        for home, own in sorted(held.items()):
+            firewalls[home].extend(
+                (i, replace(rule, sources=tuple(own[j : j + SOURCES_PER_RULE])))
+                for j in range(0, len(own), SOURCES_PER_RULE)
+            )
+    # Each firewall's entries in the order of `openings` (sorted is stable: the settings'
+    # sources of a rule before the nodes').
+    layout = tuple(
+        tuple(entry for _, entry in sorted(firewall, key=lambda item: item[0]))
+        for firewall in firewalls
+    )
+    _check_limits(cluster, rules, layout)
+    return layout
+
+
+def _check_limits(
+    cluster: Cluster, rules: Sequence[Rule], layout: tuple[tuple[Rule, ...], ...]
+) -> None:
+    config = cluster.config
+    weights = [effective_rules(firewall) for firewall in layout]
+    entries = [len(firewall) for firewall in layout]
+    problem = None
+    if len(layout) > FIREWALLS_PER_SERVER:
+        problem = (
+            f"{len(layout)} firewalls, but Hetzner applies at most {FIREWALLS_PER_SERVER} to "
+            "a server"
         )
-    return tuple(tuple(firewall) for firewall in firewalls)
+    elif max(weights) > EFFECTIVE_RULES_PER_FIREWALL or max(entries) > RULES_PER_FIREWALL:
+        k = max(
+            range(len(layout)),
+            key=lambda k: (weights[k] > EFFECTIVE_RULES_PER_FIREWALL, weights[k], entries[k]),
+        )
+        held = sum(1 for node in cluster.nodes if config.public and firewall_of(node) == k)
+        problem = (
+            f"{weights[k]} effective rules in {entries[k]} entries in firewall "
+            f"{firewall_name(config.cluster_name, k)} (the one holding the {held} nodes whose "
+            f"planned address is {k} modulo {FIREWALLS_PER_SERVER}"
+            + (", and the sources of the stack's settings" if k == 0 else "")
+            + f"), but Hetzner holds {EFFECTIVE_RULES_PER_FIREWALL} effective rules and "
+            f"{RULES_PER_FIREWALL} entries in a firewall"
+        )
+    if problem is None:
+        return
+    raise DeployError(
+        f"deploy/fleet/agents.json: {len(cluster.nodes)} nodes need "
+        f"{effective_rules(rules)} effective firewall rules (one per source address of each "
+        f"rule: WireGuard and the API from every node (the API unless raya:apiSources holds "
+        f"0.0.0.0/0), the kubelet and etcd from the control planes, the NodePorts from "
+        f"Traefik's balancer and the {len(config.load_balancers)} of raya:loadBalancers, "
+        f"{len(config.ssh_sources)} raya:sshSources, {len(config.api_sources)} "
+        f"raya:apiSources), spread so that no node's address ever changes firewall: "
+        f"{problem} (Hetzner's Firewalls FAQ); accepted: fewer nodes, or fewer "
+        "raya:sshSources, raya:apiSources or raya:loadBalancers"
+    )
+
+
+def firewall_name(cluster_name: str, k: int) -> str:
+    """The Hetzner name of firewall `k` (from 0): the first keeps the cluster's name, as in
+    the private mode."""
+    return cluster_name if k == 0 else f"{cluster_name}-{k + 1}"
 
 
 def define_firewalls(
     cluster: Cluster,
     layout: tuple[tuple[Rule, ...], ...],
     addresses: Mapping[str, pulumi.Output[str]],
-    ingress: pulumi.Output[str] | None,
+    balancers: Mapping[str, pulumi.Output[str]],
 ) -> list[hcloud.Firewall]:
     """The firewalls of `layout`, each applied to every server labelled as this cluster's,
-    present and future; `addresses`: each node's public IPv4 address, and `ingress`: the
-    ingress balancer's (the public mode). The first keeps the name it had when there was
-    one."""
+    present and future; `addresses`: each node's public IPv4 address, and `balancers`: each
+    of raya's load balancers' by name (the public mode)."""
     name = cluster.config.cluster_name
 
     def address(source: Source) -> pulumi.Input[str]:
         if isinstance(source, str):
             return source
-        if isinstance(source, Peer):
-            found = addresses[source.name]
-        else:
-            assert ingress is not None, "the public mode declares its ingress balancer"
-            found = ingress
+        found = (addresses if isinstance(source, Peer) else balancers)[source.name]
         return found.apply(lambda ip: f"{ip}/32")
 
     def sources(rule: Rule) -> pulumi.Input[list[str]]:
@@ -190,7 +266,7 @@ def define_firewalls(
     return [
         hcloud.Firewall(
             "firewall" if k == 0 else f"firewall-{k + 1}",
-            name=name if k == 0 else f"{name}-{k + 1}",
+            name=firewall_name(name, k),
             labels={CLUSTER_LABEL: name},
             rules=[
                 hcloud.FirewallRuleArgs(

@@ -1,7 +1,7 @@
 """The spec's `network.tf`: the private network, its `nodes` cloud subnet and the
 `load-balancers` subnet where Hetzner addresses the cloud controller's load balancers; in the
-public mode (`raya:network: public`), no network but each node's public address and the
-ingress load balancer's."""
+public mode (`raya:network: public`), no network but each node's public address and raya's
+load balancers (Traefik's and `raya:loadBalancers`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_hcloud as hcloud
 
-from raya.model.config import StackConfig
+from raya.model.config import INGRESS_BALANCER, LoadBalancer, StackConfig
 from raya.model.fleet import Cluster, server_name
 from raya.nodes.addons import LOAD_BALANCER_TYPE, ingress_balancer_name
 
@@ -86,7 +86,7 @@ def define_public_addresses(cluster: Cluster) -> dict[str, hcloud.PrimaryIp]:
     }
 
 
-# What the cloud controller may change on the ingress balancer once it has taken it
+# What the cloud controller may change on a balancer of raya's once it has taken it
 # (hetznercloud/hcloud-cloud-controller-manager v1.35.0, internal/hcops/load_balancer.go,
 # `ReconcileHCLB`): its `hcloud-ccm/service-uid` label (`changeHCLBInfo` adds it, keeping
 # the others), its name (`changeHCLBInfo`, to the Service's name annotation), its algorithm
@@ -94,7 +94,7 @@ def define_public_addresses(cluster: Cluster) -> dict[str, hcloud.PrimaryIp]:
 # controller's defaults); it adds the targets and services (`ReconcileHCLBTargets`,
 # `ReconcileHCLBServices`). Pulumi leaves those to it, so the two never undo each other. The
 # location cannot change (Hetzner moves no balancer).
-INGRESS_BALANCER_IGNORED = (
+BALANCER_IGNORED = (
     'labels["hcloud-ccm/service-uid"]',
     "name",
     "algorithm",
@@ -103,26 +103,34 @@ INGRESS_BALANCER_IGNORED = (
 )
 
 
-def define_ingress_balancer(config: StackConfig) -> hcloud.LoadBalancer:
-    """The public mode's ingress load balancer, made before any server so that its public
-    IPv4 is known to the firewalls, which admit NodePorts from it alone. Traefik's Service
-    names it (`raya.nodes.addons.traefik_config`) and the cloud controller takes it over: it
-    looks a Service's balancer up by its `hcloud-ccm/service-uid` label, then by that name,
-    and creates one only when neither finds it (v1.35.0, hcloud/load_balancers.go,
-    `EnsureLoadBalancer`: "Import of load balancers which were created by other means").
-    `raya destroy` deletes it after the servers (their firewalls depend on its address), so
-    no controller is left to re-create it; Hetzner deletes a balancer with the targets and
-    services on it, as the controller itself does with one call (v1.35.0,
-    internal/hcops/load_balancer.go, `Delete`, from `EnsureLoadBalancerDeleted`, removing
-    nothing first)."""
-    return hcloud.LoadBalancer(
-        "ingress",
-        name=ingress_balancer_name(config),
-        load_balancer_type=LOAD_BALANCER_TYPE,
-        location=config.location,
-        labels={"managed_by": config.cluster_name},
-        opts=pulumi.ResourceOptions(ignore_changes=list(INGRESS_BALANCER_IGNORED)),
-    )
+def define_balancers(config: StackConfig) -> dict[str, hcloud.LoadBalancer]:
+    """The public mode's load balancers, by name: Traefik's (`INGRESS_BALANCER`, the Pulumi
+    resource `ingress`) and each of `raya:loadBalancers` (`<name>-balancer`), made before any
+    server so that their public IPv4 addresses are known to the firewalls, which admit the
+    NodePorts from them alone. A Service names its balancer (Traefik's:
+    `raya.nodes.addons.traefik_config`; the user's: the annotation docs/fleet.md gives) and
+    the cloud controller takes it over: it looks a Service's balancer up by its
+    `hcloud-ccm/service-uid` label, then by that name, and creates one only when neither
+    finds it (v1.35.0, hcloud/load_balancers.go, `EnsureLoadBalancer`: "Import of load
+    balancers which were created by other means"). `raya destroy` deletes them after the
+    servers (their firewalls depend on their addresses), so no controller is left to
+    re-create one; Hetzner deletes a balancer with the targets and services on it, as the
+    controller itself does with one call (v1.35.0, internal/hcops/load_balancer.go, `Delete`,
+    from `EnsureLoadBalancerDeleted`, removing nothing first)."""
+    ingress = LoadBalancer(INGRESS_BALANCER, LOAD_BALANCER_TYPE, config.location)
+    return {
+        balancer.name: hcloud.LoadBalancer(
+            "ingress" if balancer is ingress else f"{balancer.name}-balancer",
+            name=ingress_balancer_name(config)
+            if balancer is ingress
+            else f"{config.cluster_name}-{balancer.name}",
+            load_balancer_type=balancer.type,
+            location=balancer.location,
+            labels={"managed_by": config.cluster_name},
+            opts=pulumi.ResourceOptions(ignore_changes=list(BALANCER_IGNORED)),
+        )
+        for balancer in (ingress, *config.load_balancers)
+    }
 
 
 def define_pool_subnets(cluster: Cluster, network: Network) -> dict[str, hcloud.NetworkSubnet]:
