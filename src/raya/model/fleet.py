@@ -45,7 +45,9 @@ AGENT_HOST_OFFSET = 20
 # The longest DNS name in text, without the final dot: 255 octets on the wire (RFC 1035,
 # section 2.3.4) less the length octets of the first label and of the root.
 DNS_NAME_MAX = 253
-# Servers one Hetzner network holds (Hetzner's Networks FAQ, "Are there any limits?"): the
+# Servers one Hetzner network holds (Hetzner's Networks FAQ, "Are there any limits?"; the
+# stored copy of that page lacks the answer, which kube-hetzner's maintainers quote too:
+# "up to 100 servers per network", kube-hetzner/terraform-hcloud-kube-hetzner#1217): the
 # private mode puts every node on one, so it stops there; the public mode has none.
 NETWORK_SERVER_LIMIT = 100
 CONTROL_PLANE_NAME = "control-plane"
