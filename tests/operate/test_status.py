@@ -312,6 +312,15 @@ def test_an_autoscaled_pools_row(
     assert report.as_json()["pools"]["burst"]["state"] == state
 
 
+def test_a_long_list_of_pending_pods_is_counted_past_ten() -> None:
+    pods = tuple(f"jobs/batch-{i:02d}" for i in range(12))
+    report = st.Report((), {}, (), pods)
+    assert report.unschedulable_text() == (
+        f"12: {', '.join(pods[:10])} and 2 more"
+    )
+    assert report.as_json()["unschedulable"]["pods"] == list(pods)  # all of them
+
+
 @pytest.mark.parametrize(
     ("pending", "servers", "state", "text"),
     [

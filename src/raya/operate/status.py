@@ -60,11 +60,20 @@ class Row:
 COLUMNS = ("server", "image", "drift", "dns", "kubernetes")
 
 
+# How many names a line lists before it only counts the rest (--json has them all).
+LISTED = 10
+
+
+def listed(names: Sequence[str]) -> str:
+    more = len(names) - LISTED
+    return ", ".join(names[:LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
 @dataclass(frozen=True)
 class PoolRow:
     """An autoscaled pool: its bounds, the servers of its node group (None: unknown), of
     those the ones registered as Nodes, and the unschedulable pods its nodes' labels and
-    taints admit (`admitted`; None: unknown)."""
+    taints admit (`admits`; None: unknown)."""
 
     pool: str
     minimum: int
@@ -101,7 +110,7 @@ class Report:
             return "not asked"
         if isinstance(pods, str):
             return f"unknown ({pods})"
-        return f"{len(pods)}: {', '.join(pods)}" if pods else "none"
+        return f"{len(pods)}: {listed(pods)}" if pods else "none"
 
     @property
     def healthy(self) -> bool:
@@ -370,7 +379,7 @@ def pool_row(
     if missing:
         problems.append(f"not Ready: {', '.join(missing)}")
     if pods and len(names) >= maximum:
-        problems.append(f"at its max with pods pending ({', '.join(pods)}): raise its max")
+        problems.append(f"at its max with pods pending ({listed(pods)}): raise its max")
     return PoolRow(
         pool, minimum, maximum, names, registered,
         bad(f"{text}; {'; '.join(problems)}") if problems else ok(text), pods,
