@@ -174,6 +174,8 @@ def test_the_scheduler_marks_the_pods_it_cannot_place_unschedulable(
         pending("burst-0", nodeSelector={"tier": "burst"}),  # its node's taint not tolerated
         pending("burst-1", nodeSelector={"tier": "burst"}, tolerations=tolerant),
         pending("burst-2", affinity=affinity),  # required affinity, the taint not tolerated
+        pending("burst-3", nodeSelector={"tier": "burst"}, tolerations=[  # another value
+            {"key": "burst", "operator": "Equal", "value": "no", "effect": "NoSchedule"}]),
         pending("gated-0", schedulingGates=[{"name": "example.com/quota"}]),
     ]
     pods = listed(core)
@@ -188,6 +190,7 @@ def test_the_scheduler_marks_the_pods_it_cannot_place_unschedulable(
         "burst-0": [("PodScheduled", "False", "Unschedulable")],
         "burst-1": [("PodScheduled", "True", None)],
         "burst-2": [("PodScheduled", "False", "Unschedulable")],
+        "burst-3": [("PodScheduled", "False", "Unschedulable")],
         "gated-0": [("PodScheduled", "False", "SchedulingGated")],
     }
     assert pods["burst-1"].spec.node_name == "agent-1"
