@@ -20,6 +20,7 @@ K3S_SELINUX_API_URL = "https://api.github.com/repos/k3s-io/k3s-selinux"
 CERT_MANAGER_CHARTS = "https://charts.jetstack.io"
 EXTERNAL_DNS_CHARTS = "https://kubernetes-sigs.github.io/external-dns/"
 HETZNER_CHARTS = "https://charts.hetzner.cloud"
+AUTOSCALER_CHARTS = "https://kubernetes.github.io/autoscaler"
 # `raya roll`: how long a node may take to drain, and to come back Ready.
 DRAIN_TIMEOUT = 600.0
 READY_TIMEOUT = 900.0

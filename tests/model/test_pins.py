@@ -272,8 +272,12 @@ CHARTS: dict[str, dict[str, str | None]] = {
     "external-dns": {"version": "1.14.3", "digest": None},
     "hcloud-cloud-controller-manager": {"version": "1.35.0", "digest": "2" * 64},
     "hcloud-csi": {"version": "2.22.1", "digest": None},
+    "cluster-autoscaler": {"version": "9.59.1", "digest": "3" * 64},
 }
-ALL = "cert-manager, external-dns, hcloud-cloud-controller-manager, hcloud-csi"
+ALL = (
+    "cert-manager, external-dns, hcloud-cloud-controller-manager, hcloud-csi, "
+    "cluster-autoscaler"
+)
 
 
 def write_charts(tmp_path: Path, data: object) -> Path:
@@ -289,8 +293,9 @@ def test_chart_pins_round_trip(tmp_path: Path) -> None:
         external_dns=ChartPin("1.14.3", None),
         hcloud_ccm=ChartPin("1.35.0", "2" * 64),
         hcloud_csi=ChartPin("2.22.1", None),
+        cluster_autoscaler=ChartPin("9.59.1", "3" * 64),
     )
-    assert dump_chart_pins(pins) == json.dumps(CHARTS, indent=2) + "\n"
+    assert dump_chart_pins(pins) == json.dumps(dict(sorted(CHARTS.items())), indent=2) + "\n"
 
 
 def test_the_repository_chart_pins_are_valid_and_the_examples() -> None:
@@ -311,7 +316,7 @@ def test_the_repository_chart_pins_are_valid_and_the_examples() -> None:
         (
             {k: v for k, v in CHARTS.items() if k != "hcloud-csi"},
             f"expected a JSON object with exactly the charts {ALL}; found cert-manager, "
-            "external-dns, hcloud-cloud-controller-manager",
+            "cluster-autoscaler, external-dns, hcloud-cloud-controller-manager",
         ),
         (
             {**CHARTS, "traefik": CHARTS["cert-manager"]},

@@ -36,16 +36,19 @@ import yaml
 
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, Fleet, Pool, build_cluster
-from raya.model.pins import load_pins
-from raya.nodes.autoscaler import CHART_VERSION, manifests
+from raya.model.pins import load_chart_pins, load_pins
+from raya.nodes.autoscaler import APP_VERSION, manifests
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import render_pool
 from tests.nodes.test_addons import HELM_CHART, K8S_VERSION
 from tests.support import REPO
 
 DATA = Path(__file__).parent.parent / "data" / "charts"
+# The pinned chart (image/charts.pin): its values excerpt must be here, so that moving the pin
+# without checking the new chart's values fails.
+CHART = load_chart_pins(REPO).cluster_autoscaler
 DEFAULTS = yaml.safe_load(
-    (DATA / f"cluster-autoscaler-{CHART_VERSION}.values.excerpt.yaml").read_text()
+    (DATA / f"cluster-autoscaler-{CHART.version}.values.excerpt.yaml").read_text()
 )
 PROVIDER_ENV = {
     "HCLOUD_TOKEN", "HCLOUD_CLUSTER_CONFIG", "HCLOUD_CLUSTER_CONFIG_FILE", "HCLOUD_CLOUD_INIT",
@@ -75,7 +78,7 @@ def autoscaled(cluster: Cluster) -> Cluster:
 def documents(cluster: Cluster, secrets: ClusterSecrets) -> dict[str, dict[str, Any]]:
     fleet = autoscaled(cluster)
     pools = [render_pool(fleet, pool, secrets) for pool in fleet.autoscaled]
-    text = manifests(fleet, load_pins(REPO), pools, TOKEN)
+    text = manifests(fleet, load_pins(REPO), CHART, pools, TOKEN)
     return {doc["kind"]: doc for doc in yaml.safe_load_all(text)}
 
 
@@ -111,8 +114,11 @@ def test_the_chart_values_are_the_charts_own(
         {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
          "effect": "NoSchedule"},
     ]  # fmt: skip
-    # The chart's image, built for amd64 and arm64 alike: not overridden.
+    # The chart's image, built for amd64 and arm64 alike: not overridden. The pinned chart's
+    # default tag is the autoscaler version raya runs, the one `raya image pins --update`
+    # keeps the chart's appVersion at.
     assert "image" not in values and DEFAULTS["image"]["tag"] == "v1.35.0"
+    assert DEFAULTS["image"]["tag"] == f"v{APP_VERSION}"
     wrong = {**values, "extraEnvSecret": {}}
     with pytest.raises(AssertionError, match="extraEnvSecret is not a value"):
         declared(wrong)
@@ -196,7 +202,8 @@ def test_a_changed_cluster_config_restarts_the_autoscaler(
 
     def annotation(fleet: Cluster) -> str:
         pools = [render_pool(fleet, pool, secrets) for pool in fleet.autoscaled]
-        docs = {d["kind"]: d for d in yaml.safe_load_all(manifests(fleet, pins, pools, TOKEN))}
+        text = manifests(fleet, pins, CHART, pools, TOKEN)
+        docs = {d["kind"]: d for d in yaml.safe_load_all(text)}
         values = yaml.safe_load(docs["HelmChart"]["spec"]["valuesContent"])
         return str(values["podAnnotations"]["raya/cluster-config-sha256"])
 
@@ -210,7 +217,7 @@ def test_a_changed_cluster_config_restarts_the_autoscaler(
 
 
 def test_no_autoscaled_pool_no_manifest(cluster: Cluster) -> None:
-    assert manifests(cluster, load_pins(REPO), [], TOKEN) == ""
+    assert manifests(cluster, load_pins(REPO), CHART, [], TOKEN) == ""
 
 
 def test_a_bad_token_or_missing_pool_config_is_refused(
@@ -220,6 +227,6 @@ def test_a_bad_token_or_missing_pool_config_is_refused(
     pins = load_pins(REPO)
     pools = [render_pool(fleet, pool, secrets) for pool in fleet.autoscaled]
     with pytest.raises(RenderError, match=r"autoscaler_hcloud_token \(the cluster autoscaler"):
-        manifests(fleet, pins, pools, "short")
+        manifests(fleet, pins, CHART, pools, "short")
     with pytest.raises(RenderError, match="one per autoscaled pool"):
-        manifests(fleet, pins, pools[:1], TOKEN)
+        manifests(fleet, pins, CHART, pools[:1], TOKEN)

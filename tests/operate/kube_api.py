@@ -34,6 +34,29 @@ its controllers and the kubelet do, not from what raya expects:
   with `deletionTimestamp = now + grace`, and a second DELETE may only shorten it. The
   kubelet removes it when the grace ends (the worst case: containers that ignore SIGTERM), and
   only while the node's machine runs: on a node that is gone, a pod stays Terminating.
+- Scheduling (kubernetes `pkg/scheduler/framework/plugins`): a pending pod fits a node whose
+  labels hold every `spec.nodeSelector` entry and one of the terms of its required node
+  affinity (`nodeaffinity`, `GetRequiredNodeAffinity`: terms or-ed, a term's expressions
+  and-ed, an empty term matching nothing; `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`
+  on labels, `In`/`NotIn` on `metadata.name` for `matchFields`), and whose `NoSchedule` and
+  `NoExecute` taints its tolerations tolerate (`tainttoleration`,
+  `FindMatchingUntoleratedTaint`; k8s.io/api `core/v1/toleration.go`, `ToleratesTaint`: an
+  empty effect matches every effect, an empty key with `Exists` every key, `Exists` any
+  value, `Equal` or no operator the same value). A pod it cannot place keeps no node and gets
+  the condition `PodScheduled` `False`, reason `Unschedulable` (`schedule_one.go`,
+  `handleSchedulingFailure`; k8s.io/api `PodReasonUnschedulable`); a bound one `PodScheduled`
+  `True` (`pkg/registry/core/pod/storage/storage.go`, `assignPod`). A pod with
+  `spec.schedulingGates` is not scheduled while it has any: its condition is `PodScheduled`
+  `False`, reason `SchedulingGated` (`pkg/registry/core/pod/strategy.go`,
+  `applySchedulingGatedCondition`; k8s.io/api `PodReasonSchedulingGated`).
+- Listing pods with a `fieldSelector` (k8s.io/apimachinery `pkg/fields/selector.go`,
+  `ParseSelector`: requirements joined by `,`, each `field=value`, `field==value` or
+  `field!=value`, a value possibly empty; kubernetes `pkg/apis/core/v1/conversion.go`: a pod's
+  selectable fields are `metadata.name`, `metadata.namespace`, `spec.nodeName`,
+  `spec.restartPolicy`, `spec.schedulerName`, `spec.serviceAccountName`, `spec.hostNetwork`,
+  `status.phase`, `status.podIP`, `status.podIPs`, `status.nominatedNodeName`, any other is
+  400 `field label not supported: <field>`). Pod conditions are not among them: a client
+  filters on them itself.
 - Controllers: a ReplicaSet replaces a pod as soon as it is terminating (its active pods
   exclude those with a deletionTimestamp, `pkg/controller/controller_utils.go`,
   `FilterActivePods`); a StatefulSet re-creates a pod of the same name only once the old one
@@ -112,6 +135,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -125,7 +149,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 from raya.nodes.identity import CertificateAuthority
 from tests.nodes.k3s_join import serving_certificate
@@ -481,11 +505,24 @@ class Cluster:
         for found in self.pods:
             if found["spec"].get("nodeName"):
                 continue
+            if found["spec"].get("schedulingGates"):
+                gated = "Scheduling is blocked due to non-empty scheduling gates"
+                _scheduled(found, {"status": "False", "reason": "SchedulingGated",
+                                   "message": gated})  # fmt: skip
+                continue
             bound = self._bound(found)
-            fits = [n for n in places if all(_admits(v, self.nodes[n]) for v in bound)]
+            fits = [
+                n
+                for n in places
+                if _fits(found, self.nodes[n]) and all(_admits(v, self.nodes[n]) for v in bound)
+            ]
             if fits:
                 found["spec"]["nodeName"] = fits[0]
                 found["status"]["startTime"] = stamp(now)
+                _scheduled(found, {"status": "True"})
+            else:
+                failed = f"0/{len(self.nodes)} nodes are available"
+                _scheduled(found, {"status": "False", "reason": "Unschedulable", "message": failed})
 
     def _bound(self, found: dict[str, Any]) -> list[dict[str, Any]]:
         """The PersistentVolumes the pod's claims are bound to, whatever their source."""
@@ -784,23 +821,74 @@ def _ready(pod_: dict[str, Any]) -> bool:
 def _admits(volume: dict[str, Any], node_: dict[str, Any]) -> bool:
     """`CheckNodeAffinity`: the volume's required node affinity against the node's labels."""
     required = (volume["spec"].get("nodeAffinity") or {}).get("required")
-    if required is None:
-        return True
-    labels = node_["metadata"].get("labels") or {}
+    return required is None or _selector_holds(required, node_)
 
-    def holds(expression: dict[str, Any]) -> bool:
-        value, values = labels.get(expression["key"]), expression.get("values") or []
+
+def _selector_holds(required: dict[str, Any], node_: dict[str, Any]) -> bool:
+    """A NodeSelector (`nodeSelectorTerms`) against the node: any term whose expressions on
+    its labels and fields on its name all hold (k8s.io/component-helpers
+    `scheduling/corev1/nodeaffinity`)."""
+    labels = node_["metadata"].get("labels") or {}
+    fields = {"metadata.name": node_["metadata"]["name"]}
+
+    def holds(expression: dict[str, Any], on: Mapping[str, str]) -> bool:
+        value, values = on.get(expression["key"]), expression.get("values") or []
+        operator = expression["operator"]
+        if operator in ("Gt", "Lt"):
+            if value is None or not value.lstrip("-").isdigit():
+                return False
+            return int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
         return {
             "In": value is not None and value in values,
             "NotIn": value is None or value not in values,
             "Exists": value is not None,
             "DoesNotExist": value is None,
-        }[expression["operator"]]
+        }[operator]
 
     return any(
-        term.get("matchExpressions") and all(map(holds, term["matchExpressions"]))
+        (term.get("matchExpressions") or term.get("matchFields"))
+        and all(holds(e, labels) for e in term.get("matchExpressions") or [])
+        and all(holds(e, fields) for e in term.get("matchFields") or [])
         for term in required["nodeSelectorTerms"]
     )
+
+
+def _fits(pod_: dict[str, Any], node_: dict[str, Any]) -> bool:
+    """The scheduler's NodeAffinity and TaintToleration filters (see the docstring)."""
+    spec, labels = pod_["spec"], node_["metadata"].get("labels") or {}
+    if any(labels.get(key) != value for key, value in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution")
+    )
+    if required is not None and not _selector_holds(required, node_):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(
+        any(_tolerates(toleration, taint) for toleration in tolerations)
+        for taint in node_["spec"].get("taints") or []
+        if taint["effect"] in ("NoSchedule", "NoExecute")
+    )
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """`ToleratesTaint`."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("key") and toleration["key"] != taint["key"]:
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _scheduled(pod_: dict[str, Any], condition: dict[str, str]) -> None:
+    """Sets the pod's `PodScheduled` condition."""
+    status = pod_.setdefault("status", {})
+    others = [c for c in status.get("conditions") or [] if c["type"] != "PodScheduled"]
+    status["conditions"] = [*others, {"type": "PodScheduled", **condition}]
 
 
 def _node_ready(node_: dict[str, Any]) -> bool:
@@ -828,6 +916,45 @@ def _scaled(value: int | str, total: int) -> int:
     if isinstance(value, int):
         return value
     return math.ceil(total * int(value.rstrip("%")) / 100)
+
+
+# A pod's fields a field selector may name (`pkg/apis/core/v1/conversion.go`).
+POD_FIELDS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "metadata.name": lambda p: str(p["metadata"]["name"]),
+    "metadata.namespace": lambda p: str(p["metadata"]["namespace"]),
+    "spec.nodeName": lambda p: str(p["spec"].get("nodeName") or ""),
+    "spec.restartPolicy": lambda p: str(p["spec"].get("restartPolicy") or "Always"),
+    "spec.schedulerName": lambda p: str(p["spec"].get("schedulerName") or "default-scheduler"),
+    "spec.serviceAccountName": lambda p: str(p["spec"].get("serviceAccountName") or "default"),
+    "spec.hostNetwork": lambda p: str(bool(p["spec"].get("hostNetwork"))).lower(),
+    "status.phase": lambda p: str((p.get("status") or {}).get("phase") or ""),
+    "status.podIP": lambda p: str((p.get("status") or {}).get("podIP") or ""),
+    "status.podIPs": lambda p: str((p.get("status") or {}).get("podIP") or ""),
+    "status.nominatedNodeName": lambda p: str(
+        (p.get("status") or {}).get("nominatedNodeName") or ""
+    ),
+}
+
+
+def _field_selector(text: str) -> list[Callable[[dict[str, Any]], bool]]:
+    """`ParseSelector` of a pod list's `fieldSelector`: one test per requirement; ValueError
+    for a field a pod does not offer."""
+    tests: list[Callable[[dict[str, Any]], bool]] = []
+    for requirement in filter(None, text.split(",")):
+        found = re.fullmatch(r"([^=!]+)(!=|==|=)(.*)", requirement)
+        if found is None:
+            raise ValueError(f"invalid selector: '{text}'; can't understand '{requirement}'")
+        name, operator, value = found.groups()
+        if name not in POD_FIELDS:
+            raise ValueError(f"field label not supported: {name}")
+        tests.append(functools.partial(_field_holds, POD_FIELDS[name], operator == "!=", value))
+    return tests
+
+
+def _field_holds(
+    read: Callable[[dict[str, Any]], str], negated: bool, value: str, pod_: dict[str, Any]
+) -> bool:
+    return (read(pod_) == value) is not negated
 
 
 def _status(code: int, message: str = "", reason: str = "") -> dict[str, Any]:
@@ -909,11 +1036,12 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
             found = state.nodes.get(match[1])
             return (200, found) if found else (404, _status(404, reason="NotFound"))
         if path == "/api/v1/pods":
-            selector = parse_qs(query).get("fieldSelector", [""])[0]
-            on = unquote(selector).removeprefix("spec.nodeName=") if selector else None
-            if selector and not unquote(selector).startswith("spec.nodeName="):
-                return 400, _status(400, f"field selector {selector} not modelled")
-            items = [p for p in state.pods if on is None or p["spec"].get("nodeName") == on]
+            selector = parse_qs(query, keep_blank_values=True).get("fieldSelector", [""])[0]
+            try:
+                wanted = _field_selector(selector)
+            except ValueError as error:
+                return 400, _status(400, str(error), "BadRequest")
+            items = [p for p in state.pods if all(test(p) for test in wanted)]
             return 200, _list("PodList", items)
         match = re.fullmatch(
             r"/apis/policy/v1/namespaces/([^/]+)/poddisruptionbudgets/([^/]+)", path

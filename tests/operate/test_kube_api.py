@@ -147,3 +147,74 @@ def test_a_request_without_a_client_certificate_is_unauthorized(deployed: Run, s
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(f"{served}/api/v1/nodes", context=context)
     assert caught.value.code == 401
+
+
+def pending(name: str, **spec: Any) -> dict[str, Any]:
+    """A pod its controller just made: no node yet, `spec` beside its containers."""
+    made = ka.pod(name, "default", "")
+    made["spec"].update(spec)
+    made["status"] = {"phase": "Pending"}
+    return made
+
+
+def test_the_scheduler_marks_the_pods_it_cannot_place_unschedulable(
+    cluster: ka.Cluster, core: Any
+) -> None:
+    cluster.nodes["agent-1"]["spec"]["taints"] = [
+        {"key": "burst", "value": "yes", "effect": "NoSchedule"}
+    ]
+    cluster.nodes["agent-1"]["metadata"]["labels"]["tier"] = "burst"
+    tolerant = [{"key": "burst", "operator": "Exists", "effect": "NoSchedule"}]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["burst"]}]}]}}}  # fmt: skip
+    cluster.pods = [
+        pending("fits-0"),  # anywhere
+        pending("gpu-0", nodeSelector={"gpu": "yes"}),  # no node has that label
+        pending("burst-0", nodeSelector={"tier": "burst"}),  # its node's taint not tolerated
+        pending("burst-1", nodeSelector={"tier": "burst"}, tolerations=tolerant),
+        pending("burst-2", affinity=affinity),  # required affinity, the taint not tolerated
+        pending("burst-3", nodeSelector={"tier": "burst"}, tolerations=[  # another value
+            {"key": "burst", "operator": "Equal", "value": "no", "effect": "NoSchedule"}]),
+        pending("gated-0", schedulingGates=[{"name": "example.com/quota"}]),
+    ]
+    pods = listed(core)
+    scheduled = {
+        name: [(c.type, c.status, c.reason) for c in pod.status.conditions or []
+               if c.type == "PodScheduled"]
+        for name, pod in pods.items()
+    }  # fmt: skip
+    assert scheduled == {
+        "fits-0": [("PodScheduled", "True", None)],
+        "gpu-0": [("PodScheduled", "False", "Unschedulable")],
+        "burst-0": [("PodScheduled", "False", "Unschedulable")],
+        "burst-1": [("PodScheduled", "True", None)],
+        "burst-2": [("PodScheduled", "False", "Unschedulable")],
+        "burst-3": [("PodScheduled", "False", "Unschedulable")],
+        "gated-0": [("PodScheduled", "False", "SchedulingGated")],
+    }
+    assert pods["burst-1"].spec.node_name == "agent-1"
+    assert not pods["gpu-0"].spec.node_name and pods["gpu-0"].status.phase == "Pending"
+
+
+def test_pods_are_listed_by_the_fields_the_api_server_selects_on(
+    cluster: ka.Cluster, core: Any
+) -> None:
+    done = ka.pod("job-0", "default", "agent-0")
+    done["status"]["phase"] = "Succeeded"
+    gpu = pending("gpu-0", nodeSelector={"gpu": "yes"})
+    cluster.pods = [ka.pod("web-0", "default", "agent-0"), done, gpu]
+
+    def names(selector: str) -> list[str]:
+        found = core.list_pod_for_all_namespaces(field_selector=selector).items
+        return sorted(p.metadata.name for p in found)
+
+    # The cluster autoscaler's own selector of pods without a node (listers.go).
+    assert names("spec.nodeName==,status.phase!=Succeeded,status.phase!=Failed") == ["gpu-0"]
+    assert names("spec.nodeName=agent-0") == ["job-0", "web-0"]
+    assert names("spec.nodeName=agent-0,status.phase!=Succeeded") == ["web-0"]
+    assert names("status.phase=Pending,metadata.namespace=default") == ["gpu-0"]
+    with pytest.raises(k8s.ApiException) as refused:
+        names("status.conditions=x")
+    assert refused.value.status == 400
+    assert "field label not supported: status.conditions" in str(refused.value.body)

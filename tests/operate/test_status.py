@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import ipaddress
 import json
 import secrets
 import socket
@@ -15,11 +16,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from raya.cloud import deploy
 from raya.cloud.program.backups import BUCKET_ROLES
+from raya.model.fleet import Fleet, Pool, build_cluster
 from raya.model.pins import snapshot_labels
 from raya.nodes import addons
 from raya.nodes.identity import generate_example_secrets
@@ -28,7 +31,7 @@ from tests.cloud import hetzner_api as hetzner_standin
 from tests.cloud.program import fakes
 from tests.cloud.program.hetzner import Hetzner
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_program import PINS
+from tests.cloud.program.test_program import EXAMPLE, PINS
 from tests.operate import kube_api as ka
 from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.runner import invoke
@@ -222,19 +225,6 @@ def cluster_list(mapping: dict[str, bytes | Respond], listed: Respond) -> Respon
 
 
 LISTED = "managed_by%3Draya"  # the label selector `managed_by=raya`, as hcloud-python sends it
-# ...and `managed_by=raya,hcloud/node-group`, the cluster autoscaler's servers.
-NODE_GROUPS = "managed_by%3Draya%2Chcloud%2Fnode-group"
-
-
-def node_groups(listed: Respond, other: Respond) -> Respond:
-    """The cluster autoscaler's servers from `listed`; any other request to `other`."""
-
-    def respond(request: BaseHTTPRequestHandler) -> Reply:
-        if request.path.startswith(f"/v1/servers?label_selector={NODE_GROUPS}&"):
-            return listed(request)
-        return other(request)
-
-    return respond
 
 
 def test_hetzner_servers_against_a_local_api(deployed: Run) -> None:
@@ -252,18 +242,22 @@ def test_hetzner_servers_against_a_local_api(deployed: Run) -> None:
     )
     ids = {"agent-0": "1", "agent-1": "2", "agent-2": "3"}
     with http_server(cluster_list(servers, listed)) as url:
-        found = st.hetzner_servers("token", f"{url}/v1", ids, "raya")
+        found, groups = st.hetzner_servers("token", f"{url}/v1", ids, "raya")
     assert found == {
         "agent-0": st.ServerFacts("running", "cx23", LABELS),
         "agent-1": st.ServerFacts("off", "cx23", None),
         "agent-2": None,
     }
+    assert groups == {}  # no server of the list has a node group's label
     assert asked == ["/v1/servers/3"]  # only the one the list lacks, by its id
-    assert st.hetzner_servers("", "http://127.0.0.1:9/v1", ids, "raya")["agent-0"] == (
-        "HCLOUD_TOKEN not set"
+    assert st.hetzner_servers("", "http://127.0.0.1:9/v1", ids, "raya") == (
+        dict.fromkeys(ids, "HCLOUD_TOKEN not set"), "HCLOUD_TOKEN not set"
     )
-    unreachable = st.hetzner_servers("token", "http://127.0.0.1:9/v1", {"agent-0": "1"}, "raya")
+    unreachable, no_groups = st.hetzner_servers(
+        "token", "http://127.0.0.1:9/v1", {"agent-0": "1"}, "raya"
+    )
     assert str(unreachable["agent-0"]).startswith("Hetzner API unreachable")
+    assert str(no_groups).startswith("Hetzner API unreachable")
 
 
 def test_the_servers_of_200_agents_are_five_requests(
@@ -279,7 +273,7 @@ def test_the_servers_of_200_agents_are_five_requests(
     model.create_server("other-agent-0", (), {"managed_by": "other", "role": "agent"})
     monkeypatch.setattr(hetzner_standin, "MODEL", model)
     ids = {name: str(model.server_named(f"raya-{name}").id) for name in names}  # type: ignore[union-attr]
-    found = st.hetzner_servers(hetzner_standin.TOKEN, hetzner_api.url, ids, "raya")
+    found, _ = st.hetzner_servers(hetzner_standin.TOKEN, hetzner_api.url, ids, "raya")
     assert {name: getattr(facts, "status", facts) for name, facts in found.items()} == (
         dict.fromkeys(names, "running")
     )
@@ -318,11 +312,171 @@ def test_an_autoscaled_pools_row(
     assert report.as_json()["pools"]["burst"]["state"] == state
 
 
-def test_node_group_servers_are_one_list_of_the_clusters_autoscaled_servers(
+def test_a_long_list_of_pending_pods_is_counted_past_ten() -> None:
+    pods = tuple(f"jobs/batch-{i:02d}" for i in range(12))
+    report = st.Report((), {}, (), pods)
+    assert report.unschedulable_text() == (
+        f"12: {', '.join(pods[:10])} and 2 more"
+    )
+    assert report.as_json()["unschedulable"]["pods"] == list(pods)  # all of them
+
+
+@pytest.mark.parametrize(
+    ("pending", "servers", "state", "text"),
+    [
+        (["default/a", "default/b"], 2, st.HEALTHY,
+         "2 server(s) (min 1, max 3), 2 registered, 2 Ready, 2 pending pod(s) it could take"),
+        # At its max: the autoscaler cannot grow it for them.
+        (["default/a"], 3, st.UNHEALTHY,
+         "3 server(s) (min 1, max 3), 3 registered, 3 Ready, 1 pending pod(s) it could take; "
+         "at its max with pods pending (default/a): raise its max"),
+        ([], 3, st.HEALTHY, "3 server(s) (min 1, max 3), 3 registered, 3 Ready"),
+        (None, 3, st.HEALTHY, "3 server(s) (min 1, max 3), 3 registered, 3 Ready"),
+    ],
+)  # fmt: skip
+def test_an_autoscaled_pools_pending_pods(
+    pending: list[str] | None, servers: int, state: str, text: str
+) -> None:
+    names = [f"raya-burst-{i}" for i in range(servers)]
+    row = st.pool_row("burst", 1, 3, names, _ready(*names), pending)
+    assert row.check == st.Check(state, text)
+    assert row.as_json()["pending"] == pending
+
+
+POOL = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"),
+            labels=(("tier", "burst"), ("size", "8")),
+            taints=("burst=yes:NoSchedule", "spot:PreferNoSchedule"),
+            min_size=0, max_size=4)  # fmt: skip
+ARM_POOL = Pool("arm", "cax21", 0, ipaddress.IPv4Network("10.0.17.0/24"), location="fsn1",
+                min_size=0, max_size=2)  # fmt: skip
+AUTOSCALED = build_cluster(EXAMPLE.config, Fleet(agents=("cx23",), pools=(POOL, ARM_POOL)), "f")
+
+
+def test_a_new_node_of_a_pool_has_the_labels_the_autoscaler_gives_it() -> None:
+    # kubernetes/autoscaler `hetzner_node_group.go`, `buildNodeGroupLabels`, and the
+    # kubelet's kubernetes.io/os; the example stack is in nbg1.
+    assert st.pool_node(AUTOSCALED, POOL) == (
+        {"node.kubernetes.io/instance-type": "cpx31", "topology.kubernetes.io/region": "nbg1",
+         "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+         "csi.hetzner.cloud/location": "nbg1", "hcloud/node-group": "raya-burst",
+         "tier": "burst", "size": "8"},
+        [{"key": "burst", "value": "yes", "effect": "NoSchedule"},
+         {"key": "spot", "value": "", "effect": "PreferNoSchedule"}],
+    )  # fmt: skip
+    labels, taints = st.pool_node(AUTOSCALED, ARM_POOL)
+    assert (labels["kubernetes.io/arch"], labels["topology.kubernetes.io/region"]) == (
+        "arm64", "fsn1"
+    )
+    assert labels["hcloud/node-group"] == "raya-arm" and taints == []
+
+
+TOLERATES_BURST = (st.Toleration("burst", "Exists", "", "NoSchedule"),)
+
+
+def _term(*requirements: st.Requirement) -> tuple[tuple[st.Requirement, ...], ...]:
+    return (requirements,)
+
+
+@pytest.mark.parametrize(
+    ("pod", "admitted"),
+    [
+        # The NoSchedule taint must be tolerated; PreferNoSchedule is no filter.
+        (st.PendingPod("d/p"), False),
+        (st.PendingPod("d/p", tolerations=TOLERATES_BURST), True),
+        (st.PendingPod("d/p", tolerations=(st.Toleration("burst", "Equal", "no", ""),)), False),
+        (st.PendingPod("d/p", tolerations=(st.Toleration("burst", "", "yes", ""),)), True),
+        (st.PendingPod("d/p", tolerations=(st.Toleration("", "Exists", "", ""),)), True),
+        (st.PendingPod("d/p", tolerations=(st.Toleration("burst", "Exists", "", "NoExecute"),)),
+         False),
+        # nodeSelector: every entry on the new node's labels.
+        (st.PendingPod("d/p", {"kubernetes.io/arch": "amd64", "tier": "burst"},
+                       tolerations=TOLERATES_BURST), True),
+        (st.PendingPod("d/p", {"kubernetes.io/arch": "arm64"}, tolerations=TOLERATES_BURST),
+         False),
+        # Required node affinity: any term, each expression of it.
+        (st.PendingPod("d/p", terms=_term(st.Requirement(
+            "node.kubernetes.io/instance-type", "In", ("cpx31", "cx33"))),
+            tolerations=TOLERATES_BURST), True),
+        (st.PendingPod("d/p", terms=_term(st.Requirement("tier", "NotIn", ("burst",))),
+                       tolerations=TOLERATES_BURST), False),
+        (st.PendingPod("d/p", terms=(
+            (st.Requirement("gpu", "Exists"),), (st.Requirement("gpu", "DoesNotExist"),)),
+            tolerations=TOLERATES_BURST), True),
+        (st.PendingPod("d/p", terms=_term(st.Requirement("size", "Gt", ("4",))),
+                       tolerations=TOLERATES_BURST), True),
+        (st.PendingPod("d/p", terms=_term(st.Requirement("size", "Lt", ("4",))),
+                       tolerations=TOLERATES_BURST), False),
+        (st.PendingPod("d/p", terms=((),), tolerations=TOLERATES_BURST), False),  # empty term
+        # A field names the node, whose name the autoscaler draws: a DaemonSet's pod for
+        # another node is never one a new node takes.
+        (st.PendingPod("d/p", terms=_term(st.Requirement(
+            "metadata.name", "In", ("agent-0",), on_field=True)),
+            tolerations=TOLERATES_BURST), False),
+    ],
+)  # fmt: skip
+def test_which_pending_pods_a_pools_labels_and_taints_admit(
+    pod: st.PendingPod, admitted: bool
+) -> None:
+    labels, taints = st.pool_node(AUTOSCALED, POOL)
+    assert st.admits(labels, taints, pod) is admitted
+
+
+def test_the_unschedulable_pods_are_one_list_of_the_pods_without_a_node(
+    deployed: Run, tmp_path: Path
+) -> None:
+    state = ka.Cluster(nodes={"agent-0": ka.node_object("agent-0", VERSION)})
+    state.nodes["agent-0"]["spec"]["taints"] = [
+        {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
+    ]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["burst"]}],
+            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}]}}}
+    tolerations = [{"key": "burst", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "dedicated", "value": "db"}]  # fmt: skip
+    gate = [{"name": "example.com/quota"}]
+    for name, spec in [("db-0", {"tolerations": [{"key": "dedicated", "value": "db"}]}),
+                       ("burst-0", {"affinity": affinity, "tolerations": tolerations,
+                                    "nodeSelector": {"kubernetes.io/os": "linux"}}),
+                       ("plain-0", {}),
+                       # Held back by its own gate, not by the nodes: no node would help.
+                       ("gated-0", {"schedulingGates": gate})]:  # fmt: skip
+        made = ka.pod(name, "jobs", "")
+        made["spec"].update(spec)
+        made["status"] = {"phase": "Pending"}
+        state.pods.append(made)
+    state.pods.append(ka.pod("web-0", "default", "agent-0"))  # running: not asked for
+    kubeconfig = deployed.outputs["kubeconfig"]
+    with ka.deployment_api(state, deployed.resources, tmp_path) as url:
+        found = st.kubernetes_unschedulable(kubeconfig, server=url)
+    # db-0 tolerates agent-0's taint and runs; the two others cannot go there; gated-0
+    # waits for its gate.
+    assert found == [
+        st.PendingPod(
+            "jobs/burst-0",
+            {"kubernetes.io/os": "linux"},
+            ((st.Requirement("tier", "In", ("burst",)),
+              st.Requirement("metadata.name", "NotIn", ("x",), on_field=True)),),
+            (st.Toleration("burst", "Exists", "", "NoSchedule"),
+             st.Toleration("dedicated", "", "db", "")),
+        ),
+        st.PendingPod("jobs/plain-0"),
+    ]  # fmt: skip
+    # One request, filtered by the API server to the pods without a node.
+    assert [path for _, _, path in state.log] == [
+        f"/api/v1/pods?fieldSelector={quote(st.UNBOUND_PODS, safe='')}"
+    ]
+    assert st.admits(*st.pool_node(AUTOSCALED, POOL), found[0])
+    refused = st.kubernetes_unschedulable(kubeconfig, server="https://127.0.0.1:9")
+    assert isinstance(refused, str) and refused.startswith("API https://127.0.0.1:9 unreachable")
+
+
+def test_the_planned_and_the_autoscaled_servers_are_one_list(
     hetzner_api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The Hetzner stand-in: the cluster's planned server, two node groups of its autoscaler,
-    # and another cluster's group, which the cluster's label leaves out.
+    # The Hetzner stand-in: the cluster's planned server, two node groups of its autoscaler
+    # (labelled as the pools' server labels make them, managed_by the cluster), and another
+    # cluster's group, which the cluster's label leaves out.
     model = Hetzner()
     model.create_server("raya-agent-0", (), {"managed_by": "raya", "role": "agent"})
     for name, group, cluster in [("raya-burst-1a", "raya-burst", "raya"),
@@ -331,11 +485,14 @@ def test_node_group_servers_are_one_list_of_the_clusters_autoscaled_servers(
                                  ("other-burst-4d", "other-burst", "other")]:  # fmt: skip
         model.create_server(name, (), {"hcloud/node-group": group, "managed_by": cluster})
     monkeypatch.setattr(hetzner_standin, "MODEL", model)
-    found = st.node_group_servers(hetzner_standin.TOKEN, hetzner_api.url, "raya")
-    assert found == {"raya-burst": ["raya-burst-1a", "raya-burst-3c"], "raya-web": ["raya-web-2b"]}
-    assert hetzner_standin.BUDGET.requests == ["GET /v1/servers"]
-    assert st.node_group_servers("", hetzner_api.url, "raya") == "HCLOUD_TOKEN not set"
-    refused = st.node_group_servers("wrong", hetzner_api.url, "raya")
+    agent = str(model.server_named("raya-agent-0").id)  # type: ignore[union-attr]
+    found, groups = st.hetzner_servers(
+        hetzner_standin.TOKEN, hetzner_api.url, {"agent-0": agent}, "raya"
+    )
+    assert getattr(found["agent-0"], "status", None) == "running"
+    assert groups == {"raya-burst": ["raya-burst-1a", "raya-burst-3c"], "raya-web": ["raya-web-2b"]}
+    assert hetzner_standin.BUDGET.requests == ["GET /v1/servers"]  # one list, one page
+    refused = st.hetzner_servers("wrong", hetzner_api.url, {"agent-0": agent}, "raya")[1]
     assert isinstance(refused, str) and refused.startswith("Hetzner API: ")
 
 
@@ -492,21 +649,28 @@ def test_the_command_end_to_end(
     s3: ObjectStorage,
 ) -> None:
     servers = deployed.outputs["servers"]
-    hetzner = listing(*(
-        fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
-        for name, entry in servers.items()
-    ))  # fmt: skip
-    # An autoscaled pool beside the planned nodes: two servers of its node group, registered.
+    # An autoscaled pool beside the planned nodes: two servers of its node group, registered;
+    # the label tier=burst given to the pool since (the two keep the labels they had).
     fleet = project / "deploy" / "fleet" / "agents.json"
     fleet.write_text(json.dumps({**json.loads(fleet.read_text()), "pools": [
-        {"name": "burst", "type": "cpx31", "min": 1, "max": 4, "addresses": "10.0.16.0/24"}
+        {"name": "burst", "type": "cpx31", "min": 1, "max": 4, "addresses": "10.0.16.0/24",
+         "labels": {"tier": "burst"}}
     ]}))  # fmt: skip
     grown = {"raya-burst-5f": 901, "raya-burst-6e": 902}
-    group = listing(*(
-        {**fakes.hetzner_server(number, name, "running", LABELS),
-         "labels": {"hcloud/node-group": "raya-burst", "managed_by": "raya"}}
-        for name, number in grown.items()
-    ))  # fmt: skip
+    # One list holds both: the planned servers and the autoscaler's (labelled managed_by too).
+    hetzner = listing(
+        *(fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
+          for name, entry in servers.items()),
+        *({**fakes.hetzner_server(number, name, "running", LABELS),
+           "labels": {"hcloud/node-group": "raya-burst", "managed_by": "raya"}}
+          for name, number in grown.items()),
+    )  # fmt: skip
+    hetzner_asked: list[str] = []
+
+    def hetzner_api(request: BaseHTTPRequestHandler) -> Reply:
+        hetzner_asked.append(request.path)
+        return cluster_list({}, hetzner)(request)
+
     state = ka.Cluster(
         nodes={
             name: ka.node_object(name, VERSION, server=int(entry["serverId"]))
@@ -514,6 +678,14 @@ def test_the_command_end_to_end(
                                 *((n, {"serverId": i}) for n, i in grown.items())]
         }
     )  # fmt: skip
+    # Pods the scheduler is given: one any node takes, one for the pool's new label (only a
+    # new node of the pool has it), one for an arm64 node (the pool's cpx31 is x86).
+    for name, selector in [("web-0", {}), ("tiered-0", {"tier": "burst"}),
+                           ("arm-0", {"kubernetes.io/arch": "arm64"})]:  # fmt: skip
+        made = ka.pod(name, "default", "")
+        made["spec"]["nodeSelector"] = selector
+        made["status"] = {"phase": "Pending"}
+        state.pods.append(made)
     ka.Etcd.of(state, {"control-plane": servers["control-plane"]["privateIp"]})
     addons_installed(state)
     records = {entry["dnsName"]: [entry["ipv4"]] for entry in servers.values()}
@@ -542,7 +714,7 @@ def test_the_command_end_to_end(
     monkeypatch.setattr(st, "parent_name_servers", lambda zone: ["ns1.example.com."])
     monkeypatch.setenv("HCLOUD_TOKEN", "token")
     with (
-        http_server(node_groups(group, cluster_list({}, hetzner))) as hcloud_url,
+        http_server(hetzner_api) as hcloud_url,
         fakes.dns_server(records, delegations) as (port, _),
         ka.deployment_api(state, deployed.resources, tmp_path) as api_url,
     ):
@@ -552,6 +724,7 @@ def test_the_command_end_to_end(
             "kubernetes_addons",
             "api_certificate",
             "kubernetes_control_planes",
+            "kubernetes_unschedulable",
         ):
             patched = functools.partial(getattr(st, source), server=api_url)
             monkeypatch.setattr(st, source, patched)
@@ -574,10 +747,27 @@ def test_the_command_end_to_end(
     assert unhealthy == {("agent-2", "drift")}
     assert report["pools"] == {"burst": {
         "min": 1, "max": 4, "servers": ["raya-burst-5f", "raya-burst-6e"],
-        "registered": ["raya-burst-5f", "raya-burst-6e"], "state": st.HEALTHY,
-        "text": "2 server(s) (min 1, max 4), 2 registered, 2 Ready",
+        "registered": ["raya-burst-5f", "raya-burst-6e"], "pending": ["default/tiered-0"],
+        "state": st.HEALTHY,
+        "text": "2 server(s) (min 1, max 4), 2 registered, 2 Ready, 1 pending pod(s) it "
+                "could take",
     }}  # fmt: skip
-    assert "│ burst           │ 1   │ 4   │ 2       │ 2          │ 2 server(s)" in table.output
+    assert report["unschedulable"] == {
+        "pods": ["default/arm-0", "default/tiered-0"],
+        "text": "2: default/arm-0, default/tiered-0",
+    }
+    assert "│ burst           │ 1   │ 4   │ 2       │ 2          │ 1            │ 2 server(s)" in (
+        table.output
+    )
+    assert "unschedulable pods: 2: default/arm-0, default/tiered-0" in table.output
+    # Each run: one list of the cluster's servers (planned and autoscaled alike), and one of
+    # the pods without a node.
+    assert [path.split("?")[0] for path in hetzner_asked] == ["/v1/servers"] * 3
+    pod_lists = [path for _, method, path in state.log if path.startswith("/api/v1/pods")]
+    assert pod_lists == [
+        "/api/v1/pods?fieldSelector=spec.nodeName%3D%3D%2Cstatus.phase%21%3DSucceeded"
+        "%2Cstatus.phase%21%3DFailed"
+    ] * 3
     assert report["cluster"]["delegation"]["state"] == st.HEALTHY
     # The one control plane's newest snapshot, an hour old: within twice the 6 h schedule.
     assert report["cluster"]["backups control-plane"] == {

@@ -704,13 +704,17 @@ def check_sold(
     on_output: OnOutput,
     replace: Sequence[str] = (),
 ) -> None:
-    """Refuse, before anything changes, a node whose server type Hetzner does not sell in its
-    location (a server type's `locations`), or whose deprecation there has passed; warn,
-    through `on_output`, of one deprecated there with a date still to come. A node in
-    `replace` must be one whose server Hetzner can create there now (`replaceable`)."""
+    """Refuse, before anything changes, a node or autoscaled pool whose server type Hetzner
+    does not sell in its location (a server type's `locations`), or whose deprecation there
+    has passed; warn, through `on_output`, of one deprecated there with a date still to
+    come. A node in `replace` must be one whose server Hetzner can create there now
+    (`replaceable`)."""
     token = _token(root, stack_name, stack)
     endpoint = os.environ.get("HCLOUD_ENDPOINT") or HCLOUD_API_URL
-    types = sorted({node.server_type for node in cluster.nodes})
+    types = sorted(
+        {node.server_type for node in cluster.nodes}
+        | {pool.server_type for pool in cluster.autoscaled}
+    )
     offers = catalogue.offers(token, endpoint, types, DeployError)
     now = datetime.datetime.now(datetime.UTC)
     fleet_source, stack_source = str(fleet_file(root)), str(stack_file(root, stack_name))
@@ -762,33 +766,55 @@ def deprecation_problems(
     fleet_source: str,
     stack_source: str,
 ) -> tuple[str | None, tuple[str, ...]]:
-    """The refusal of the first node whose type's deprecation in its location has passed
-    (Hetzner creates no new server of it there: a node added or replaced would fail half-way
-    through an update), and one warning per type and location whose deprecation is
-    announced with a date still to come, naming the nodes it runs."""
-    coming: dict[tuple[str, str], tuple[catalogue.Offer, list[str]]] = {}
-    for node in cluster.nodes:
-        location = node.location or cluster.config.location
-        offer = catalogue.find(offers, node.server_type, location)
+    """The refusal of the first node, or autoscaled pool, whose type's deprecation in its
+    location has passed (Hetzner creates no new server of it there: a node added or
+    replaced would fail half-way through an update, and the cluster autoscaler would fail
+    each time it grows the pool), and one warning per type and location whose deprecation
+    is announced with a date still to come, naming the nodes and pools it runs."""
+    choices = [
+        (node.server_type, node.location or cluster.config.location,
+         _chosen_by(node, fleet_source, stack_source), node.name, None)
+        for node in cluster.nodes
+    ] + [
+        (pool.server_type, pool.location or cluster.config.location,
+         f"{fleet_source}: pool {pool.name}: field 'type'", None, pool.name)
+        for pool in cluster.autoscaled
+    ]  # fmt: skip
+    coming: dict[tuple[str, str], tuple[catalogue.Offer, list[str], list[str]]] = {}
+    for server_type, location, chosen_by, node, pool in choices:
+        offer = catalogue.find(offers, server_type, location)
         if offer is None or offer.unavailable_after is None:
             continue
         if offer.gone(now):
             return (
-                f"{_chosen_by(node, fleet_source, stack_source)} is {node.server_type!r}, "
-                f"which Hetzner no longer sells in {location}: deprecated there (announced "
-                f"{catalogue.date(offer.announced)}), unavailable after "
-                f"{catalogue.date(offer.unavailable_after)}; accepted: a type sold in "
-                f"{location}; nothing changed"
+                f"{chosen_by} is {server_type!r}, which Hetzner no longer sells in "
+                f"{location}: deprecated there (announced {catalogue.date(offer.announced)}), "
+                f"unavailable after {catalogue.date(offer.unavailable_after)}; accepted: a "
+                f"type sold in {location}; nothing changed"
             ), ()
-        coming.setdefault((node.server_type, location), (offer, []))[1].append(node.name)
+        _, nodes, pools = coming.setdefault((server_type, location), (offer, [], []))
+        if node is not None:
+            nodes.append(node)
+        if pool is not None:
+            pools.append(pool)
     warnings = []
-    for (server_type, location), (offer, names) in coming.items():
+    for (server_type, location), (offer, nodes, pools) in coming.items():
+        then = []
+        if nodes:
+            then.append(
+                f"{', '.join(nodes)} could then not be replaced (raya roll, up --replace) nor "
+                "their pool grown"
+            )
+        if pools:
+            then.append(
+                f"the cluster autoscaler could then add no node to autoscaled pool "
+                f"{', '.join(pools)}"
+            )
         warnings.append(
             f"warning: Hetzner deprecated {server_type} in {location} (announced "
             f"{catalogue.date(offer.announced)}): after {catalogue.date(offer.unavailable_after)}"
-            f" no server of it can be created there, so {', '.join(names)} could then not be "
-            "replaced (raya roll, up --replace) nor their pool grown; move them to another "
-            "type before then"
+            f" no server of it can be created there, so {'; and '.join(then)}; move them to "
+            "another type before then"
         )
     return None, tuple(warnings)
 

@@ -57,6 +57,7 @@ from raya.model.pins import (
     label_selector,
 )
 from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
+from raya.nodes.autoscaler import APP_VERSION, AUTOSCALER
 
 if TYPE_CHECKING:
     from hcloud import Client
@@ -91,6 +92,7 @@ class Endpoints:
     cert_manager_charts: str = CERT_MANAGER.repo
     external_dns_charts: str = EXTERNAL_DNS.repo
     hetzner_charts: str = HCLOUD_CCM.repo  # both of Hetzner's charts
+    autoscaler_charts: str = AUTOSCALER.repo
 
     def __post_init__(self) -> None:
         for name in (
@@ -102,6 +104,7 @@ class Endpoints:
             "cert_manager_charts",
             "external_dns_charts",
             "hetzner_charts",
+            "autoscaler_charts",
         ):
             object.__setattr__(self, name, getattr(self, name).rstrip("/"))
 
@@ -112,7 +115,13 @@ class Endpoints:
             EXTERNAL_DNS.name: self.external_dns_charts,
             HCLOUD_CCM.name: self.hetzner_charts,
             HCLOUD_CSI.name: self.hetzner_charts,
+            AUTOSCALER.name: self.autoscaler_charts,
         }
+
+
+# The charts whose releases raya takes only with one `appVersion`: the autoscaler's (what
+# its image and its Kubernetes are; raya.nodes.autoscaler).
+APP_VERSIONS = {AUTOSCALER.name: APP_VERSION}
 
 
 @dataclass(frozen=True)
@@ -349,9 +358,12 @@ def _release(version: str) -> tuple[int, int, int] | None:
     return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
-def chart_releases(chart: str, repo_url: str) -> dict[str, str | None]:
-    """Every released version of `chart` in the Helm repository at `repo_url`, with the digest
-    (sha256 of the chart archive) its `index.yaml` publishes for it, None where it has none."""
+def chart_releases(
+    chart: str, repo_url: str, app_version: str | None = None
+) -> dict[str, str | None]:
+    """Every released version of `chart` in the Helm repository at `repo_url` (of those, the
+    ones whose `appVersion` is `app_version`, if given), with the digest (sha256 of the chart
+    archive) its `index.yaml` publishes for it, None where it has none."""
     url = f"{repo_url}/index.yaml"
     try:
         index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -364,12 +376,17 @@ def chart_releases(chart: str, repo_url: str) -> dict[str, str | None]:
     releases: dict[str, str | None] = {}
     for entry in listed:
         version = entry.get("version") if isinstance(entry, dict) else None
+        if app_version is not None and (
+            not isinstance(entry, dict) or str(entry.get("appVersion")) != app_version
+        ):
+            continue
         if isinstance(version, str) and _release(version) is not None:
             digest = entry.get("digest")
             where = f"{url}: {chart} {version}"
             releases[version] = None if digest is None else _sha256(str(digest), where)
     if not releases:
-        raise ImageError(f"{url}: chart {chart!r} has no released version")
+        of = "" if app_version is None else f" of appVersion {app_version}"
+        raise ImageError(f"{url}: chart {chart!r} has no released version{of}")
     return releases
 
 
@@ -381,16 +398,20 @@ def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
 def chart_updates(
     root: Path, current: ChartPins, endpoints: Endpoints
 ) -> tuple[ChartPins, tuple[str, ...]]:
-    """The newest release of each chart, and what is wrong with the current pins: a pinned
-    version the repository no longer lists, or listed with another digest than the pin's."""
+    """The newest release of each chart (of the autoscaler's, the newest of its `appVersion`,
+    `APP_VERSIONS`), and what is wrong with the current pins: a pinned version the
+    repository no longer lists (or lists of another appVersion), or lists with another
+    digest than the pin's."""
     latest, problems = {}, []
     for chart, repo_url in endpoints.chart_repositories().items():
-        releases = chart_releases(chart, repo_url)
+        app_version = APP_VERSIONS.get(chart)
+        releases = chart_releases(chart, repo_url, app_version)
         latest[chart] = newest_chart(releases)
         pin = current.by_name()[chart]
         index = f"{repo_url}/index.yaml"
         if pin.version not in releases:
-            problems.append(f"{chart} {pin.version} is pinned but not listed in {index}")
+            of = "" if app_version is None else f" with appVersion {app_version}"
+            problems.append(f"{chart} {pin.version} is pinned but not listed{of} in {index}")
         elif pin.digest is not None and releases[pin.version] != pin.digest:
             problems.append(
                 f"{chart} {pin.version} is pinned with sha256 {pin.digest} but {index} "

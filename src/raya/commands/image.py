@@ -9,6 +9,7 @@ from raya.commands.parser import BadParameter, Commands, Option
 from raya.commands.registry import COMMANDS
 from raya.console import err, out
 from raya.defaults import (
+    AUTOSCALER_CHARTS,
     CERT_MANAGER_CHARTS,
     DEFAULT_STACK,
     EXTERNAL_DNS_CHARTS,
@@ -224,17 +225,24 @@ def _describe(pin: AnyPin) -> str:
     Option("--hetzner-charts-url", kind="url", envvar="RAYA_HETZNER_CHARTS_URL",
            default=HETZNER_CHARTS,
            help="Helm repository of Hetzner's cloud controller and CSI charts (index.yaml)."),
+    Option("--autoscaler-charts-url", kind="url", envvar="RAYA_AUTOSCALER_CHARTS_URL",
+           default=AUTOSCALER_CHARTS,
+           help="Helm repository of the cluster autoscaler's chart (its index.yaml is read; "
+           "only releases of the autoscaler version raya runs are taken)."),
     group="image",
 )  # fmt: skip
 def pins(
     *, update: bool, complete: bool, stream: str | None, root: Path | None,
     fcos_builds_url: str, k3s_channels_url: str, k3s_releases_url: str,
     k3s_selinux_api_url: str, cert_manager_charts_url: str, external_dns_charts_url: str,
-    hetzner_charts_url: str,
+    hetzner_charts_url: str, autoscaler_charts_url: str,
 ) -> None:  # fmt: skip
     """Compare the pins with the newest FCOS release of the stream, the stable k3s, the
     latest k3s-selinux release (its CoreOS RPM's sha256 as GitHub publishes it) and the
-    newest releases of the add-ons' Helm charts (with the digests their index publishes).
+    newest releases of the add-ons' Helm charts (with the digests their index publishes);
+    of the cluster autoscaler's chart, the newest whose appVersion is the autoscaler
+    version raya runs (its image, and the Kubernetes release it is made for), so that an
+    update never moves the autoscaler itself.
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
     With --complete, adds the sha256s the pins lack for the releases they pin (FCOS' and
@@ -275,6 +283,7 @@ def pins(
         cert_manager_charts=cert_manager_charts_url,
         external_dns_charts=external_dns_charts_url,
         hetzner_charts=hetzner_charts_url,
+        autoscaler_charts=autoscaler_charts_url,
     )
     with err.status("looking up the newest releases..."):
         latest = latest_pins(stream or current.fcos.stream, endpoints)

@@ -35,8 +35,16 @@ def status(
 ) -> None:
     """One row per node: server, snapshot against the pins, drift, DNS and Kubernetes.
 
-    Then one row per autoscaled pool: its min and max, the servers of its node group, and how
-    many of them are registered as Nodes (unhealthy outside min..max, or one not Ready).
+    Then one row per autoscaled pool: its min and max, the servers of its node group, how
+    many of them are registered as Nodes (unhealthy outside min..max, or one not Ready), and
+    its pending pods: of the pods the scheduler could not place (PodScheduled False,
+    reason Unschedulable; all of them are listed below the table), those whose node
+    selector, required node affinity and tolerations admit a new node of the pool (its
+    labels and taints, as the cluster autoscaler builds it). That is no simulation of the
+    scheduler: resources, pod affinity and spread are not judged, so such a pod may still
+    not fit, while any other pod never fits there. A pool at its max with such pods is
+    unhealthy (the autoscaler cannot grow it); pending pods alone are not (they wait for
+    the autoscaler's new node).
 
     Below it: the etcd members and the API servers that serve, the add-ons, and each control
     plane's newest snapshot in the bucket (unhealthy when it has none, or one older than
@@ -71,7 +79,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         outputs = stack_outputs("status", stack, root)
     servers: dict[str, Any] = outputs.get("servers") or {}
     with err.status("asking Hetzner..."):
-        facts = st.hetzner_servers(
+        facts, groups = st.hetzner_servers(
             os.environ.get("HCLOUD_TOKEN", ""),
             hcloud_endpoint,
             {name: str(entry.get("serverId", "")) for name, entry in servers.items()},
@@ -103,17 +111,25 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
             nodes = "no kubeconfig in the stack: run `raya up`"
             addons = {"add-ons": st.unknown(nodes)}
     pools = []
+    unschedulable: list[st.PendingPod] | str | None = None
     if cluster.autoscaled:
         from raya.nodes.autoscaler import node_group
 
-        with err.status("asking Hetzner for the autoscaled pools' servers..."):
-            groups = st.node_group_servers(
-                os.environ.get("HCLOUD_TOKEN", ""), hcloud_endpoint, cluster.config.cluster_name
-            )
+        if isinstance(kubeconfig, str):
+            with err.status("asking the Kubernetes API for unschedulable pods..."):
+                unschedulable = st.kubernetes_unschedulable(kubeconfig)
+        else:
+            unschedulable = "no kubeconfig in the stack: run `raya up`"
         for pool in cluster.autoscaled:
             found = groups if isinstance(groups, str) else groups.get(node_group(cluster, pool), [])
             bounds = (pool.min_size or 0, pool.max_size or 0)  # both set: it is autoscaled
-            pools.append(st.pool_row(pool.name, *bounds, found, nodes))
+            labels, taints = st.pool_node(cluster, pool)
+            pending = (
+                None
+                if isinstance(unschedulable, str)
+                else [pod.name for pod in unschedulable if st.admits(labels, taints, pod)]
+            )
+            pools.append(st.pool_row(pool.name, *bounds, found, nodes, pending))
     with err.status("listing the backups..."):
         addons.update(backups.health(
             outputs.get("backups"),
@@ -141,6 +157,7 @@ def collect(stack: str, root: Path, drift: bool, hcloud_endpoint: str) -> st.Rep
         drift=found_drift,
         extra=addons,
         pools=pools,
+        unschedulable=unschedulable,
     )
 
 
@@ -161,14 +178,17 @@ def print_report(report: st.Report) -> None:
     out.print(table)
     if report.pools:
         pools = Table(show_lines=False)
-        for column in ("autoscaled pool", "min", "max", "servers", "registered", "state"):
+        for column in ("autoscaled pool", "min", "max", "servers", "registered",
+                       "pending pods", "state"):  # fmt: skip
             pools.add_column(column, overflow="fold")
         for pool in report.pools:
             servers = "?" if pool.servers is None else str(len(pool.servers))
+            pending = "?" if pool.pending is None else str(len(pool.pending))
             state = f"[{style[pool.check.state]}]{escape(pool.check.text)}[/]"
             pools.add_row(pool.pool, str(pool.minimum), str(pool.maximum), servers,
-                          str(len(pool.registered)), state)  # fmt: skip
+                          str(len(pool.registered)), pending, state)  # fmt: skip
         out.print(pools)
+        out.print(f"unschedulable pods: {escape(report.unschedulable_text())}")
     for name, check in report.cluster.items():
         out.print(f"{name}: [{style[check.state]}]{escape(check.text)}[/]")
     out.print("healthy" if report.healthy else "[red]not healthy[/]")

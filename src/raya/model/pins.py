@@ -3,7 +3,8 @@ and the snapshot labels.
 
 The pins are JSON so that the Packer template can read them with `jsondecode(file(...))`:
 they are the one source of truth for the image build, its lookup and the pin updates. The
-chart pins say which Helm chart versions the control plane's add-ons install.
+chart pins say which Helm chart versions the control plane's add-ons and the cluster
+autoscaler install.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ K3S_SELINUX_VERSION = re.compile(r"v(\d+\.\d+)\.(?:stable|latest)\.(\d+)", re.AS
 # A released (not pre-release) chart version: SemVer, with the `v` some repositories use.
 CHART_VERSION = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)", re.ASCII)
 # The charts raya installs, by the key their pin has in `charts.pin`.
-CHART_NAMES = ("cert-manager", "external-dns", "hcloud-cloud-controller-manager", "hcloud-csi")
+CHART_NAMES = (
+    "cert-manager",
+    "external-dns",
+    "hcloud-cloud-controller-manager",
+    "hcloud-csi",
+    "cluster-autoscaler",
+)
 # Hetzner label values: at most 63 characters, alphanumeric at both ends, `-_.` inside.
 _LABEL_VALUE = re.compile(r"([a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?)?")
 
@@ -94,6 +101,8 @@ class ChartPins:
     external_dns: ChartPin
     hcloud_ccm: ChartPin  # Hetzner's cloud controller manager: load balancers, node init
     hcloud_csi: ChartPin  # Hetzner's CSI driver: volumes
+    # Kubernetes' cluster autoscaler, for the autoscaled pools (raya.nodes.autoscaler)
+    cluster_autoscaler: ChartPin
 
     def by_name(self) -> dict[str, ChartPin]:
         return {
@@ -101,6 +110,7 @@ class ChartPins:
             "external-dns": self.external_dns,
             "hcloud-cloud-controller-manager": self.hcloud_ccm,
             "hcloud-csi": self.hcloud_csi,
+            "cluster-autoscaler": self.cluster_autoscaler,
         }
 
     @classmethod
@@ -111,6 +121,7 @@ class ChartPins:
             external_dns=pins["external-dns"],
             hcloud_ccm=pins["hcloud-cloud-controller-manager"],
             hcloud_csi=pins["hcloud-csi"],
+            cluster_autoscaler=pins["cluster-autoscaler"],
         )
 
 

@@ -21,9 +21,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raya.defaults import AUTOSCALER_CHARTS
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, Pool, server_name
-from raya.model.pins import Pins, label_selector, snapshot_labels
+from raya.model.pins import ChartPin, Pins, label_selector, snapshot_labels
 from raya.nodes.addons import (
     CONTROL_PLANE_ROLE,
     MANAGED_BY,
@@ -35,13 +36,14 @@ from raya.nodes.addons import (
 from raya.nodes.identity import check_hcloud_token
 from raya.nodes.render import RenderedPool
 
-CHARTS = "https://kubernetes.github.io/autoscaler"
-# The chart's version (its appVersion, the autoscaler's: 1.35.0, image
-# registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0, built for amd64 and arm64 alike).
-CHART_VERSION = "9.59.1"
+# The autoscaler's own version: the chart pinned (`image/charts.pin`) must be one whose
+# `appVersion` it is, so that it runs image registry.k8s.io/autoscaling/cluster-autoscaler:
+# v1.35.0 (the chart's default tag), built for amd64 and arm64 alike; `raya image pins
+# --update` moves the chart only among those.
+APP_VERSION = "1.35.0"
 AUTOSCALER = Chart(
     name="cluster-autoscaler",
-    repo=CHARTS,
+    repo=AUTOSCALER_CHARTS,
     target_namespace=NAMESPACE,  # where its Secret is
     # The chart's fullname: `<release>-<cloudProvider>-<chart>` (templates/_helpers.tpl).
     workloads=("deployments/cluster-autoscaler-hetzner-cluster-autoscaler",),
@@ -146,8 +148,11 @@ def _json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
-def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token: str) -> str:
-    """The Secret and the HelmChart, one YAML stream; empty without an autoscaled pool."""
+def manifests(
+    cluster: Cluster, pins: Pins, chart: ChartPin, pools: Sequence[RenderedPool], token: str
+) -> str:
+    """The Secret and the HelmChart of `chart` (the pinned release), one YAML stream; empty
+    without an autoscaled pool."""
     if not cluster.autoscaled:
         return ""
     check_hcloud_token(token, "autoscaler_hcloud_token", "the cluster autoscaler's token")
@@ -161,6 +166,6 @@ def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token
     return _manifest(
         [
             secret(token, document),
-            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, digest)),
+            _helm_chart(AUTOSCALER, chart.version, values(cluster, digest)),
         ]
     )

@@ -16,6 +16,7 @@ from typing import Any
 from raya.cloud.kubeconfig import api_client as kubeconfig_api_client
 from raya.cloud.kubeconfig import reason
 from raya.errors import RayaError
+from raya.model.fleet import Cluster, Pool
 from raya.model.pins import Pins, snapshot_labels
 from raya.operate.etcd import Member, members
 
@@ -59,10 +60,20 @@ class Row:
 COLUMNS = ("server", "image", "drift", "dns", "kubernetes")
 
 
+# How many names a line lists before it only counts the rest (--json has them all).
+LISTED = 10
+
+
+def listed(names: Sequence[str]) -> str:
+    more = len(names) - LISTED
+    return ", ".join(names[:LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
 @dataclass(frozen=True)
 class PoolRow:
-    """An autoscaled pool: its bounds, the servers of its node group (None: unknown) and,
-    of those, the ones registered as Nodes."""
+    """An autoscaled pool: its bounds, the servers of its node group (None: unknown), of
+    those the ones registered as Nodes, and the unschedulable pods its nodes' labels and
+    taints admit (`admits`; None: unknown)."""
 
     pool: str
     minimum: int
@@ -70,6 +81,7 @@ class PoolRow:
     servers: tuple[str, ...] | None
     registered: tuple[str, ...]
     check: Check
+    pending: tuple[str, ...] | None = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +89,7 @@ class PoolRow:
             "max": self.maximum,
             "servers": None if self.servers is None else list(self.servers),
             "registered": list(self.registered),
+            "pending": None if self.pending is None else list(self.pending),
             **vars(self.check),
         }
 
@@ -86,6 +99,18 @@ class Report:
     rows: tuple[Row, ...]
     cluster: dict[str, Check] = field(default_factory=dict)  # API, delegation, add-ons...
     pools: tuple[PoolRow, ...] = ()  # the autoscaled pools
+    # The pods the scheduler could not place, cluster-wide ("namespace/name"), or why they
+    # are unknown; None: not asked (no autoscaled pool). A fact, not a check: pods wait so
+    # while the autoscaler adds a node.
+    unschedulable: tuple[str, ...] | str | None = None
+
+    def unschedulable_text(self) -> str:
+        pods = self.unschedulable
+        if pods is None:
+            return "not asked"
+        if isinstance(pods, str):
+            return f"unknown ({pods})"
+        return f"{len(pods)}: {listed(pods)}" if pods else "none"
 
     @property
     def healthy(self) -> bool:
@@ -102,6 +127,12 @@ class Report:
             "cluster": {name: vars(check) for name, check in self.cluster.items()},
             "nodes": {row.node: {n: vars(c) for n, c in row.checks.items()} for row in self.rows},
             "pools": {pool.pool: pool.as_json() for pool in self.pools},
+            "unschedulable": {
+                "pods": list(self.unschedulable)
+                if isinstance(self.unschedulable, tuple)
+                else None,
+                "text": self.unschedulable_text(),
+            },
         }
 
 
@@ -123,6 +154,36 @@ class NodeFacts:
     addresses: Mapping[str, str]  # InternalIP, ExternalIP -> address
     unschedulable: bool = False
     provider_id: str = ""  # spec.providerID: hcloud://<server id>, set by its kubelet
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One expression of a node selector term: on a label, or on a field (`metadata.name`)."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+    on_field: bool = False
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str  # Equal (also when unset) or Exists
+    value: str
+    effect: str  # "" tolerates every effect
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A pod the scheduler could not place, with what of it decides which nodes may take it:
+    its node selector, its required node affinity's terms (None: none required) and its
+    tolerations."""
+
+    name: str  # namespace/name
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    terms: tuple[tuple[Requirement, ...], ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
 
 
 # --- Judging ---------------------------------------------------------------------------------
@@ -246,9 +307,11 @@ def assess(
     drift: Mapping[str, Sequence[str]] | str | None,
     extra: Mapping[str, Check] | None = None,
     pools: Sequence[PoolRow] = (),
+    unschedulable: Sequence[PendingPod] | str | None = None,
 ) -> Report:
     """The report from the facts; `outputs` are the stack's (what should be); `pools`, the
-    autoscaled pools' rows (`pool_row`)."""
+    autoscaled pools' rows (`pool_row`); `unschedulable`, the pods the scheduler could not
+    place (None: not asked)."""
     rows = []
     servers_out = outputs.get("servers", {})
     control_planes = [entry.get("ipv4") for n, entry in servers_out.items() if _order(n)[0] == 0]
@@ -274,7 +337,12 @@ def assess(
         )
     cluster = {"delegation": delegation_check(delegation, outputs.get("nameServers", []))}
     cluster.update(extra or {})
-    return Report(tuple(rows), cluster, tuple(pools))
+    pending = (
+        unschedulable
+        if unschedulable is None or isinstance(unschedulable, str)
+        else tuple(pod.name for pod in unschedulable)
+    )
+    return Report(tuple(rows), cluster, tuple(pools), pending)
 
 
 def pool_row(
@@ -283,30 +351,114 @@ def pool_row(
     maximum: int,
     servers: Sequence[str] | str,
     nodes: Mapping[str, NodeFacts] | str,
+    pending: Sequence[str] | None = (),
 ) -> PoolRow:
     """Autoscaled pool `pool` from the servers of its node group (their names, or why they
-    are unknown) and the Nodes (an autoscaled node registers by its server's name): healthy
-    when their number is within `minimum` and `maximum` and each is registered and Ready. A
-    server still booting is counted, not yet registered: unhealthy until it is."""
+    are unknown), the Nodes (an autoscaled node registers by its server's name) and the
+    unschedulable pods its nodes' labels and taints admit (`admits`; None: unknown):
+    healthy when the servers' number is within `minimum` and `maximum` and each is
+    registered and Ready. A server still booting is counted, not yet registered: unhealthy
+    until it is. Pods pending while the pool is at its `maximum` are unhealthy too: the
+    autoscaler cannot grow it for them."""
+    pods = None if pending is None else tuple(pending)
     if isinstance(servers, str):
-        return PoolRow(pool, minimum, maximum, None, (), unknown(servers))
+        return PoolRow(pool, minimum, maximum, None, (), unknown(servers), pods)
     names = tuple(sorted(servers))
     if isinstance(nodes, str):
-        return PoolRow(pool, minimum, maximum, names, (), unknown(nodes))
+        return PoolRow(pool, minimum, maximum, names, (), unknown(nodes), pods)
     registered = tuple(name for name in names if name in nodes)
     ready = [name for name in registered if nodes[name].ready]
     text = f"{len(names)} server(s) (min {minimum}, max {maximum}), {len(registered)} registered"
     text += f", {len(ready)} Ready"
+    if pods:
+        text += f", {len(pods)} pending pod(s) it could take"
     problems = []
     if not minimum <= len(names) <= maximum:
         problems.append(f"outside {minimum}..{maximum}")
     missing = [name for name in names if name not in ready]
     if missing:
         problems.append(f"not Ready: {', '.join(missing)}")
+    if pods and len(names) >= maximum:
+        problems.append(f"at its max with pods pending ({listed(pods)}): raise its max")
     return PoolRow(
         pool, minimum, maximum, names, registered,
-        bad(f"{text}; {'; '.join(problems)}") if problems else ok(text),
+        bad(f"{text}; {'; '.join(problems)}") if problems else ok(text), pods,
     )  # fmt: skip
+
+
+def admits(labels: Mapping[str, str], taints: Sequence[Mapping[str, str]], pod: PendingPod) -> bool:
+    """Whether a node of these labels and taints passes the scheduler's two filters that
+    read them for `pod` (kubernetes `pkg/scheduler/framework/plugins`): NodeAffinity (every
+    `nodeSelector` entry, and one term of the required node affinity: terms or-ed, a term's
+    expressions and-ed, an empty term matching nothing) and TaintToleration (each
+    `NoSchedule` and `NoExecute` taint tolerated, `ToleratesTaint`). Nothing else is
+    judged (resources, pod affinity, topology spread, volumes): a pod admitted may still
+    not fit, one refused never does."""
+    if any(labels.get(key) != value for key, value in pod.node_selector.items()):
+        return False
+    if pod.terms is not None and not any(
+        term and all(_holds(requirement, labels) for requirement in term) for term in pod.terms
+    ):
+        return False
+    return all(
+        any(_tolerates(toleration, taint) for toleration in pod.tolerations)
+        for taint in taints
+        if taint["effect"] in ("NoSchedule", "NoExecute")
+    )
+
+
+def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    """k8s.io/component-helpers `scheduling/corev1/nodeaffinity`: a field names the node
+    (`metadata.name`), which the autoscaler draws at random for a new node: never known."""
+    value = None if requirement.on_field else labels.get(requirement.key)
+    values, operator = requirement.values, requirement.operator
+    if operator in ("Gt", "Lt"):
+        try:
+            have, bound = int(value or ""), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return {
+        "In": value is not None and value in values,
+        "NotIn": value is None or value not in values,
+        "Exists": value is not None,
+        "DoesNotExist": value is None,
+    }.get(operator, False)
+
+
+def _tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:
+    """k8s.io/api `core/v1/toleration.go`, `ToleratesTaint`."""
+    if toleration.effect and toleration.effect != taint["effect"]:
+        return False
+    if toleration.key and toleration.key != taint["key"]:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return toleration.operator in ("", "Equal") and toleration.value == taint.get("value", "")
+
+
+def pool_node(cluster: Cluster, pool: Pool) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The labels and taints the cluster autoscaler gives a new node of `pool` when it
+    decides whether growing the pool helps a pending pod (kubernetes/autoscaler,
+    `cloudprovider/hetzner/hetzner_node_group.go`, `TemplateNodeInfo`,
+    `buildNodeGroupLabels`): the server type, the region, the architecture, Hetzner's CSI
+    location, the node group, the pool's own labels and taints; and `kubernetes.io/os`,
+    which every kubelet sets (kubernetes `pkg/kubelet/kubelet_node_status.go`,
+    `initialNode`)."""
+    from raya.model.config import architecture
+    from raya.nodes.autoscaler import IMAGE_ARCHITECTURES, NODE_GROUP_LABEL, _taint, node_group
+
+    location = pool.location or cluster.config.location
+    labels = {
+        "node.kubernetes.io/instance-type": pool.server_type,
+        "topology.kubernetes.io/region": location,
+        "kubernetes.io/arch": IMAGE_ARCHITECTURES[architecture(pool.server_type)],
+        "kubernetes.io/os": "linux",
+        "csi.hetzner.cloud/location": location,
+        NODE_GROUP_LABEL: node_group(cluster, pool),
+        **dict(pool.labels),
+    }
+    return labels, [_taint(taint) for taint in pool.taints]
 
 
 def control_plane_addresses(outputs: Mapping[str, Any]) -> dict[str, str]:
@@ -337,27 +489,37 @@ def _order(name: str) -> tuple[int, int, str]:
 
 def hetzner_servers(
     token: str, endpoint: str, ids: Mapping[str, str], cluster_name: str
-) -> dict[str, ServerFacts | str | None]:
-    """Each node's server, by the id the stack recorded; a reason string if unreachable.
+) -> tuple[dict[str, ServerFacts | str | None], dict[str, list[str]] | str]:
+    """Each node's server, by the id the stack recorded, and the cluster autoscaler's
+    servers (node group -> their names); a reason string where unreachable.
 
     One list of the cluster's servers (their label; 50 a page, as hcloud-python's `get_all`
     asks), not one request per node: 203 servers are 5 requests of Hetzner's hourly 3,600.
-    A server the list lacks (its label changed by hand) is asked for by its id."""
+    The autoscaler's servers carry that label too (the pool's server labels,
+    raya.nodes.autoscaler.cluster_config), with their node group's: the same list holds
+    them. A server the list lacks (its label changed by hand) is asked for by its id."""
     import requests
     from hcloud import APIException, HCloudException
 
     from raya.cloud.image import hcloud_client
     from raya.cloud.program.cluster import CLUSTER_LABEL
+    from raya.nodes.autoscaler import NODE_GROUP_LABEL
 
     if not token:
-        return dict.fromkeys(ids, "HCLOUD_TOKEN not set")
+        return dict.fromkeys(ids, "HCLOUD_TOKEN not set"), "HCLOUD_TOKEN not set"
     client = hcloud_client(token, endpoint, API_TIMEOUT)
     try:
         listed = client.servers.get_all(label_selector=f"{CLUSTER_LABEL}={cluster_name}")
     except APIException as error:
-        return dict.fromkeys(ids, f"Hetzner API: {error}")
+        return dict.fromkeys(ids, f"Hetzner API: {error}"), f"Hetzner API: {error}"
     except (HCloudException, requests.RequestException) as error:
-        return dict.fromkeys(ids, f"Hetzner API unreachable: {error}")
+        why = f"Hetzner API unreachable: {error}"
+        return dict.fromkeys(ids, why), why
+    groups: dict[str, list[str]] = {}
+    for server in listed:
+        group = (server.labels or {}).get(NODE_GROUP_LABEL)
+        if group is not None:
+            groups.setdefault(str(group), []).append(str(server.name))
     by_id = {str(server.id): server for server in listed}
     found: dict[str, ServerFacts | str | None] = {}
     for node, server_id in ids.items():
@@ -376,29 +538,7 @@ def hetzner_servers(
             server_type=str(server.server_type.name if server.server_type else "?"),
             image_labels=labels,
         )
-    return found
-
-
-def node_group_servers(token: str, endpoint: str, cluster_name: str) -> dict[str, list[str]] | str:
-    """The cluster autoscaler's servers of the cluster (raya.cloud.deploy.autoscaled_servers):
-    node group -> their names; a reason string if unreachable."""
-    import requests
-    from hcloud import HCloudException
-
-    from raya.cloud.deploy import autoscaled_servers
-    from raya.cloud.image import hcloud_client
-    from raya.nodes.autoscaler import NODE_GROUP_LABEL
-
-    if not token:
-        return "HCLOUD_TOKEN not set"
-    try:
-        listed = autoscaled_servers(hcloud_client(token, endpoint, API_TIMEOUT), cluster_name)
-    except (HCloudException, requests.RequestException) as error:
-        return f"Hetzner API: {error}"
-    found: dict[str, list[str]] = {}
-    for server in listed:
-        found.setdefault(str(server.labels[NODE_GROUP_LABEL]), []).append(str(server.name))
-    return found
+    return found, groups
 
 
 @dataclass(frozen=True)
@@ -483,6 +623,76 @@ def kubernetes_nodes(kubeconfig: str, server: str | None = None) -> dict[str, No
     finally:
         api.close()
     return {item.metadata.name: _node_facts(item) for item in listed.items}
+
+
+# The pods without a node that have not finished: the cluster autoscaler's own list of them
+# (kubernetes/autoscaler `cluster-autoscaler/utils/kubernetes/listers.go`,
+# `NewUnschedulablePodInNamespaceLister`), fields the API server selects pods on
+# (kubernetes `pkg/apis/core/v1/conversion.go`); conditions are not among them.
+UNBOUND_PODS = "spec.nodeName==,status.phase!=Succeeded,status.phase!=Failed"
+# The reason the scheduler gives a pod it could not place (k8s.io/api `core/v1/types.go`,
+# `PodReasonUnschedulable`; kubernetes `pkg/scheduler/schedule_one.go`,
+# `handleSchedulingFailure`), by which the autoscaler picks the pods to grow a pool for.
+UNSCHEDULABLE = "Unschedulable"
+
+
+def kubernetes_unschedulable(kubeconfig: str, server: str | None = None) -> list[PendingPod] | str:
+    """The pods the scheduler could not place, cluster-wide, as the cluster autoscaler finds
+    them (`UnschedulablePodLister.List`): one list of the pods without a node, kept where
+    the condition `PodScheduled` is `False` with reason `Unschedulable`. A reason string if
+    the API cannot be asked; `server` overrides its address (tests)."""
+    from kubernetes import client as k8s
+
+    try:
+        api = kubeconfig_api_client(kubeconfig, server)
+    except RayaError as error:
+        return str(error)
+    address = api.configuration.host
+    try:
+        listed: Any = k8s.CoreV1Api(api).list_pod_for_all_namespaces(
+            field_selector=UNBOUND_PODS, _request_timeout=API_TIMEOUT
+        )
+    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
+        return f"API {address} unreachable: {reason(error)}"
+    finally:
+        api.close()
+    return sorted(
+        (_pending_pod(item) for item in listed.items if _unschedulable(item)),
+        key=lambda pod: pod.name,
+    )
+
+
+def _unschedulable(item: Any) -> bool:
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == UNSCHEDULABLE
+        for c in (item.status.conditions or [])
+    )
+
+
+def _pending_pod(item: Any) -> PendingPod:
+    spec = item.spec
+    affinity = spec.affinity.node_affinity if spec.affinity else None
+    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
+    terms = None
+    if required is not None:
+        terms = tuple(
+            tuple(
+                Requirement(e.key, e.operator, tuple(e.values or ()), on_field=on_field)
+                for expressions, on_field in ((term.match_expressions, False),
+                                              (term.match_fields, True))
+                for e in expressions or []
+            )
+            for term in required.node_selector_terms or []
+        )  # fmt: skip
+    return PendingPod(
+        name=f"{item.metadata.namespace}/{item.metadata.name}",
+        node_selector=dict(spec.node_selector or {}),
+        terms=terms,
+        tolerations=tuple(
+            Toleration(t.key or "", t.operator or "", t.value or "", t.effect or "")
+            for t in spec.tolerations or []
+        ),
+    )
 
 
 def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, Check]:

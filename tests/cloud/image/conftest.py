@@ -43,7 +43,10 @@ CHARTS = ChartPins(
     external_dns=ChartPin(version="1.14.3", digest="2" * 64),
     hcloud_ccm=ChartPin(version="1.35.0", digest="6" * 64),
     hcloud_csi=ChartPin(version="2.22.1", digest="8" * 64),
+    cluster_autoscaler=ChartPin(version="9.59.1", digest="d" * 64),
 )
+# The autoscaler's version its chart pin must run (raya.nodes.autoscaler.APP_VERSION).
+AUTOSCALER_APP = "1.35.0"
 
 
 @dataclass
@@ -99,6 +102,10 @@ class FakeWeb:
     @property
     def hetzner_charts(self) -> str:
         return f"{self.url}/charts/hetzner"
+
+    @property
+    def autoscaler_charts(self) -> str:
+        return f"{self.url}/charts/autoscaler"
 
     def paths(self) -> list[str]:
         return [path for path, _, _ in self.requests]
@@ -268,11 +275,23 @@ class FakeWeb:
         self.publish_charts(charts)
 
     def publish_charts(self, charts: ChartPins) -> None:
-        """Three Helm repository indexes, as `helm repo index` writes them: the newest release
+        """Four Helm repository indexes, as `helm repo index` writes them: the newest release
         of each chart is `charts`' version; older releases (the project's pins among them)
         and a newer pre-release are listed too, the jetstack index holds another chart, and
-        Hetzner's holds both of its charts, as https://charts.hetzner.cloud does."""
+        Hetzner's holds both of its charts, as https://charts.hetzner.cloud does. The
+        autoscaler's releases carry the autoscaler's own version as `appVersion` (its
+        `Chart.yaml`: 9.59.1 is appVersion 1.35.0), and a newer release of the next
+        autoscaler (10.0.0, appVersion 1.36.0) is listed too."""
         self.files.pop("/charts/hetzner/index.yaml", None)
+        self.files.pop("/charts/autoscaler/index.yaml", None)
+        self.publish_index(
+            "/charts/autoscaler", "cluster-autoscaler", charts.cluster_autoscaler,
+            CHARTS.cluster_autoscaler, app_version=AUTOSCALER_APP,
+        )  # fmt: skip
+        self.publish_index(
+            "/charts/autoscaler", "cluster-autoscaler", ChartPin("10.0.0", "e" * 64),
+            app_version="1.36.0",
+        )  # fmt: skip
         for path, chart, newest, older in (
             ("/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager),
             ("/charts/external-dns", "external-dns", charts.external_dns, CHARTS.external_dns),
@@ -287,12 +306,21 @@ class FakeWeb:
             self.publish_index(path, chart, newest, older)
 
     def publish_index(
-        self, path: str, chart: str, newest: ChartPin, older: ChartPin | None = None
+        self,
+        path: str,
+        chart: str,
+        newest: ChartPin,
+        older: ChartPin | None = None,
+        app_version: str | None = None,
     ) -> None:
+        """`chart`'s releases in the index at `path` (another chart's kept, and this chart's
+        earlier ones of another `app_version`); each release's `appVersion` is
+        `app_version`, by default its own version."""
+
         def entry(name: str, version: str, digest: str | None) -> dict[str, Any]:
             return {
                 "apiVersion": "v2",
-                "appVersion": version,
+                "appVersion": app_version or version,
                 "created": "2026-07-01T00:00:00Z",
                 **({"digest": digest} if digest is not None else {}),
                 "name": name,
@@ -313,7 +341,11 @@ class FakeWeb:
             entries["trust-manager"] = [entry("trust-manager", "v999.0.0", "5" * 64)]
         published = self.files.get(f"{path}/index.yaml")  # another chart of that repository
         if published is not None:
-            entries = {**yaml.safe_load(published)["entries"], **entries}
+            before = yaml.safe_load(published)["entries"]
+            kept = [e for e in before.get(chart, []) if e["appVersion"] != (app_version or "")]
+            if app_version and kept:  # this chart's releases of another appVersion
+                entries[chart] = [*kept, *entries[chart]]
+            entries = {**before, **entries}
         index = {"apiVersion": "v1", "entries": entries, "generated": "2026-07-01T00:00:00Z"}
         self.files[f"{path}/index.yaml"] = yaml.safe_dump(index).encode()
 

@@ -72,6 +72,7 @@ def pins(project: Path, web: FakeWeb, *args: str) -> subprocess.CompletedProcess
         "RAYA_CERT_MANAGER_CHARTS_URL": web.cert_manager_charts,
         "RAYA_EXTERNAL_DNS_CHARTS_URL": web.external_dns_charts,
         "RAYA_HETZNER_CHARTS_URL": web.hetzner_charts,
+        "RAYA_AUTOSCALER_CHARTS_URL": web.autoscaler_charts,
         # The raya under test, where a worktree puts its own sources first.
         **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
     }
@@ -103,6 +104,7 @@ def endpoints(web: FakeWeb) -> Endpoints:
         cert_manager_charts=web.cert_manager_charts,
         external_dns_charts=web.external_dns_charts,
         hetzner_charts=web.hetzner_charts,
+        autoscaler_charts=web.autoscaler_charts,
     )
 
 
@@ -298,6 +300,7 @@ NEW_CHARTS = ChartPins(
     external_dns=ChartPin(version="1.20.0", digest="9" * 64),
     hcloud_ccm=ChartPin(version="1.36.0", digest="a" * 64),
     hcloud_csi=ChartPin(version="2.23.0", digest="b" * 64),
+    cluster_autoscaler=ChartPin(version="9.59.2", digest="c" * 64),
 )
 
 
@@ -373,6 +376,34 @@ def test_a_republished_chart_is_an_error_until_updated(project: Path, web: FakeW
     result = pins(project, web, "--update")
     assert result.returncode == 0 and "warning: " in result.stderr
     assert load_chart_pins(project).external_dns == republished
+
+
+def test_the_autoscalers_chart_moves_only_within_its_app_version(
+    project: Path, web: FakeWeb
+) -> None:
+    # The autoscaler's repository lists 9.59.2 (appVersion 1.35.0, the autoscaler raya runs)
+    # and 10.0.0, newer, of the next autoscaler (appVersion 1.36.0): the update takes 9.59.2.
+    web.publish(PINS, NEW_CHARTS)
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert f"cluster-autoscaler 9.59.2 (sha256 {'c' * 64})" in result.stdout
+    assert "10.0.0" not in result.stdout
+    assert load_chart_pins(project).cluster_autoscaler == ChartPin("9.59.2", "c" * 64)
+    assert "/charts/autoscaler/index.yaml" in web.paths()
+    # A pin of the next autoscaler (by hand) is no release raya takes: said, and moved back.
+    pinned = dataclasses.replace(NEW_CHARTS, cluster_autoscaler=ChartPin("10.0.0", "e" * 64))
+    (project / "image" / "charts.pin").write_text(dump_chart_pins(pinned))
+    updates, problems = chart_updates(project, pinned, endpoints(web))
+    assert updates == NEW_CHARTS
+    assert problems == (
+        f"{project}/image/charts.pin: cluster-autoscaler 10.0.0 is pinned but not listed with "
+        f"appVersion 1.35.0 in {web.autoscaler_charts}/index.yaml",
+    )
+    assert chart_releases("cluster-autoscaler", web.autoscaler_charts) == {
+        "10.0.0": "e" * 64, "9.59.2": "c" * 64, "9.59.1": "d" * 64, "0.9.0": "4" * 64,
+    }  # fmt: skip
+    with pytest.raises(ImageError, match=r"has no released version of appVersion 9\.9\.9"):
+        chart_releases("cluster-autoscaler", web.autoscaler_charts, "9.9.9")
 
 
 def test_a_pinned_version_gone_from_the_repository_is_an_error(

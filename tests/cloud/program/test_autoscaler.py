@@ -19,6 +19,7 @@ from raya.model.fleet import Fleet, Pool, build_cluster
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import is_secret, run_program
 from tests.cloud.program.test_program import (
+    CHARTS,
     CLUSTER_TOKEN,
     EXAMPLE,
     PINS,
@@ -38,7 +39,8 @@ K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 def test_the_autoscalers_manifests_are_a_secret_output() -> None:
     def program() -> dict[str, Any]:
         outputs = define(FLEET, PINS, RENDER, hcloud_token=CLUSTER_TOKEN,
-                         autoscaler_token=AUTOSCALER_TOKEN)  # fmt: skip
+                         autoscaler_token=AUTOSCALER_TOKEN,
+                         autoscaler_chart=CHARTS.cluster_autoscaler)  # fmt: skip
         # What the engine sees of it: a resource taking it as an input.
         random.RandomPassword("probe", length=16, override_special=outputs["autoscaler"])
         return outputs
@@ -67,3 +69,8 @@ def test_an_autoscaled_pool_needs_the_autoscalers_token() -> None:
     with pytest.raises(DeployError, match="raya:autoscalerHcloudToken is not set") as refused:
         run(provider_mocks(), FLEET)
     assert "pools (burst)" in str(refused.value)
+
+
+def test_an_autoscaled_pool_needs_the_autoscalers_chart_pin() -> None:
+    with pytest.raises(DeployError, match="no cluster-autoscaler chart pin"):
+        run(provider_mocks(), FLEET, autoscaler_token=AUTOSCALER_TOKEN, autoscaler_chart=None)

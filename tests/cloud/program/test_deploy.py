@@ -7,6 +7,7 @@ test_replacement.py's; here, what raya asks of the CLI and how it reads the answ
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -549,6 +550,56 @@ def test_an_announced_deprecation_is_warned_of_with_its_date(
     printed.clear()
     deploy.run("up", project, "prod", printed.append)
     assert not [line for line in printed if line.startswith("warning: Hetzner")]
+
+
+def with_autoscaled_pool(project: Path, server_type: str) -> Path:
+    """The example project with autoscaled pool `burst` of `server_type` (in raya:location,
+    nbg1) and the autoscaler's token; its fleet file."""
+    token = base64.b64encode(b"autoscalerToken0" * 4).decode()
+    stack = project / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text() + f"  raya:autoscalerHcloudToken:\n    secure: {token}\n")
+    fleet = project / "deploy" / "fleet" / "agents.json"
+    pool = {"name": "burst", "type": server_type, "min": 1, "max": 4, "addresses": "10.0.16.0/24"}
+    fleet.write_text(json.dumps({**json.loads(fleet.read_text()), "pools": [pool]}))
+    return fleet
+
+
+def test_an_autoscaled_pools_type_is_asked_of_hetzner_and_refused_once_deprecated_past(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The example fleet (cx23, cx23, cx33; control plane cx33) and a pool of cpx31, which
+    # only the pool runs: Hetzner sells it in nbg1 (tests/cloud/hetzner_api.py), and it is
+    # asked for (not taken for a type Hetzner does not offer).
+    fleet = with_autoscaled_pool(project, "cpx31")
+    assert invoke(["preview", "--root", str(project)]).exit_code == 0
+    # The autoscaler creates its servers there: past the deprecation, Hetzner refuses them.
+    monkeypatch.setitem(hetzner_api.STATES, ("cpx31", "nbg1"), {"deprecation": PASSED})
+    for action in ("preview", "up"):
+        result = invoke([action, "--root", str(project)])
+        assert result.exit_code == 1
+        assert str(result.exception) == (
+            f"{fleet}: pool burst: field 'type' is 'cpx31', which Hetzner no longer sells in "
+            "nbg1: deprecated there (announced 2025-01-01 00:00 UTC), unavailable after "
+            "2025-06-01 00:00 UTC; accepted: a type sold in nbg1; nothing changed"
+        )
+    assert [run[0] for run in standin.operations()] == ["preview"]
+
+
+def test_an_announced_deprecation_names_the_autoscaled_pools_it_runs(
+    project: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_autoscaled_pool(project, "cx23")  # the type of agent-0 and agent-1 too
+    monkeypatch.setitem(hetzner_api.STATES, ("cx23", "nbg1"), {"deprecation": COMING})
+    printed: list[str] = []
+    deploy.run("preview", project, "prod", printed.append)
+    (warning,) = [line for line in printed if line.startswith("warning: Hetzner deprecated")]
+    assert warning == (
+        "warning: Hetzner deprecated cx23 in nbg1 (announced 2026-06-01 00:00 UTC): after "
+        "2099-01-01 00:00 UTC no server of it can be created there, so agent-0, agent-1 could "
+        "then not be replaced (raya roll, up --replace) nor their pool grown; and the cluster "
+        "autoscaler could then add no node to autoscaled pool burst; move them to another "
+        "type before then"
+    )
 
 
 def test_up_replace_refuses_a_node_whose_type_cannot_be_created_there_now(

@@ -73,6 +73,7 @@ def provider_mocks(zones: list[Zone] | None = None) -> ProviderMocks:
 def run(mocks: ProviderMocks, cluster: Cluster = EXAMPLE, **kwargs: Any) -> Run:
     kwargs.setdefault("render", RENDER)
     kwargs.setdefault("hcloud_token", CLUSTER_TOKEN)
+    kwargs.setdefault("autoscaler_chart", CHARTS.cluster_autoscaler)  # as `main` passes it
     return run_program(mocks, lambda: define(cluster, PINS, **kwargs))
 
 

@@ -43,7 +43,7 @@ from raya.model.config import (
     parse_stack_config,
 )
 from raya.model.fleet import Cluster, build_cluster, fleet_file, load_fleet
-from raya.model.pins import Pins, load_chart_pins, load_pins
+from raya.model.pins import ChartPin, Pins, load_chart_pins, load_pins
 from raya.nodes.github_keys import fetch_keys
 from raya.nodes.identity import CertificateAuthority
 from raya.nodes.render import render_node
@@ -77,6 +77,7 @@ def define(
     replace: Set[str] = frozenset(),
     kit: recovery.RecoveryKit | None = None,
     autoscaler_token: pulumi.Input[str] | None = None,
+    autoscaler_chart: ChartPin | None = None,
 ) -> dict[str, Any]:
     """Declare every resource; returns the stack outputs. `render` builds a node's config
     (`render_node` with the chart pins); `hcloud_token` is the cluster's own Hetzner token,
@@ -85,7 +86,8 @@ def define(
     keeps what it was created with and reports the difference as drift. With `kit`, the
     cluster's server token, agent secret, CA pairs and bucket are the kit's.
     `autoscaler_token` is the cluster autoscaler's Hetzner token, required with an autoscaled
-    pool (its manifests are then the output `autoscaler`, a secret)."""
+    pool (its manifests are then the output `autoscaler`, a secret), with
+    `autoscaler_chart`, the autoscaler chart's pin (`charts.pin`)."""
     config = cluster.config
     unknown = sorted(set(replace) - {node.name for node in cluster.nodes})
     if unknown:
@@ -100,6 +102,8 @@ def define(
             f"Hetzner Cloud API token set with `pulumi config set --secret "
             f"{NAMESPACE}:{AUTOSCALER_HCLOUD_TOKEN} <token>`"
         )
+    if cluster.autoscaled and autoscaler_chart is None:
+        raise DeployError("the fleet has autoscaled pools, but no cluster-autoscaler chart pin")
     # Hetzner's limits and the look-ups first: the engine starts creating a resource as soon
     # as it is declared, so a fleet past a limit, a missing snapshot or parent zone must fail
     # before the first declaration.
@@ -159,8 +163,10 @@ def define(
         },
     )
     autoscaler: dict[str, Any] = (
-        {"autoscaler": define_autoscaler(cluster, pins, identity, autoscaler_token)}
-        if cluster.autoscaled and autoscaler_token is not None
+        {"autoscaler": define_autoscaler(
+            cluster, pins, autoscaler_chart, identity, autoscaler_token
+        )}
+        if cluster.autoscaled and autoscaler_token is not None and autoscaler_chart is not None
         else {}
     )
     return {
@@ -236,7 +242,8 @@ def main(root: Path) -> None:
     # A handle without a valid key (a typo) fails here, before anything is declared.
     fetch_keys(cluster.config.authorized_users, os.environ.get(GITHUB_URL_ENV, GITHUB_URL))
     replace = frozenset(filter(None, os.environ.get(REPLACE_ENV, "").split(",")))
-    render = functools.partial(render_node, charts=load_chart_pins(root))
+    charts = load_chart_pins(root)
+    render = functools.partial(render_node, charts=charts)
     token = pulumi.Config(NAMESPACE).require_secret(CLUSTER_HCLOUD_TOKEN)
     autoscaler_token = (
         pulumi.Config(NAMESPACE).require_secret(AUTOSCALER_HCLOUD_TOKEN)
@@ -251,6 +258,7 @@ def main(root: Path) -> None:
         replace=replace,
         kit=kit,
         autoscaler_token=autoscaler_token,
+        autoscaler_chart=charts.cluster_autoscaler,
     )
     for name, value in outputs.items():
         pulumi.export(name, value)

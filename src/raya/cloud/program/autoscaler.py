@@ -9,17 +9,18 @@ from raya.cloud.program.outputs import gather
 from raya.cloud.program.secrets import Identity
 from raya.errors import RayaError
 from raya.model.fleet import Cluster
-from raya.model.pins import Pins
+from raya.model.pins import ChartPin, Pins
 from raya.nodes.autoscaler import manifests
 from raya.nodes.identity import CertificateAuthority, ClusterSecrets
 from raya.nodes.render import render_pool
 
 
 def define_autoscaler(
-    cluster: Cluster, pins: Pins, identity: Identity, token: pulumi.Input[str]
+    cluster: Cluster, pins: Pins, chart: ChartPin, identity: Identity, token: pulumi.Input[str]
 ) -> pulumi.Output[str]:
-    """The autoscaler's Secret and HelmChart (one YAML stream), a secret: each pool's config
-    in it carries the agent token, and the Secret the autoscaler's Hetzner token."""
+    """The autoscaler's Secret and HelmChart (of `chart`, its pin; one YAML stream), a
+    secret: each pool's config in it carries the agent token, and the Secret the
+    autoscaler's Hetzner token."""
 
     def build(values: list[str]) -> str:
         agent_secret, server_ca, autoscaler_token = values
@@ -37,7 +38,7 @@ def define_autoscaler(
         )
         try:
             pools = [render_pool(cluster, pool, secrets) for pool in cluster.autoscaled]
-            return manifests(cluster, pins, pools, autoscaler_token)
+            return manifests(cluster, pins, chart, pools, autoscaler_token)
         except RayaError as error:
             # Raised while Pulumi resolves outputs: RunError is reported without a traceback.
             raise pulumi.RunError(f"cluster autoscaler: {error}") from None
