@@ -931,6 +931,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return 404, _status(404, reason="NotFound")
 
     def _patch(path: str, _: str, body: Any) -> tuple[int, Any]:
+        if _DEPLOYMENT.fullmatch(path) and path in state.objects:
+            return 200, patch_deployment(state.objects[path], body)
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if match and match[1] in state.nodes:
             node = state.nodes[match[1]]
@@ -994,6 +996,23 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return 200, found
 
     return Handler
+
+
+_DEPLOYMENT = re.compile(r"/apis/apps/v1/namespaces/[^/]+/deployments/[^/]+")
+
+
+def patch_deployment(deployment: dict[str, Any], body: Any) -> dict[str, Any]:
+    """A merge patch of a Deployment's pod template annotations (what `kubectl rollout
+    restart` sends); any change of the spec increments `metadata.generation`
+    (kubernetes `pkg/registry/apps/deployment/strategy.go`, `PrepareForUpdate`). Its status
+    is the Deployment controller's: whoever models that workload updates it later."""
+    template = (((body or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    current = deployment["spec"]["template"].setdefault("metadata", {})
+    before = json.dumps(deployment["spec"], sort_keys=True)
+    merge_metadata({"metadata": current}, template)
+    if json.dumps(deployment["spec"], sort_keys=True) != before:
+        deployment["metadata"]["generation"] = deployment["metadata"].get("generation", 1) + 1
+    return deployment
 
 
 APPLY = "application/apply-patch+yaml"

@@ -49,6 +49,14 @@ IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
 NODE_GROUP_LABEL = "hcloud/node-group"
 # k3s labels every server so; raya taints it so when it is not schedulable (k3s-server.yaml).
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+# The pod template's annotation carrying the digest of the cluster config it runs with.
+CONFIG_DIGEST = "raya/cluster-config-sha256"
+# The autoscaler's flags raya sets (the chart's `extraArgs`, merged into its defaults): with
+# `enforce-node-group-min-size` (cluster-autoscaler `config/flags/flags.go`, since 1.26), a
+# group whose target size is under its min is scaled up to it even with no pod pending
+# (`core/static_autoscaler.go`, `ScaleUpToNodeGroupMinSize`): what brings a pool that
+# `raya roll` emptied of its old servers back to its `min` with new ones.
+EXTRA_ARGS = {"enforce-node-group-min-size": True}
 
 
 def node_group(cluster: Cluster, pool: Pool) -> str:
@@ -118,7 +126,8 @@ def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
             "HCLOUD_PUBLIC_IPV6": "true",
         },
         "extraEnvSecrets": {env: {"name": SECRET, "key": key} for key, env in secret_env.items()},
-        "podAnnotations": {"raya/cluster-config-sha256": config_digest},
+        "extraArgs": dict(EXTRA_ARGS),
+        "podAnnotations": {CONFIG_DIGEST: config_digest},
         "nodeSelector": {CONTROL_PLANE_ROLE: "true"},
         "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
     }
@@ -141,6 +150,24 @@ def _json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
+def config_digest(document: Mapping[str, Any]) -> str:
+    """The digest of a whole cluster config: the autoscaler's pod annotation `CONFIG_DIGEST`,
+    which restarts it when the config changes (it reads the config at start only)."""
+    return hashlib.sha256(_json(document).encode()).hexdigest()
+
+
+def node_config_digests(document: Mapping[str, Any]) -> dict[str, str]:
+    """Each node group's node config (its `nodeConfigs` entry: Ignition, labels, taints,
+    subnet) as a short digest (16 hex digits), by node group: what `raya up` stamps on the
+    Secret and `raya roll` compares, without reading or showing a config (each holds the
+    agent token)."""
+    configs: Mapping[str, Any] = document.get("nodeConfigs") or {}
+    return {
+        group: hashlib.sha256(_json(config).encode()).hexdigest()[:16]
+        for group, config in sorted(configs.items())
+    }
+
+
 def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token: str) -> str:
     """The Secret and the HelmChart, one YAML stream; empty without an autoscaled pool."""
     if not cluster.autoscaled:
@@ -152,10 +179,9 @@ def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token
             f"accepted: one per autoscaled pool, {[p.name for p in cluster.autoscaled]}"
         )
     document = cluster_config(cluster, pins, pools)
-    digest = hashlib.sha256(_json(document).encode()).hexdigest()
     return _manifest(
         [
             secret(token, document),
-            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, digest)),
+            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, config_digest(document))),
         ]
     )

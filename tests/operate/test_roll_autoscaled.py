@@ -1,0 +1,358 @@
+"""`raya roll` of an autoscaled pool (issue 39, item 4): its old servers go in batches,
+drained through the eviction API under their PodDisruptionBudgets, deleted through Hetzner's
+API, and the cluster autoscaler (tests/operate/autoscaler_double.py, from its 1.35.0 source)
+brings new ones from the newest snapshot and the config `raya up` applied. The Kubernetes
+stand-in (tests/operate/kube_api.py) and the Hetzner stand-in (tests/cloud/hetzner_api.py) serve
+the roll over HTTP; one clock, moved when the roll sleeps, drives them and the autoscaler."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raya.cloud.image import hcloud_client
+from raya.cloud.kubeconfig import api_client
+from raya.model.fleet import Fleet, Pool, build_cluster
+from raya.model.pins import label_selector
+from raya.model.unavailable import MaxUnavailable
+from raya.nodes.autoscaler import NODE_GROUP_LABEL, config_digest, node_config_digests
+from raya.operate import autoscaler as au
+from raya.operate import roll as rl
+from tests.cloud import hetzner_api as standin
+from tests.cloud.program.hetzner import Hetzner
+from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_program import EXAMPLE, LABELS, provider_mocks, run
+from tests.conftest import HetznerApi
+from tests.operate import kube_api as ka
+from tests.operate.autoscaler_double import Autoscaler, deployment
+from tests.operate.test_roll import BOOT, OLD, PIN, Clock
+
+TOKEN = "autoscalerToken0" * 4
+GROUP = "raya-burst"
+MIN, MAX = 3, 5
+APPLIED = 1000.0  # when `raya up` applied the pool's config (the stand-in's seconds)
+OLD_SNAPSHOT, NEW_SNAPSHOT = 41, 42  # provider_mocks: 42 the newest available x86 one
+DEPLOYMENT = au.DEPLOYMENT
+DEPLOYMENT_PATH = f"/apis/apps/v1/namespaces/kube-system/deployments/{DEPLOYMENT}"
+
+
+def moment(seconds: float) -> str:
+    return (ka.EPOCH + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.fixture(scope="module")
+def deployed_pool() -> Run:
+    burst = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"),
+                 min_size=MIN, max_size=MAX)  # fmt: skip
+    fleet = build_cluster(EXAMPLE.config, Fleet(agents=("cx23",), pools=(burst,)), "fleet")
+    return run(provider_mocks(), fleet, autoscaler_token=TOKEN)
+
+
+def stack_secret(deployed_pool: Run) -> dict[str, Any]:
+    documents = yaml.safe_load_all(deployed_pool.outputs["autoscaler"])
+    return next(d for d in documents if d["kind"] == "Secret")
+
+
+@dataclass
+class Seen:
+    """What the clock saw at each wait of the roll."""
+
+    web_ready: list[int] = field(default_factory=list)  # the budget's pods Ready, not leaving
+    pool_up: list[int] = field(default_factory=list)  # the group's nodes Ready, schedulable
+    unannotated_cordons: list[str] = field(default_factory=list)
+
+
+class Watch(Clock):
+    """The roll's clock: each wait lets the stand-ins and the autoscaler act, and notes what
+    it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kube: ka.Cluster | None = None
+        self.hetzner: Hetzner | None = None
+        self.autoscaler: Autoscaler | None = None
+        self.seen = Seen()
+
+    def _sleep(self, seconds: float) -> None:
+        super()._sleep(seconds)
+        assert self.kube and self.hetzner and self.autoscaler
+        with self.kube.lock:
+            self.hetzner.settle()
+            self.kube.settle()
+            self.autoscaler.tick()
+            self.kube.settle()
+            self.look(self.kube)
+
+    def look(self, kube: ka.Cluster) -> None:
+        self.seen.web_ready.append(sum(
+            1 for p in kube.pods
+            if p["metadata"]["labels"].get("app") == "web" and ka._ready(p)
+            and not p["metadata"].get("deletionTimestamp")
+        ))  # fmt: skip
+        assert self.autoscaler is not None
+        names = {s.name for s in self.autoscaler.servers()}
+        group = [node for name, node in kube.nodes.items() if name in names]
+        self.seen.pool_up.append(sum(
+            1 for node in group if ka._node_ready(node) and not node["spec"].get("unschedulable")
+        ))  # fmt: skip
+        self.seen.unannotated_cordons += [
+            node["metadata"]["name"] for node in group
+            if node["spec"].get("unschedulable")
+            and node["metadata"].get("annotations", {}).get(au.SCALE_DOWN_DISABLED) != "true"
+        ]  # fmt: skip
+
+
+@dataclass
+class Scene:
+    watch: Watch
+    kube: ka.Cluster
+    hetzner: Hetzner
+    autoscaler: Autoscaler
+    kube_url: str
+    hetzner_url: str
+    deployed: Run
+    old: list[str]
+    lines: list[str] = field(default_factory=list)
+
+    def roll(self, max_unavailable: str = "1", **kwargs: Any) -> au.PoolRoll:
+        kubeconfig = self.deployed.outputs["kubeconfig"]
+        kwargs.setdefault("stack_secret", stack_secret(self.deployed))
+        kwargs.setdefault("selector", label_selector(LABELS))
+        return au.PoolRoll(
+            kube=rl.Kubernetes(api_client(kubeconfig, server=self.kube_url)),
+            api=api_client(kubeconfig, server=self.kube_url),
+            hetzner=hcloud_client(standin.TOKEN, self.hetzner_url),
+            kubelet_version=PIN, say=self.lines.append, clock=self.watch,
+            pool_name="burst", group=GROUP, min_size=MIN, ready_timeout=900.0,
+            max_unavailable=MaxUnavailable.parse(max_unavailable), **kwargs,
+        )  # fmt: skip
+
+    def deletions(self) -> list[str]:
+        return [r.removeprefix("delete ") for r in self.hetzner.requests if r.startswith("delete ")]
+
+    def touched(self) -> list[tuple[float, str, str]]:
+        """What raya changed through the Kubernetes API."""
+        return [entry for entry in self.kube.log if entry[1] in ("PATCH", "POST", "DELETE")]
+
+
+def make_scene(
+    deployed: Run, kube_url_of: Any, hetzner_api: HetznerApi, monkeypatch: pytest.MonkeyPatch,
+    *, created: float, image: int,
+) -> Iterator[Scene]:  # fmt: skip
+    watch = Watch()
+    watch.t = APPLIED
+    model = Hetzner()
+    model.delete_seconds = 0.0
+    kube = ka.Cluster(
+        nodes={"control-plane": ka.node_object("control-plane", PIN, unschedulable=True)},
+        clock=watch.now, boot=BOOT,
+    )  # fmt: skip
+    model.on_delete = kube.server_deleted
+    old = [f"{GROUP}-a{i}" for i in range(MIN)]
+    for i, name in enumerate(old):
+        server = model.create_server(name, (f"10.0.16.{i + 2}",), labels={NODE_GROUP_LABEL: GROUP})
+        server.image, server.created, server.server_type = image, moment(created), "cpx31"
+        kube.nodes[name] = ka.node_object(name, OLD, server=server.id)
+        # A Deployment's web pods, one a node, under a budget keeping two; and a DaemonSet's.
+        kube.pods.append(ka.pod(f"web-{i}", "default", name, controller="web"))
+        kube.pods.append(ka.pod(f"flannel-{i}", "kube-system", name, owner="DaemonSet"))
+    kube.budgets.append(ka.budget("web", "default", "web", minAvailable=2))
+    monkeypatch.setattr(standin, "MODEL", model)
+    monkeypatch.setattr(standin, "SNAPSHOTS", provider_mocks().snapshots)
+    with kube_url_of(kube) as url:
+        client = api_client(deployed.outputs["kubeconfig"], server=url)
+        au.apply(client, deployed.outputs["autoscaler"], watch, lambda _: None,
+                 now=lambda: ka.EPOCH + datetime.timedelta(seconds=APPLIED))  # fmt: skip
+        client.close()
+        document = au._cluster_config(stack_secret(deployed))
+        kube.objects[DEPLOYMENT_PATH] = deployment(config_digest(document))
+        double = Autoscaler(kube, model, provider_mocks().snapshots, GROUP, MIN, MAX, PIN,
+                            unneeded_time=60.0)  # fmt: skip
+        double.start()
+        double._scan_at = APPLIED
+        watch.kube, watch.hetzner, watch.autoscaler = kube, model, double
+        kube.log.clear()
+        yield Scene(watch, kube, model, double, url, hetzner_api.url, deployed, old)
+
+
+@pytest.fixture
+def kube_url_of(deployed_pool: Run, tmp_path: Path) -> Any:
+    return lambda kube: ka.deployment_api(kube, deployed_pool.resources, tmp_path)
+
+
+@pytest.fixture
+def old_pool(
+    deployed_pool: Run, kube_url_of: Any, hetzner_api: HetznerApi,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Scene]:  # fmt: skip
+    """Three servers made before the config was applied, from an older snapshot."""
+    yield from make_scene(deployed_pool, kube_url_of, hetzner_api, monkeypatch,
+                          created=APPLIED - 500, image=OLD_SNAPSHOT)  # fmt: skip
+
+
+@pytest.fixture
+def current_pool(
+    deployed_pool: Run, kube_url_of: Any, hetzner_api: HetznerApi,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Scene]:  # fmt: skip
+    """Three servers made after the config was applied, from the newest snapshot."""
+    yield from make_scene(deployed_pool, kube_url_of, hetzner_api, monkeypatch,
+                          created=APPLIED + 100, image=NEW_SNAPSHOT)  # fmt: skip
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_the_old_servers_go_in_batches_under_the_budget_and_come_back_new(
+    old_pool: Scene, limit: int
+) -> None:
+    scene = old_pool
+    roll = scene.roll(str(limit))
+    steps = roll.prepare()
+    assert [step.node for step in steps] == scene.old
+    roll.run(steps)
+    # Every old server deleted through Hetzner's API, by raya; none left.
+    assert sorted(scene.deletions()) == scene.old
+    assert not set(scene.old) & {s.name for s in scene.hetzner.servers.values()}
+    assert not set(scene.old) & set(scene.kube.nodes)
+    # The autoscaler brought three new ones back, each from the newest snapshot and the node
+    # config `raya up` applied; it deleted none itself (the batch was kept from it).
+    applied = node_config_digests(au._cluster_config(stack_secret(scene.deployed)))[GROUP]
+    assert len(scene.autoscaler.made) == 3
+    assert {(digest, image) for _, digest, image in scene.autoscaler.made} == {
+        (applied, NEW_SNAPSHOT)
+    }
+    assert scene.autoscaler.deleted == []
+    new = {name for name, _, _ in scene.autoscaler.made}
+    assert all(ka._node_ready(scene.kube.nodes[name]) for name in new)
+    # The budget (two of the three web pods) held at every moment, and the pool never had
+    # more than `limit` of its three nodes down; a batch took `limit` nodes at once.
+    assert min(scene.watch.seen.web_ready) == 2
+    evictions = [path for _, method, path in scene.kube.log if method == "POST"]
+    assert len(evictions) > len(set(evictions))  # the budget refused some (429), asked again
+    assert min(scene.watch.seen.pool_up) == MIN - limit
+    assert scene.watch.seen.unannotated_cordons == []
+    batches = [line for line in scene.lines if line.startswith("[")]
+    assert batches[0] == f"[0/3 rolled, 0:00:00 elapsed, {3 - limit} after these] " + ", ".join(
+        scene.old[:limit]
+    )
+    assert max(len(line.split("] ")[1].split(", ")) for line in batches) == limit
+    assert len(batches) == -(-3 // limit)
+    # The autoscaler restarted once per batch, counting its servers again.
+    assert len(scene.autoscaler.starts) == 1 + len(batches)
+    assert f"{scene.old[0]}: old (image {OLD_SNAPSHOT}, the newest snapshot is 42)" in scene.lines
+    assert any(line.startswith("pool burst: 3 servers, every one Ready on") for line in scene.lines)
+
+
+def test_an_up_to_date_pool_is_left_alone(current_pool: Scene) -> None:
+    scene = current_pool
+    roll = scene.roll()
+    assert roll.prepare() == []
+    assert scene.lines == [
+        f"pool burst: current, left alone: {', '.join(scene.old)} (the newest snapshot, "
+        "created after its config was applied)"
+    ]
+    assert scene.deletions() == [] and scene.touched() == []
+
+
+def test_a_server_made_before_the_config_was_applied_is_old(current_pool: Scene) -> None:
+    scene = current_pool
+    server = scene.hetzner.server_named(scene.old[1])
+    assert server is not None
+    server.created = moment(APPLIED - 1)
+    steps = scene.roll().prepare()
+    assert [step.node for step in steps] == [scene.old[1]]
+    assert (
+        f"{scene.old[1]}: old (created 2026-12-01T00:16:39Z, before its config was applied "
+        "(2026-12-01T00:16:40Z))"
+    ) in scene.lines
+
+
+def refused(scene: Scene, match: str, **kwargs: Any) -> None:
+    with pytest.raises(rl.RollError, match=match):
+        scene.roll(**kwargs).prepare()
+    assert scene.deletions() == [] and scene.touched() == []
+
+
+def test_a_config_raya_up_has_not_applied_is_refused(old_pool: Scene) -> None:
+    secret = stack_secret(old_pool.deployed)
+    document = au._cluster_config(secret)
+    document["nodeConfigs"][GROUP]["labels"] = {"tier": "new"}
+    encoded = base64.b64encode(json.dumps(document).encode()).decode()
+    changed = {**secret, "stringData": {**secret["stringData"], "cluster-config": encoded}}
+    refused(old_pool, r"Secret in the cluster is not the one the last `raya up` computed "
+            r"\(node group raya-burst\): run `raya up`", stack_secret=changed)  # fmt: skip
+
+
+def test_new_pins_without_raya_up_are_refused(old_pool: Scene) -> None:
+    refused(old_pool, r"selects other snapshots than the pins now .*: run `raya up`",
+            selector="managed_by=raya,os=fcos")  # fmt: skip
+
+
+def test_an_autoscaler_not_rolled_out_is_refused(old_pool: Scene) -> None:
+    status = old_pool.kube.objects[DEPLOYMENT_PATH]["status"]
+    status.update(updatedReplicas=0, replicas=2)
+    refused(old_pool, r"the cluster autoscaler is not ready \(0 of 1 replicas updated\)")
+
+
+def test_an_autoscaler_on_another_config_is_refused(old_pool: Scene) -> None:
+    template = old_pool.kube.objects[DEPLOYMENT_PATH]["spec"]["template"]
+    template["metadata"]["annotations"]["raya/cluster-config-sha256"] = "0" * 64
+    refused(old_pool, r"does not run with the config `raya up` applied yet")
+
+
+def test_a_node_the_autoscaler_is_deleting_stops_the_roll(old_pool: Scene) -> None:
+    scene = old_pool
+    node = scene.kube.nodes[scene.old[0]]
+    node["spec"]["taints"] = [{"key": au.TO_BE_DELETED, "effect": "NoSchedule"}]
+    roll = scene.roll()
+    with pytest.raises(rl.RollError, match="the cluster autoscaler is deleting it already"):
+        roll.run(roll.prepare())
+    assert scene.deletions() == []
+    assert not node["spec"].get("unschedulable")
+
+
+def test_stamps_keep_the_moment_a_config_was_first_applied() -> None:
+    first = datetime.datetime(2026, 12, 1, 10, tzinfo=datetime.UTC)
+    later = first + datetime.timedelta(hours=5)
+    stamped = au.stamps({"raya-burst": "aaaa", "raya-arm": "bbbb"}, {}, first)
+    assert stamped == {
+        "raya/node-config.raya-burst": "aaaa 2026-12-01T10:00:00Z",
+        "raya/node-config.raya-arm": "bbbb 2026-12-01T10:00:00Z",
+    }
+    again = au.stamps({"raya-burst": "aaaa", "raya-arm": "cccc"}, stamped, later)
+    assert again == {
+        "raya/node-config.raya-burst": "aaaa 2026-12-01T10:00:00Z",
+        "raya/node-config.raya-arm": "cccc 2026-12-01T15:00:00Z",
+    }
+    assert au.applied_since(again, "raya-arm") == ("cccc", later)
+    assert au.applied_since(again, "raya-gone") == ("", au.EARLIEST)
+    with pytest.raises(Exception, match="at most 63 characters"):
+        au.stamps({"g" * 52: "aaaa"}, {}, first)
+
+
+def test_raya_up_stamps_the_secret_and_keeps_the_moment_of_an_unchanged_config(
+    old_pool: Scene,
+) -> None:
+    path = "/api/v1/namespaces/kube-system/secrets/raya-cluster-autoscaler"
+    stamped = {"raya/node-config.raya-burst": stamp_of(old_pool, APPLIED)}
+    assert old_pool.kube.objects[path]["metadata"]["annotations"] == stamped
+    client = api_client(old_pool.deployed.outputs["kubeconfig"], server=old_pool.kube_url)
+    au.apply(client, old_pool.deployed.outputs["autoscaler"], old_pool.watch, lambda _: None,
+             now=lambda: ka.EPOCH + datetime.timedelta(days=3))  # fmt: skip
+    client.close()
+    assert old_pool.kube.objects[path]["metadata"]["annotations"] == stamped
+
+
+def stamp_of(scene: Scene, seconds: float) -> str:
+    """The stamp of the stack's node config for the group, applied at `seconds`."""
+    digest = node_config_digests(au._cluster_config(stack_secret(scene.deployed)))[GROUP]
+    assert len(digest) == 16
+    return f"{digest} {(ka.EPOCH + datetime.timedelta(seconds=seconds)):%Y-%m-%dT%H:%M:%SZ}"
