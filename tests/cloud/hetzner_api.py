@@ -225,7 +225,12 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
     parts = urlsplit(request.path)
 
     def server(found: Any) -> dict[str, Any]:
-        image = {"id": found.image, "type": "snapshot"} if found.image else None
+        known = {snapshot.id: snapshot for snapshot in SNAPSHOTS}
+        image = (
+            {"id": found.image, "type": "snapshot",
+             "labels": dict(known[found.image].labels) if found.image in known else {}}
+            if found.image else None
+        )  # fmt: skip
         kind = {"name": found.server_type, "architecture": CATALOGUE[found.server_type][0]}
         return {"id": found.id, "name": found.name, "status": found.status,
                 "labels": found.labels, "image": image, "created": found.created,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from raya.cloud import deploy
 from raya.cloud.image import hcloud_client
 from raya.cloud.kubeconfig import api_client
 from raya.model.fleet import Fleet, Pool, build_cluster
@@ -35,6 +36,7 @@ from tests.conftest import HetznerApi
 from tests.operate import kube_api as ka
 from tests.operate.autoscaler_double import Autoscaler, deployment
 from tests.operate.test_roll import BOOT, OLD, PIN, Clock
+from tests.runner import invoke
 
 TOKEN = "autoscalerToken0" * 4
 GROUP = "raya-burst"
@@ -356,3 +358,44 @@ def stamp_of(scene: Scene, seconds: float) -> str:
     digest = node_config_digests(au._cluster_config(stack_secret(scene.deployed)))[GROUP]
     assert len(digest) == 16
     return f"{digest} {(ka.EPOCH + datetime.timedelta(seconds=seconds)):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def test_the_command_rolls_a_pool_named_and_prints_its_plan_first(
+    old_pool: Scene, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scene = old_pool
+    (project / "deploy" / "fleet" / "agents.json").write_text(json.dumps({
+        "agents": ["cx23"],
+        "pools": [{"name": "burst", "type": "cpx31", "min": MIN, "max": MAX,
+                   "addresses": "10.0.16.0/24"}],
+    }))  # fmt: skip
+    runs: list[str] = []
+    monkeypatch.setattr(deploy, "run", lambda action, *_, **__: runs.append(action))
+    monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: scene.deployed.outputs)
+    monkeypatch.setattr(
+        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=scene.kube_url)
+    )
+    monkeypatch.setattr(rl, "Clock", lambda: scene.watch)
+    dry = invoke(["roll", "burst", "--root", str(project), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.splitlines()[0] == "pool burst (autoscaled), each old server:"
+    assert dry.stdout.splitlines()[3] == (
+        "  3. annotate it cluster-autoscaler.kubernetes.io/scale-down-disabled, so that the "
+        "autoscaler's own scale-down never picks it meanwhile (refused if the autoscaler is "
+        "deleting it already)"
+    )
+    assert dry.stdout.splitlines()[-1] == (
+        "  its old servers (not from the newest snapshot, or made before `raya up` applied its "
+        "config) are found when the roll starts; batches of 10% of its servers"
+    )
+    assert scene.deletions() == [] and scene.touched() == [] and runs == []
+    result = invoke(["roll", "burst", "--root", str(project)])
+    assert result.exit_code == 0, result.output
+    assert runs == []  # no preview, no engine run: the pool's servers are the autoscaler's
+    assert "pool burst: rolled 3 server(s)" in result.stdout
+    assert sorted(scene.deletions()) == scene.old
+    assert "[0/3 rolled, 0:00:00 elapsed, 2 after these] raya-burst-a0" in result.stderr
+    monkeypatch.delenv("HCLOUD_TOKEN")
+    refused = invoke(["roll", "burst", "--root", str(project)])
+    assert refused.exit_code != 0
+    assert "rolling an autoscaled pool needs HCLOUD_TOKEN" in refused.output
