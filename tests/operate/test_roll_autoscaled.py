@@ -372,9 +372,8 @@ def test_the_command_rolls_a_pool_named_and_prints_its_plan_first(
     runs: list[str] = []
     monkeypatch.setattr(deploy, "run", lambda action, *_, **__: runs.append(action))
     monkeypatch.setattr(deploy, "stack_outputs", lambda root, stack: scene.deployed.outputs)
-    monkeypatch.setattr(
-        "raya.commands.operate.kube_api_client", lambda text: api_client(text, server=scene.kube_url)
-    )
+    monkeypatch.setattr("raya.commands.operate.kube_api_client",
+                        lambda text: api_client(text, server=scene.kube_url))  # fmt: skip
     monkeypatch.setattr(rl, "Clock", lambda: scene.watch)
     dry = invoke(["roll", "burst", "--root", str(project), "--dry-run"])
     assert dry.exit_code == 0, dry.output
