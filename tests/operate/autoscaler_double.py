@@ -2,8 +2,9 @@
 meets it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.35.0, not from what
 raya expects:
 
-- It acts once every `--scan-interval` (10 s, `config/flags/flags.go`), as time passes
-  (`tick`, called by the test's clock), never inside a request.
+- It acts once every `--scan-interval` (10 s, `config/flags/flags.go`), the first time one
+  interval after it starts (`main.go`, `run`: `time.After(ScanInterval)` before each
+  `RunOnce`), as time passes (`tick`, called by the test's clock), never inside a request.
 - Its provider reads the cluster config (`HCLOUD_CLUSTER_CONFIG`, from the Secret, through the
   environment) when it starts only (`cloudprovider/hetzner/hetzner_manager.go`, `newManager`),
   and counts the group's servers (label `hcloud/node-group`) for its target size then
@@ -112,6 +113,7 @@ class Autoscaler:
         self.config = json.loads(base64.b64decode(text))
         self.target = len(self.servers())
         self.starts.append(self.kube.clock())
+        self._scan_at = self.kube.clock() + SCAN_INTERVAL
 
     def tick(self) -> None:
         now = self.kube.clock()

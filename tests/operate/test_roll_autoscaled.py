@@ -129,12 +129,13 @@ class Scene:
         kubeconfig = self.deployed.outputs["kubeconfig"]
         kwargs.setdefault("stack_secret", stack_secret(self.deployed))
         kwargs.setdefault("selector", label_selector(LABELS))
+        kwargs.setdefault("min_size", MIN)
         return au.PoolRoll(
             kube=rl.Kubernetes(api_client(kubeconfig, server=self.kube_url)),
             api=api_client(kubeconfig, server=self.kube_url),
             hetzner=hcloud_client(standin.TOKEN, self.hetzner_url),
             kubelet_version=PIN, say=self.lines.append, clock=self.watch,
-            pool_name="burst", group=GROUP, min_size=MIN, ready_timeout=900.0,
+            pool_name="burst", group=GROUP, ready_timeout=900.0,
             max_unavailable=MaxUnavailable.parse(max_unavailable), **kwargs,
         )  # fmt: skip
 
@@ -398,3 +399,36 @@ def test_the_command_rolls_a_pool_named_and_prints_its_plan_first(
     refused = invoke(["roll", "burst", "--root", str(project)])
     assert refused.exit_code != 0
     assert "rolling an autoscaled pool needs HCLOUD_TOKEN" in refused.output
+
+
+def test_a_pool_at_min_zero_waits_for_the_pods_it_displaced(old_pool: Scene) -> None:
+    # No budget, all three at once, min 0: once restarted, the autoscaler makes a server only
+    # for the pods left pending (at its first scan, 10 s after it starts), and the roll waits
+    # until they have a node again.
+    scene = old_pool
+    scene.kube.budgets.clear()
+    scene.autoscaler.min_size = 0
+    scene.autoscaler.max_size = 3  # at max while draining: it cannot add a node then
+    roll = scene.roll("3", min_size=0)
+    roll.run(roll.prepare())
+    assert sorted(scene.deletions()) == scene.old
+    (made,) = [name for name, _, _ in scene.autoscaler.made]
+    web = [p for p in scene.kube.pods if p["metadata"]["labels"].get("app") == "web"]
+    assert len(web) == 3 and all(p["spec"]["nodeName"] == made for p in web)
+    assert scene.lines[-1].startswith("pool burst: 1 servers, every one Ready on")
+
+
+def test_a_server_the_autoscaler_makes_from_an_old_snapshot_stops_the_roll(
+    old_pool: Scene,
+) -> None:
+    # The autoscaler does not see snapshot 42 (say, its token is another project's): it makes
+    # the new server from 41, which the roll refuses to take for a replacement.
+    scene = old_pool
+    scene.autoscaler.snapshots = [s for s in scene.autoscaler.snapshots if s.id != NEW_SNAPSHOT]
+    roll = scene.roll()
+    with pytest.raises(rl.RollError, match=(
+        rf"the autoscaler made {GROUP}-[0-9a-f]+ from an old config or image \(image 41, the "
+        r"newest snapshot is 42\)"
+    )) as error:  # fmt: skip
+        roll.run(roll.prepare())
+    assert f"not touched: {scene.old[1]}, {scene.old[2]}" in str(error.value)
