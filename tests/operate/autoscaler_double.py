@@ -3,8 +3,9 @@ meets it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.35.0, n
 raya expects:
 
 - It acts once every `--scan-interval` (10 s, `config/flags/flags.go`), the first time one
-  interval after it starts (`main.go`, `run`: `time.After(ScanInterval)` before each
-  `RunOnce`), as time passes (`tick`, called by the test's clock), never inside a request.
+  interval after it starts (`main.go`, `run`: `time.Sleep(ScanInterval)` before each
+  `RunAutoscalerOnce`, `--frequent-loops-enabled` being false by default), as time passes
+  (`tick`, called by the test's clock), never inside a request.
 - Its provider reads the cluster config (`HCLOUD_CLUSTER_CONFIG`, from the Secret, through the
   environment) when it starts only (`cloudprovider/hetzner/hetzner_manager.go`, `newManager`),
   and counts the group's servers (label `hcloud/node-group`) for its target size then
