@@ -2,10 +2,12 @@
 meets it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.35.0, not from what
 raya expects:
 
-- It acts once every `--scan-interval` (10 s, `config/flags/flags.go`), the first time one
-  interval after it starts (`main.go`, `run`: `time.Sleep(ScanInterval)` before each
-  `RunAutoscalerOnce`, `--frequent-loops-enabled` being false by default), as time passes
-  (`tick`, called by the test's clock), never inside a request.
+- It acts once every `--scan-interval` (10 s, `config/flags/flags.go`; `main.go`, `run`, and
+  `loop/trigger.go`, `Wait`: sooner after a productive loop or a new unschedulable pod, which
+  this model does not), as time passes (`tick`, called by the test's clock), never inside a
+  request. A new pod acts only once it holds the leader lease (`--leader-elect`, on by
+  default; the old pod's lease lasts 15 s, `leader-elect-lease-duration`): its first loop is
+  modelled one interval after it starts, so the pod is Ready before it acts.
 - Its provider reads the cluster config (`HCLOUD_CLUSTER_CONFIG`, from the Secret, through the
   environment) when it starts only (`cloudprovider/hetzner/hetzner_manager.go`, `newManager`),
   and counts the group's servers (label `hcloud/node-group`) for its target size then
