@@ -104,6 +104,11 @@ its controllers and the kubelet do, not from what raya expects:
   record stays `attached: true` (csi-driver#89). A pod using such a volume starts only once
   Hetzner has it on the pod's server (the kubelet's `WaitForAttach`).
 
+- Deployments kept in `objects`: a merge PATCH of the pod template's annotations (`kubectl
+  rollout restart`) increments `metadata.generation` when the spec changes
+  (`pkg/registry/apps/deployment/strategy.go`, `PrepareForUpdate`); the status is left to
+  whoever models the workload's rollout (tests/operate/autoscaler_double.py).
+
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
 the stand-in through `server_deleted` and `server_created`."""
