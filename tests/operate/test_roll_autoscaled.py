@@ -130,10 +130,10 @@ class Scene:
         kwargs.setdefault("stack_secret", stack_secret(self.deployed))
         kwargs.setdefault("selector", label_selector(LABELS))
         kwargs.setdefault("min_size", MIN)
+        kwargs.setdefault("hetzner", hcloud_client(standin.TOKEN, self.hetzner_url))
         return au.PoolRoll(
             kube=rl.Kubernetes(api_client(kubeconfig, server=self.kube_url)),
             api=api_client(kubeconfig, server=self.kube_url),
-            hetzner=hcloud_client(standin.TOKEN, self.hetzner_url),
             kubelet_version=PIN, say=self.lines.append, clock=self.watch,
             pool_name="burst", group=GROUP, ready_timeout=900.0,
             max_unavailable=MaxUnavailable.parse(max_unavailable), **kwargs,
@@ -432,3 +432,10 @@ def test_a_server_the_autoscaler_makes_from_an_old_snapshot_stops_the_roll(
     )) as error:  # fmt: skip
         roll.run(roll.prepare())
     assert f"not touched: {scene.old[1]}, {scene.old[2]}" in str(error.value)
+
+
+def test_a_hetzner_refusal_is_named_before_anything_is_touched(old_pool: Scene) -> None:
+    roll = old_pool.roll(hetzner=hcloud_client("x" * 64, old_pool.hetzner_url))
+    with pytest.raises(rl.RollError, match=r"^Hetzner API: listing node group raya-burst: "):
+        roll.prepare()
+    assert old_pool.deletions() == [] and old_pool.touched() == []

@@ -26,7 +26,6 @@ from raya.nodes.autoscaler import (
     AUTOSCALER,
     CLUSTER_CONFIG_KEY,
     CONFIG_DIGEST,
-    IMAGE_ARCHITECTURES,
     NODE_GROUP_LABEL,
     SECRET,
     config_digest,
@@ -204,8 +203,6 @@ TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
 # What `kubectl rollout restart` sets (kubectl `pkg/polymorphichelpers/objectrestarter.go`).
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 DEPLOYMENT = AUTOSCALER.workloads[0].partition("/")[2]
-# Hetzner's architecture names, from the provider's `imagesForArch` keys.
-HETZNER_ARCHITECTURES = {value: key for key, value in IMAGE_ARCHITECTURES.items()}
 ACTIONS = (
     rl.LOCAL_DATA, rl.VOLUME_PLACES, rl.KEEP_FROM_AUTOSCALER, rl.CORDON, rl.DRAIN, rl.DETACH,
     rl.DELETE_SERVER, rl.DELETE_NODE_OBJECT, rl.LEFTOVERS, rl.RESTART_AUTOSCALER,
@@ -217,7 +214,6 @@ ACTIONS = (
 class GroupServer:
     """A server of a node group, as Hetzner lists it."""
 
-    id: int
     name: str
     image: int  # the image it was created from (0: none left)
     architecture: str  # Hetzner's: x86, arm
@@ -292,7 +288,6 @@ def group_servers(client: Any, group: str) -> list[Any]:
 def _facts(server: Any) -> GroupServer:
     image = server.image
     return GroupServer(
-        id=int(server.id),
         name=str(server.name),
         image=int(image.id) if image is not None and image.id is not None else 0,
         architecture=str(server.server_type.architecture),
@@ -363,6 +358,23 @@ class PoolRoll(rl.Roll):
     servers: dict[str, Any] = field(default_factory=dict)
     since: datetime.datetime = EARLIEST
 
+    def _hetzner(self, call: Callable[[], Any], what: str) -> Any:
+        """`call()` on Hetzner's API; its failure a RollError naming `what` was asked."""
+        import requests
+        from hcloud import HCloudException
+
+        try:
+            return call()
+        except (HCloudException, requests.RequestException) as error:
+            raise RollError(f"Hetzner API: {what}: {error}") from None
+
+    def _group(self) -> dict[str, Any]:
+        """The group's servers by name."""
+        listed = self._hetzner(
+            lambda: group_servers(self.hetzner, self.group), f"listing node group {self.group}"
+        )
+        return {str(server.name): server for server in listed}
+
     def _apps(self) -> Any:
         from kubernetes import client as k8s
 
@@ -388,7 +400,7 @@ class PoolRoll(rl.Roll):
 
         fix = "run `raya up` (it applies the autoscaler's config), then roll again"
         wanted = _cluster_config(self.stack_secret)
-        if wanted.get("imagesForArch", {}).get("amd64") != self.selector:
+        if set((wanted.get("imagesForArch") or {}).values()) != {self.selector}:
             raise RollError(
                 f"pool {self.pool_name}: the stack's autoscaler config selects other snapshots "
                 f"than the pins now (image/*.pin changed since the last `raya up`): {fix}"
@@ -446,10 +458,13 @@ class PoolRoll(rl.Roll):
         """The steps: one per old server of the group (`outdated`), in name order; what is
         current is said and left alone. `check_applied` first."""
         self.check_applied()
-        listed = {str(s.name): s for s in group_servers(self.hetzner, self.group)}
+        listed = self._group()
         facts = {name: _facts(server) for name, server in listed.items()}
-        self.newest = newest_snapshots(
-            self.hetzner, self.selector, [f.architecture for f in facts.values()]
+        self.newest = self._hetzner(
+            lambda: newest_snapshots(
+                self.hetzner, self.selector, [f.architecture for f in facts.values()]
+            ),
+            f"listing the snapshots labelled {self.selector}",
         )
         self.servers = listed
         self.pools = dict.fromkeys(listed, self.pool_name)
@@ -505,7 +520,8 @@ class PoolRoll(rl.Roll):
 
     def delete_servers(self, names: Sequence[str]) -> None:
         """Delete the batch's servers through Hetzner's API and wait until they are gone."""
-        from hcloud import APIException
+        import requests
+        from hcloud import APIException, HCloudException
 
         for name in names:
             self.left[name] = (
@@ -514,11 +530,13 @@ class PoolRoll(rl.Roll):
             try:
                 self.hetzner.servers.delete(self.servers[name])
             except APIException as error:
-                if error.code != "not_found":
-                    raise
+                if error.code != "not_found":  # else gone already
+                    raise RollError(f"Hetzner API: deleting server {name}: {error}") from None
+            except (HCloudException, requests.RequestException) as error:
+                raise RollError(f"Hetzner API: deleting server {name}: {error}") from None
         deadline = self.clock.now() + self.ready_timeout
         while True:
-            there = {str(s.name) for s in group_servers(self.hetzner, self.group)}
+            there = set(self._group())
             left = sorted(set(names) & there)
             if not left:
                 break
@@ -577,7 +595,7 @@ class PoolRoll(rl.Roll):
         since must be current (`outdated`), or the roll stops."""
         deadline = self.clock.now() + self.ready_timeout
         while True:
-            listed = {str(s.name): s for s in group_servers(self.hetzner, self.group)}
+            listed = self._group()
             nodes = {node.metadata.name: node for node in self.kube.nodes()}
             # The pool's other old servers keep their kubelet until their turn.
             waiting = sorted(
