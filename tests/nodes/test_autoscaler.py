@@ -111,9 +111,6 @@ def test_the_chart_values_are_the_charts_own(
         {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
          "effect": "NoSchedule"},
     ]  # fmt: skip
-    # A pool under its min (a roll deleted its old servers) is brought back to it, with no
-    # pod pending; merged into the chart's own flags.
-    assert values["extraArgs"] == {"enforce-node-group-min-size": True}
     # The chart's image, built for amd64 and arm64 alike: not overridden.
     assert "image" not in values and DEFAULTS["image"]["tag"] == "v1.35.0"
     wrong = {**values, "extraEnvSecret": {}}

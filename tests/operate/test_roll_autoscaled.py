@@ -37,6 +37,7 @@ from tests.operate import kube_api as ka
 from tests.operate.autoscaler_double import Autoscaler, deployment
 from tests.operate.test_roll import BOOT, OLD, PIN, Clock
 from tests.runner import invoke
+from tests.support import REPO
 
 TOKEN = "autoscalerToken0" * 4
 GROUP = "raya-burst"
@@ -45,6 +46,7 @@ APPLIED = 1000.0  # when `raya up` applied the pool's config (the stand-in's sec
 OLD_SNAPSHOT, NEW_SNAPSHOT = 41, 42  # provider_mocks: 42 the newest available x86 one
 DEPLOYMENT = au.DEPLOYMENT
 DEPLOYMENT_PATH = f"/apis/apps/v1/namespaces/kube-system/deployments/{DEPLOYMENT}"
+CHART_VALUES = REPO / "tests" / "data" / "charts" / "cluster-autoscaler-9.59.1.values.excerpt.yaml"
 
 
 def moment(seconds: float) -> str:
@@ -439,3 +441,14 @@ def test_a_hetzner_refusal_is_named_before_anything_is_touched(old_pool: Scene) 
     with pytest.raises(rl.RollError, match=r"^Hetzner API: listing node group raya-burst: "):
         roll.prepare()
     assert old_pool.deletions() == [] and old_pool.touched() == []
+
+
+def test_the_autoscaler_brings_a_pool_under_its_min_back_to_it(deployed_pool: Run) -> None:
+    # `--enforce-node-group-min-size=true` (the chart renders each `extraArgs` entry as
+    # `--<key>=<value>`, merged into its own defaults, which the chart's values declare).
+    documents = yaml.safe_load_all(deployed_pool.outputs["autoscaler"])
+    chart = next(d for d in documents if d["kind"] == "HelmChart")
+    values = yaml.safe_load(chart["spec"]["valuesContent"])
+    assert values["extraArgs"] == {"enforce-node-group-min-size": True}
+    excerpt = yaml.safe_load(CHART_VALUES.read_text())
+    assert excerpt["extraArgs"] == {"logtostderr": True, "stderrthreshold": "info", "v": 4}

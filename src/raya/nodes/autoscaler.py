@@ -49,6 +49,15 @@ IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
 NODE_GROUP_LABEL = "hcloud/node-group"
 # k3s labels every server so; raya taints it so when it is not schedulable (k3s-server.yaml).
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+def node_group(cluster: Cluster, pool: Pool) -> str:
+    """The pool's node group: its servers' name prefix and `hcloud/node-group` label value,
+    prefixed by the cluster so two stacks sharing a Hetzner project never count each other's
+    servers (the provider lists a group's servers by that label, `allServers`)."""
+    return server_name(cluster.config.cluster_name, pool.name)
+
+
 # The pod template's annotation carrying the digest of the cluster config it runs with.
 CONFIG_DIGEST = "raya/cluster-config-sha256"
 # The autoscaler's flags raya sets (the chart's `extraArgs`, merged into its defaults): with
@@ -57,13 +66,6 @@ CONFIG_DIGEST = "raya/cluster-config-sha256"
 # (`core/static_autoscaler.go`, `ScaleUpToNodeGroupMinSize`): what brings a pool that
 # `raya roll` emptied of its old servers back to its `min` with new ones.
 EXTRA_ARGS = {"enforce-node-group-min-size": True}
-
-
-def node_group(cluster: Cluster, pool: Pool) -> str:
-    """The pool's node group: its servers' name prefix and `hcloud/node-group` label value,
-    prefixed by the cluster so two stacks sharing a Hetzner project never count each other's
-    servers (the provider lists a group's servers by that label, `allServers`)."""
-    return server_name(cluster.config.cluster_name, pool.name)
 
 
 def _taint(taint: str) -> dict[str, str]:
@@ -179,9 +181,10 @@ def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token
             f"accepted: one per autoscaled pool, {[p.name for p in cluster.autoscaled]}"
         )
     document = cluster_config(cluster, pins, pools)
+    digest = config_digest(document)
     return _manifest(
         [
             secret(token, document),
-            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, config_digest(document))),
+            _helm_chart(AUTOSCALER, CHART_VERSION, values(cluster, digest)),
         ]
     )
