@@ -103,6 +103,24 @@ def cluster_config(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool]) 
     }
 
 
+def config_digest(document: Mapping[str, Any]) -> str:
+    """The digest of a whole cluster config: the autoscaler's pod annotation `CONFIG_DIGEST`,
+    which restarts it when the config changes (it reads the config at start only)."""
+    return hashlib.sha256(_json(document).encode()).hexdigest()
+
+
+def node_config_digests(document: Mapping[str, Any]) -> dict[str, str]:
+    """Each node group's node config (its `nodeConfigs` entry: Ignition, labels, taints,
+    subnet) as a short digest (16 hex digits), by node group: what `raya up` stamps on the
+    Secret and `raya roll` compares, without reading or showing a config (each holds the
+    agent token)."""
+    configs: Mapping[str, Any] = document.get("nodeConfigs") or {}
+    return {
+        group: hashlib.sha256(_json(config).encode()).hexdigest()[:16]
+        for group, config in sorted(configs.items())
+    }
+
+
 def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
     """The chart's values: the Hetzner provider, one group per autoscaled pool, on the control
     planes, its token and cluster config from the Secret; restarted when the Secret's cluster
@@ -150,24 +168,6 @@ def secret(token: str, document: Mapping[str, Any]) -> dict[str, Any]:
 
 def _json(document: Mapping[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
-
-
-def config_digest(document: Mapping[str, Any]) -> str:
-    """The digest of a whole cluster config: the autoscaler's pod annotation `CONFIG_DIGEST`,
-    which restarts it when the config changes (it reads the config at start only)."""
-    return hashlib.sha256(_json(document).encode()).hexdigest()
-
-
-def node_config_digests(document: Mapping[str, Any]) -> dict[str, str]:
-    """Each node group's node config (its `nodeConfigs` entry: Ignition, labels, taints,
-    subnet) as a short digest (16 hex digits), by node group: what `raya up` stamps on the
-    Secret and `raya roll` compares, without reading or showing a config (each holds the
-    agent token)."""
-    configs: Mapping[str, Any] = document.get("nodeConfigs") or {}
-    return {
-        group: hashlib.sha256(_json(config).encode()).hexdigest()[:16]
-        for group, config in sorted(configs.items())
-    }
 
 
 def manifests(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool], token: str) -> str:
