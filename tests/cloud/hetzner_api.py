@@ -30,6 +30,10 @@ API reference lists ("List Images": `type`, `status`, `architecture`, `label_sel
 action's time is over (`Hetzner.delete_server_later`), at a later request, never within this
 one.
 
+A server's answer also carries its `image` (the image it was created from, null once that is
+deleted), `created` and `server_type` (with its `architecture`), as the API reference's
+"Get a Server" shows them.
+
 Servers are listed with `label_selector` too (API reference, "Label Selector": terms joined
 by commas, all of which must hold; `k=v` the label's value, `k` alone the label present),
 each with its `labels`, 25 to a page unless
@@ -221,8 +225,16 @@ def servers(request: BaseHTTPRequestHandler, model: Hetzner) -> Reply:
     parts = urlsplit(request.path)
 
     def server(found: Any) -> dict[str, Any]:
+        known = {snapshot.id: snapshot for snapshot in SNAPSHOTS}
+        image = (
+            {"id": found.image, "type": "snapshot",
+             "labels": dict(known[found.image].labels) if found.image in known else {}}
+            if found.image else None
+        )  # fmt: skip
+        kind = {"name": found.server_type, "architecture": CATALOGUE[found.server_type][0]}
         return {"id": found.id, "name": found.name, "status": found.status,
-                "labels": found.labels}  # fmt: skip
+                "labels": found.labels, "image": image, "created": found.created,
+                "server_type": kind}  # fmt: skip
 
     model.settle()
     if request.command == "GET" and parts.path == "/v1/servers":

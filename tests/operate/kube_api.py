@@ -127,6 +127,11 @@ its controllers and the kubelet do, not from what raya expects:
   record stays `attached: true` (csi-driver#89). A pod using such a volume starts only once
   Hetzner has it on the pod's server (the kubelet's `WaitForAttach`).
 
+- Deployments kept in `objects`: a merge PATCH of the pod template's annotations (`kubectl
+  rollout restart`) increments `metadata.generation` when the spec changes
+  (`pkg/registry/apps/deployment/strategy.go`, `PrepareForUpdate`); the status is left to
+  whoever models the workload's rollout (tests/operate/autoscaler_double.py).
+
 Time is `Cluster.clock()` (seconds), so a test moves it instead of waiting; timestamps are
 that many seconds after `EPOCH`. The Hetzner side (a server deleted, a server created) reaches
 the stand-in through `server_deleted` and `server_created`."""
@@ -1059,6 +1064,8 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return 404, _status(404, reason="NotFound")
 
     def _patch(path: str, _: str, body: Any) -> tuple[int, Any]:
+        if _DEPLOYMENT.fullmatch(path) and path in state.objects:
+            return 200, patch_deployment(state.objects[path], body)
         match = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
         if match and match[1] in state.nodes:
             node = state.nodes[match[1]]
@@ -1122,6 +1129,23 @@ def _handler(state: Cluster) -> type[BaseHTTPRequestHandler]:
         return 200, found
 
     return Handler
+
+
+_DEPLOYMENT = re.compile(r"/apis/apps/v1/namespaces/[^/]+/deployments/[^/]+")
+
+
+def patch_deployment(deployment: dict[str, Any], body: Any) -> dict[str, Any]:
+    """A merge patch of a Deployment's pod template annotations (what `kubectl rollout
+    restart` sends); any change of the spec increments `metadata.generation`
+    (kubernetes `pkg/registry/apps/deployment/strategy.go`, `PrepareForUpdate`). Its status
+    is the Deployment controller's: whoever models that workload updates it later."""
+    template = (((body or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    current = deployment["spec"]["template"].setdefault("metadata", {})
+    before = json.dumps(deployment["spec"], sort_keys=True)
+    merge_metadata({"metadata": current}, template)
+    if json.dumps(deployment["spec"], sort_keys=True) != before:
+        deployment["metadata"]["generation"] = deployment["metadata"].get("generation", 1) + 1
+    return deployment
 
 
 APPLY = "application/apply-patch+yaml"

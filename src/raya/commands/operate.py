@@ -196,7 +196,8 @@ def print_report(report: st.Report) -> None:
 
 @commands.command(
     Argument("nodes", multiple=True,
-             help=f"Nodes to roll, by name ({NODE_NAMES}); all drifting ones if none."),
+             help=f"Nodes to roll, by name ({NODE_NAMES}), or autoscaled pools, by pool name "
+             "(their old servers); if none, all drifting nodes and every autoscaled pool."),
     STACK, ROOT,
     Option("--dry-run", kind="flag",
            help="Print the plan; change nothing (without NODES it still runs a preview)."),
@@ -216,11 +217,12 @@ def print_report(report: st.Report) -> None:
            "Ready, or being replaced): a count (5) or a percentage of the pool, rounded "
            "down, at least 1 (10%); each batch is one targeted engine run. A pool's own "
            "maxUnavailable in the fleet file wins over it."),
+    HCLOUD_ENDPOINT,
 )  # fmt: skip
 def roll(
     *, nodes: list[str], stack: str, root: Path | None, dry_run: bool, drain_timeout: float,
     ready_timeout: float, accept_local_data_loss: bool, accept_volume_downtime: bool,
-    max_unavailable: Any,
+    max_unavailable: Any, hcloud_endpoint: str,
 ) -> None:  # fmt: skip
     """Apply drift: the control planes one at a time, then the agents in batches.
 
@@ -244,7 +246,17 @@ def roll(
     steps, every wait included, and the batches are printed first; --dry-run stops there.
     Before the first action, every node to roll must be one whose server Hetzner can create
     in its location now (its type in stock there, not deprecated past): else nothing is
-    touched."""
+    touched.
+
+    An autoscaled pool's servers are the cluster autoscaler's: its old ones (not from the
+    newest snapshot for the pins, or made before `raya up` applied the pool's current config)
+    are annotated so that the autoscaler's own scale-down leaves them alone, cordoned,
+    drained (under PodDisruptionBudgets), and deleted through Hetzner's API in batches of
+    --max-unavailable (or its maxUnavailable); the autoscaler is restarted, and the next batch
+    waits until it has brought the pool back (at least its min, no pod pending, new servers
+    Ready from the newest snapshot). Refused, nothing touched, until the autoscaler runs the
+    config `raya up` would apply now (run `raya up` after changing a pool or the pins).
+    Needs HCLOUD_TOKEN for an autoscaled pool."""
     folder = project_root(root)
     from raya.model.fleet import fleet_file, load_fleet
     from raya.model.pins import load_pins
@@ -254,8 +266,15 @@ def roll(
     cluster = load_cluster(folder, stack)
     pins = load_pins(folder)
     deploy = deploy_module("roll")
+    # Autoscaled pools by name among NODES; without NODES, every one.
+    autoscaled = {pool.name: pool for pool in cluster.autoscaled}
+    rolled_pools = [autoscaled[name] for name in nodes if name in autoscaled] if nodes else list(
+        cluster.autoscaled
+    )
+    everything = not nodes
+    nodes = [name for name in nodes if name not in autoscaled]
     drifting: list[str] = []
-    if not nodes:
+    if everything:
         with err.status("previewing to find drift..."):
             try:
                 drifting = list(deploy.run("preview", folder, stack, lambda _: None).drift)
@@ -264,7 +283,7 @@ def roll(
                     f"roll without NODES runs a preview to find the drifting ones: {error}"
                 ) from None
     steps = roll_model.plan([n.name for n in cluster.nodes], nodes, drifting)
-    if not steps:
+    if not steps and not rolled_pools:
         err.print("nothing to roll: no node drifts", markup=False)
         return
     for step in steps:
@@ -276,46 +295,103 @@ def roll(
         for pool in load_fleet(fleet_file(folder)).pools
         if pool.max_unavailable is not None
     }
-    planned = roll_model.batches(steps, pools, max_unavailable, own)
     theirs = "".join(f", {limit} of pool {name} (its maxUnavailable)"
                      for name, limit in sorted(own.items()))  # fmt: skip
-    out.print(
-        f"batches (--max-unavailable {max_unavailable} of each pool{theirs}; fewer while "
-        "nodes of a pool are unavailable):",
-        markup=False,
-        soft_wrap=True,
-    )
-    for number, batch in enumerate(planned, 1):
-        names = ", ".join(step.node for step in batch)
-        out.print(f"  {number}. {names}", markup=False, soft_wrap=True)
+    if steps:
+        planned = roll_model.batches(steps, pools, max_unavailable, own)
+        out.print(
+            f"batches (--max-unavailable {max_unavailable} of each pool{theirs}; fewer while "
+            "nodes of a pool are unavailable):",
+            markup=False,
+            soft_wrap=True,
+        )
+        for number, batch in enumerate(planned, 1):
+            names = ", ".join(step.node for step in batch)
+            out.print(f"  {number}. {names}", markup=False, soft_wrap=True)
+    for pool in rolled_pools:
+        _describe_pool(pool.name, own.get(pool.name, max_unavailable))
     if dry_run:
         return
     # Before the first drain: a server whose replacement Hetzner cannot create is not touched.
-    deploy.check_replaceable(folder, stack, [step.node for step in steps])
-    kubeconfig = stack_outputs("roll", stack, folder).get("kubeconfig")
+    if steps:
+        deploy.check_replaceable(folder, stack, [step.node for step in steps])
+    outputs = stack_outputs("roll", stack, folder)
+    kubeconfig = outputs.get("kubeconfig")
     if not isinstance(kubeconfig, str):
         raise DeployError(f"stack {stack} has no kubeconfig output yet; run `raya up`")
     api = kube_api_client(kubeconfig)
 
+    def say(line: str) -> None:
+        err.print(line, markup=False, soft_wrap=True)
+
     def replace(names: Sequence[str]) -> None:
         deploy.run("up", folder, stack, _quiet_progress, replace=list(names), targeted=True)
 
-    roll_model.Roll(
-        kube=roll_model.Kubernetes(api),
-        replace=replace,
-        kubelet_version=pins.k3s.version,
-        say=lambda line: err.print(line, markup=False, soft_wrap=True),
-        clock=roll_model.Clock(),
-        drain_timeout=drain_timeout,
-        ready_timeout=ready_timeout,
-        accept_local_loss=accept_local_data_loss,
-        accept_volume_downtime=accept_volume_downtime,
-        control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
-        pools=pools,
-        max_unavailable=max_unavailable,
-        own_limits=own,
-    ).run(steps)
-    out.print(f"rolled {len(steps)} node(s)", markup=False)
+    if steps:
+        roll_model.Roll(
+            kube=roll_model.Kubernetes(api),
+            replace=replace,
+            kubelet_version=pins.k3s.version,
+            say=say,
+            clock=roll_model.Clock(),
+            drain_timeout=drain_timeout,
+            ready_timeout=ready_timeout,
+            accept_local_loss=accept_local_data_loss,
+            accept_volume_downtime=accept_volume_downtime,
+            control_planes=[n.name for n in cluster.nodes if roll_model.is_control_plane(n.name)],
+            pools=pools,
+            max_unavailable=max_unavailable,
+            own_limits=own,
+        ).run(steps)
+        out.print(f"rolled {len(steps)} node(s)", markup=False)
+    if not rolled_pools:
+        return
+    from raya.cloud.image import hcloud_client
+    from raya.model.pins import label_selector, snapshot_labels
+    from raya.nodes.autoscaler import node_group
+    from raya.operate import autoscaler as au
+
+    token = os.environ.get("HCLOUD_TOKEN", "")
+    if not token:
+        raise DeployError("rolling an autoscaled pool needs HCLOUD_TOKEN (its servers are "
+                          "deleted through Hetzner's API); nothing was touched in its pools")
+    manifests = outputs.get("autoscaler")
+    if not isinstance(manifests, str) or not manifests:
+        raise DeployError(f"stack {stack} has no autoscaler output yet; run `raya up`")
+    import yaml
+
+    secret = next(d for d in yaml.safe_load_all(manifests) if d.get("kind") == "Secret")
+    selector = label_selector(snapshot_labels(pins, cluster.config.cluster_name))
+    for pool in rolled_pools:
+        pool_roll = au.PoolRoll(
+            kube=roll_model.Kubernetes(api), api=api, say=say, clock=roll_model.Clock(),
+            hetzner=hcloud_client(token, hcloud_endpoint), kubelet_version=pins.k3s.version,
+            pool_name=pool.name, group=node_group(cluster, pool), min_size=pool.min_size or 0,
+            stack_secret=secret, selector=selector, drain_timeout=drain_timeout,
+            ready_timeout=ready_timeout, accept_local_loss=accept_local_data_loss,
+            accept_volume_downtime=accept_volume_downtime, max_unavailable=max_unavailable,
+            own_limits=own,
+        )  # fmt: skip
+        pool_steps = pool_roll.prepare()
+        if pool_steps:
+            pool_roll.run(pool_steps)
+        out.print(f"pool {pool.name}: rolled {len(pool_steps)} server(s)", markup=False)
+
+
+def _describe_pool(name: str, limit: Any) -> None:
+    """An autoscaled pool's part of the plan: its servers are known only when it runs."""
+    from raya.operate import autoscaler as au
+    from raya.operate.roll import Step
+
+    step = Step(f"pool {name} (autoscaled), each old server", au.ACTIONS)
+    for line in step.describe():
+        out.print(line, markup=False, soft_wrap=True)
+    out.print(
+        f"  its old servers (not from the newest snapshot, or made before `raya up` applied "
+        f"its config) are found when the roll starts; batches of {limit} of its servers",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _quiet_progress(line: str) -> None:

@@ -65,6 +65,16 @@ def node_group(cluster: Cluster, pool: Pool) -> str:
     return server_name(cluster.config.cluster_name, pool.name)
 
 
+# The pod template's annotation carrying the digest of the cluster config it runs with.
+CONFIG_DIGEST = "raya/cluster-config-sha256"
+# The autoscaler's flags raya sets (the chart's `extraArgs`, merged into its defaults): with
+# `enforce-node-group-min-size` (cluster-autoscaler `config/flags/flags.go`, since 1.26), a
+# group whose target size is under its min is scaled up to it even with no pod pending
+# (`core/static_autoscaler.go`, `ScaleUpToNodeGroupMinSize`): what brings a pool that
+# `raya roll` emptied of its old servers back to its `min` with new ones.
+EXTRA_ARGS = {"enforce-node-group-min-size": True}
+
+
 def _taint(taint: str) -> dict[str, str]:
     """k3s' `key[=value]:Effect` as a Kubernetes taint object (`apiv1.Taint`'s JSON)."""
     spec, _, effect = taint.rpartition(":")
@@ -100,6 +110,24 @@ def cluster_config(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool]) 
     }
 
 
+def config_digest(document: Mapping[str, Any]) -> str:
+    """The digest of a whole cluster config: the autoscaler's pod annotation `CONFIG_DIGEST`,
+    which restarts it when the config changes (it reads the config at start only)."""
+    return hashlib.sha256(_json(document).encode()).hexdigest()
+
+
+def node_config_digests(document: Mapping[str, Any]) -> dict[str, str]:
+    """Each node group's node config (its `nodeConfigs` entry: Ignition, labels, taints,
+    subnet) as a short digest (16 hex digits), by node group: what `raya up` stamps on the
+    Secret and `raya roll` compares, without reading or showing a config (each holds the
+    agent token)."""
+    configs: Mapping[str, Any] = document.get("nodeConfigs") or {}
+    return {
+        group: hashlib.sha256(_json(config).encode()).hexdigest()[:16]
+        for group, config in sorted(configs.items())
+    }
+
+
 def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
     """The chart's values: the Hetzner provider, one group per autoscaled pool, on the control
     planes, its token and cluster config from the Secret; restarted when the Secret's cluster
@@ -125,7 +153,8 @@ def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
             "HCLOUD_PUBLIC_IPV6": "true",
         },
         "extraEnvSecrets": {env: {"name": SECRET, "key": key} for key, env in secret_env.items()},
-        "podAnnotations": {"raya/cluster-config-sha256": config_digest},
+        "extraArgs": dict(EXTRA_ARGS),
+        "podAnnotations": {CONFIG_DIGEST: config_digest},
         "nodeSelector": {CONTROL_PLANE_ROLE: "true"},
         "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
     }
@@ -162,7 +191,7 @@ def manifests(
             f"accepted: one per autoscaled pool, {[p.name for p in cluster.autoscaled]}"
         )
     document = cluster_config(cluster, pins, pools)
-    digest = hashlib.sha256(_json(document).encode()).hexdigest()
+    digest = config_digest(document)
     return _manifest(
         [
             secret(token, document),

@@ -92,6 +92,12 @@ LEFTOVERS = "leftovers"
 BACK = "back"
 MEMBER = "member"
 ALL_READY = "all ready"
+# An autoscaled pool's node (raya.operate.autoscaler.PoolRoll): its server is the autoscaler's.
+KEEP_FROM_AUTOSCALER = "keep from the autoscaler"
+DELETE_SERVER = "delete server"
+DELETE_NODE_OBJECT = "delete node object"
+RESTART_AUTOSCALER = "restart autoscaler"
+NEW_SERVERS = "new servers"
 ACTIONS = {
     QUORUM: "check that every other control plane is Ready and a voting etcd member",
     LOCAL_DATA: "check that no pod on it uses a local-path claim (or --accept-local-data-loss)",
@@ -115,11 +121,26 @@ ACTIONS = {
     "provider ID), Ready on the pinned k3s",
     MEMBER: "wait until it is a voting etcd member again",
     ALL_READY: "wait until every node is Ready",
+    KEEP_FROM_AUTOSCALER: "annotate it cluster-autoscaler.kubernetes.io/scale-down-disabled, "
+    "so that the autoscaler's own scale-down never picks it meanwhile (refused if the "
+    "autoscaler is deleting it already)",
+    DELETE_SERVER: "delete its server through Hetzner's API with its batch's, wait until gone",
+    DELETE_NODE_OBJECT: "delete its Node object (its server is gone)",
+    RESTART_AUTOSCALER: "restart the cluster autoscaler (its Hetzner provider counts its node "
+    "group's servers at start only), wait until it runs again",
+    NEW_SERVERS: "wait until the autoscaler has brought the pool back (at least its min, no "
+    "pod left pending), every server of it registered Ready on the pinned k3s, from the "
+    "newest snapshot",
 }
 
 
 # Actions on the node's object: none for a node that never registered.
-ON_THE_NODE = frozenset({CORDON, DRAIN, DETACH, DELETE_NODE, DELETE_SOLE_NODE, DELETE_GONE_NODE})
+ON_THE_NODE = frozenset(
+    {
+        CORDON, DRAIN, DETACH, DELETE_NODE, DELETE_SOLE_NODE, DELETE_GONE_NODE,
+        KEEP_FROM_AUTOSCALER, DELETE_NODE_OBJECT,
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,11 @@ class Server:
     acpi: bool = True  # its OS acts on an ACPI shutdown
     labels: dict[str, str] = field(default_factory=dict)
     firewalls: tuple[str, ...] = ()  # applied to it directly, by name
+    # What `GET /v1/servers` says of it beyond that (API reference, "Servers"): the image it
+    # was created from (its id; 0: none), when it was created (RFC 3339) and its type.
+    image: int = 0
+    created: str = "2026-12-01T00:00:00+00:00"
+    server_type: str = "cx23"
 
 
 @dataclass

@@ -1,0 +1,213 @@
+"""The cluster autoscaler 1.35.0 with its Hetzner provider, for one node group, as `raya roll`
+meets it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.35.0, not from what
+raya expects:
+
+- It acts once every `--scan-interval` (10 s, `config/flags/flags.go`; `main.go`, `run`, and
+  `loop/trigger.go`, `Wait`: sooner after a productive loop or a new unschedulable pod, which
+  this model does not), as time passes (`tick`, called by the test's clock), never inside a
+  request. A new pod acts only once it holds the leader lease (`--leader-elect`, on by
+  default; the old pod's lease lasts 15 s, `leader-elect-lease-duration`): its first loop is
+  modelled one interval after it starts, so the pod is Ready before it acts.
+- Its provider reads the cluster config (`HCLOUD_CLUSTER_CONFIG`, from the Secret, through the
+  environment) when it starts only (`cloudprovider/hetzner/hetzner_manager.go`, `newManager`),
+  and counts the group's servers (label `hcloud/node-group`) for its target size then
+  (`hetzner_cloud_provider.go`, `BuildHetzner`: `targetSize: len(servers)`); afterwards only
+  its own `IncreaseSize`/`DeleteNodes` count them again (`hetzner_node_group.go`,
+  `resetTargetSize`); `Refresh` does nothing (`hetzner_manager.go`).
+- Scale-up (`core/static_autoscaler.go`, `RunOnce`): with `--enforce-node-group-min-size`
+  a target under the group's min is raised to it (`ScaleUpToNodeGroupMinSize`); pods pending
+  (no node) make it add a node only when none is upcoming (`clusterstate/clusterstate.go`,
+  `GetUpcomingNodes`: target minus registered nodes), never beyond max (`IncreaseSize`: "size
+  increase is too large"). The Kubernetes stand-in has no capacity: one node takes every
+  pending pod.
+- `createServer` (`hetzner_node_group.go`): named `<group>-<random hex>` (`newNodeName`),
+  labelled `hcloud/node-group=<group>` only (1.35.0 has no `serverLabels`), from the newest
+  available snapshot of the type's architecture matching the config's `imagesForArch`
+  (`findImage`: label selector, status available, `created:desc`), with the group's
+  `cloudInit`. The server boots (the Kubernetes stand-in's machine) and registers a Node of
+  its name.
+- Scale-down (`core/scaledown`): a Ready node of the group with no pod but DaemonSet and mirror
+  ones, unneeded for `--scale-down-unneeded-time`, is deleted: tainted
+  `ToBeDeletedByClusterAutoscaler` (`utils/taints`), its server deleted (`DeleteNodes` ->
+  `deleteByNode`), the target counted again; never a node annotated
+  `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`
+  (`scaledown/eligibility/eligibility.go`, `HasNoScaleDownAnnotation`), never below min
+  (`DeleteNodes`: "size decrease is too large").
+- Its Deployment (the Deployment controller's part): a pod template change (a new
+  `metadata.generation`) is rolled out `restart_seconds` later: the new pod starts (the
+  provider as above) and the status says so (`observedGeneration`, `updatedReplicas`,
+  `availableReplicas`); until then the old pod goes on, with its old config and count.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from raya.nodes.autoscaler import NODE_GROUP_LABEL, node_config_digests
+from tests.cloud.program.hetzner import Hetzner
+from tests.cloud.program.mocks import Snapshot
+from tests.operate import kube_api as ka
+
+SCAN_INTERVAL = 10.0
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
+ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
+
+
+def deployment(digest: str) -> dict[str, Any]:
+    """The chart's Deployment, rolled out, its pods annotated with the config `digest`."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "cluster-autoscaler-hetzner-cluster-autoscaler",
+                     "namespace": "kube-system", "generation": 1},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "hetzner-cluster-autoscaler"}},
+            "template": {"metadata": {"annotations": {"raya/cluster-config-sha256": digest}}},
+        },
+        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                   "readyReplicas": 1, "availableReplicas": 1},
+    }  # fmt: skip
+
+
+@dataclass
+class Autoscaler:
+    kube: ka.Cluster
+    hetzner: Hetzner
+    snapshots: list[Snapshot]
+    group: str
+    min_size: int
+    max_size: int
+    kubelet_version: str
+    server_type: str = "cpx31"
+    deployment_path: str = (
+        "/apis/apps/v1/namespaces/kube-system/deployments/"
+        "cluster-autoscaler-hetzner-cluster-autoscaler"
+    )
+    secret_path: str = "/api/v1/namespaces/kube-system/secrets/raya-cluster-autoscaler"
+    restart_seconds: float = 20.0
+    unneeded_time: float = 600.0
+    target: int = 0
+    config: dict[str, Any] = field(default_factory=dict)  # read at its start
+    starts: list[float] = field(default_factory=list)
+    # Each server it made: (name, the digest of its group's node config then, image id).
+    made: list[tuple[str, str, int]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # the servers its scale-down deleted
+    _scan_at: float = 0.0
+    _restart_at: float | None = None
+    _unneeded: dict[str, float] = field(default_factory=dict)
+    _random: random.Random = field(default_factory=lambda: random.Random(39))
+
+    def servers(self) -> list[Any]:
+        return [s for s in self.hetzner.servers.values()
+                if s.labels.get(NODE_GROUP_LABEL) == self.group]  # fmt: skip
+
+    def start(self) -> None:
+        """A new pod: the config from the Secret, the group's servers counted."""
+        secret = self.kube.objects[self.secret_path]
+        text = base64.b64decode(secret["data"]["cluster-config"]).decode()
+        self.config = json.loads(base64.b64decode(text))
+        self.target = len(self.servers())
+        self.starts.append(self.kube.clock())
+        self._scan_at = self.kube.clock() + SCAN_INTERVAL
+
+    def tick(self) -> None:
+        now = self.kube.clock()
+        self._rollout(now)
+        while self._scan_at <= now:
+            self._scan(self._scan_at)
+            self._scan_at += SCAN_INTERVAL
+
+    def _rollout(self, now: float) -> None:
+        found = self.kube.objects[self.deployment_path]
+        generation, status = found["metadata"]["generation"], found["status"]
+        if status["observedGeneration"] < generation and self._restart_at is None:
+            self._restart_at = now + self.restart_seconds
+            status.update(observedGeneration=generation, updatedReplicas=0, replicas=2)
+        if self._restart_at is not None and now >= self._restart_at:
+            self._restart_at = None
+            self.start()
+            status.update(updatedReplicas=1, replicas=1, availableReplicas=1, readyReplicas=1)
+
+    def _scan(self, now: float) -> None:
+        self.hetzner.settle()
+        nodes = self.kube.nodes
+        names = {s.name for s in self.servers()}
+        registered = [n for n in names if n in nodes]
+        pending = [p for p in self.kube.pods if not p["spec"].get("nodeName")]
+        if self.target < self.min_size:
+            self._increase(self.min_size - self.target, now)
+        elif pending and self.target - len(registered) <= 0 and self.target < self.max_size:
+            self._increase(1, now)
+        for name in sorted(registered):
+            node = nodes[name]
+            busy = any(
+                p["spec"].get("nodeName") == name and not _stays(p) for p in self.kube.pods
+            )
+            kept = node["metadata"].get("annotations", {}).get(SCALE_DOWN_DISABLED) == "true"
+            if busy or kept or not ka._node_ready(node) or self.target <= self.min_size:
+                self._unneeded.pop(name, None)
+                continue
+            since = self._unneeded.setdefault(name, now)
+            if now - since >= self.unneeded_time:
+                node["spec"].setdefault("taints", []).append(
+                    {"key": TO_BE_DELETED, "effect": "NoSchedule"}
+                )
+                server = self.hetzner.server_named(name)
+                assert server is not None
+                self.hetzner.delete_server(server.id)
+                self.deleted.append(name)
+                self.target = len(self.servers())
+
+    def _increase(self, count: int, now: float) -> None:
+        config = self.config["nodeConfigs"][self.group]
+        digest = node_config_digests(self.config)[self.group]
+        architecture = ka_architecture(self.server_type)
+        selector = self.config["imagesForArch"][ARCHITECTURES[architecture]]
+        image = newest(self.snapshots, selector, architecture)
+        for _ in range(count):
+            name = f"{self.group}-{self._random.getrandbits(63):x}"
+            server = self.hetzner.create_server(name, (), labels={NODE_GROUP_LABEL: self.group})
+            server.image, server.server_type = image, self.server_type
+            server.created = (ka.EPOCH + datetime.timedelta(seconds=now)).isoformat()
+            self.kube.machines[name] = ka.Machine(
+                running=False, since=now, boot_id=str(uuid.uuid4()),
+                kubelet_version=self.kubelet_version,
+            )  # fmt: skip
+            self.kube.servers[name] = server.id
+            self.made.append((name, digest, image))
+            assert config["cloudInit"]  # what the server boots from
+        self.target = len(self.servers())
+
+
+def ka_architecture(server_type: str) -> str:
+    """Hetzner's architecture of a server type: `cax` types are Arm64."""
+    return "arm" if server_type.startswith("cax") else "x86"
+
+
+def newest(snapshots: list[Snapshot], selector: str, architecture: str) -> int:
+    """`findImage`'s label selector search: available, this architecture, the newest."""
+    wanted = dict(term.split("=", 1) for term in selector.split(","))
+    found = [
+        s for s in snapshots
+        if s.status == "available" and s.architecture == architecture
+        and all(s.labels.get(k) == v for k, v in wanted.items())
+    ]  # fmt: skip
+    if not found:
+        raise AssertionError(f"unable to find image {selector} with architecture {architecture}")
+    return max(found, key=lambda s: s.created).id
+
+
+def _stays(pod: dict[str, Any]) -> bool:
+    """DaemonSet and mirror pods do not keep a node from scale-down."""
+    kind, _ = ka._controller(pod)
+    return kind == "DaemonSet" or "kubernetes.io/config.mirror" in (
+        pod["metadata"].get("annotations") or {}
+    )
