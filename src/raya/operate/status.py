@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from raya.cloud.kubeconfig import api_client as kubeconfig_api_client
 from raya.cloud.kubeconfig import reason
@@ -611,18 +611,30 @@ def kubernetes_nodes(kubeconfig: str, server: str | None = None) -> dict[str, No
     overrides its address (tests). A reason string if the API cannot be asked."""
     from kubernetes import client as k8s
 
+    listed: Any = ask_api(
+        kubeconfig, server, lambda api: k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT)
+    )
+    if isinstance(listed, str):
+        return listed
+    return {item.metadata.name: _node_facts(item) for item in listed.items}
+
+
+Answer = TypeVar("Answer")
+
+
+def ask_api(kubeconfig: str, server: str | None, ask: Callable[[Any], Answer]) -> Answer | str:
+    """`ask(api)` through a client trusting only the kubeconfig's CA (`server` overrides its
+    address: tests); a reason string if the API cannot be asked."""
     try:
         api = kubeconfig_api_client(kubeconfig, server)
     except RayaError as error:
         return str(error)
-    address = api.configuration.host
     try:
-        listed: Any = k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT)
+        return ask(api)
     except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
-        return f"API {address} unreachable: {reason(error)}"
+        return f"API {api.configuration.host} unreachable: {reason(error)}"
     finally:
         api.close()
-    return {item.metadata.name: _node_facts(item) for item in listed.items}
 
 
 # The pods without a node that have not finished: the cluster autoscaler's own list of them
@@ -643,19 +655,15 @@ def kubernetes_unschedulable(kubeconfig: str, server: str | None = None) -> list
     the API cannot be asked; `server` overrides its address (tests)."""
     from kubernetes import client as k8s
 
-    try:
-        api = kubeconfig_api_client(kubeconfig, server)
-    except RayaError as error:
-        return str(error)
-    address = api.configuration.host
-    try:
-        listed: Any = k8s.CoreV1Api(api).list_pod_for_all_namespaces(
+    listed = ask_api(
+        kubeconfig,
+        server,
+        lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces(
             field_selector=UNBOUND_PODS, _request_timeout=API_TIMEOUT
-        )
-    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
-        return f"API {address} unreachable: {reason(error)}"
-    finally:
-        api.close()
+        ),
+    )
+    if isinstance(listed, str):
+        return listed
     return sorted(
         (_pending_pod(item) for item in listed.items if _unschedulable(item)),
         key=lambda pod: pod.name,
@@ -702,31 +710,26 @@ def kubernetes_addons(kubeconfig: str, server: str | None = None) -> dict[str, C
 
     from raya.nodes.addons import addon_status
 
-    try:
-        api = kubeconfig_api_client(kubeconfig, server)
-    except RayaError as error:
-        return {"add-ons": unknown(str(error))}
+    def ask(api: Any) -> Any:
+        def get(path: str) -> Any:
+            response = api.call_api(
+                "GET",
+                api.configuration.host + path,
+                header_params={"Accept": "application/json"},
+                _request_timeout=API_TIMEOUT,
+            )
+            response.read()
+            if response.status == 404:
+                return None
+            if not 200 <= response.status < 300:
+                raise RuntimeError(f"GET {path}: HTTP {response.status}")
+            return json.loads(response.data)
 
-    def get(path: str) -> Any:
-        response = api.call_api(
-            "GET",
-            api.configuration.host + path,
-            header_params={"Accept": "application/json"},
-            _request_timeout=API_TIMEOUT,
-        )
-        response.read()
-        if response.status == 404:
-            return None
-        if not 200 <= response.status < 300:
-            raise RuntimeError(f"GET {path}: HTTP {response.status}")
-        return json.loads(response.data)
+        return addon_status(get)
 
-    try:
-        states = addon_status(get)
-    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
-        return {"add-ons": unknown(f"API {api.configuration.host} unreachable: {reason(error)}")}
-    finally:
-        api.close()
+    states = ask_api(kubeconfig, server, ask)
+    if isinstance(states, str):
+        return {"add-ons": unknown(states)}
     return {
         f"{state.kind} {state.name}": (ok if state.ready else bad)(state.detail)
         for state in states
@@ -741,19 +744,18 @@ def kubernetes_control_planes(
     address, in order); `server` overrides the API's address (tests)."""
     from kubernetes import client as k8s
 
-    try:
-        api = kubeconfig_api_client(kubeconfig, server)
-    except RayaError as error:
-        return {"etcd": unknown(str(error))}
-    try:
-        nodes = k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT).items
-        found = k8s.DiscoveryV1Api(api).read_namespaced_endpoint_slice(
-            "kubernetes", "default", _request_timeout=API_TIMEOUT
+    def ask(api: Any) -> tuple[Any, Any]:
+        return (
+            k8s.CoreV1Api(api).list_node(_request_timeout=API_TIMEOUT).items,
+            k8s.DiscoveryV1Api(api).read_namespaced_endpoint_slice(
+                "kubernetes", "default", _request_timeout=API_TIMEOUT
+            ),
         )
-    except Exception as error:  # urllib3 and the client raise many kinds; all mean the same
-        return {"etcd": unknown(f"API {api.configuration.host} unreachable: {reason(error)}")}
-    finally:
-        api.close()
+
+    answer = ask_api(kubeconfig, server, ask)
+    if isinstance(answer, str):
+        return {"etcd": unknown(answer)}
+    nodes, found = answer
     serving = [a for endpoint in found.endpoints or [] for a in endpoint.addresses or []]
     return {
         **etcd_checks(members(nodes, list(control_planes))),
