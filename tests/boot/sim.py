@@ -81,6 +81,7 @@ CLONE_NEWNET = 0x40000000
 # The private network: the example's networkRange; Hetzner's gateway is its first address.
 PRIVATE_NETWORK = ipaddress.IPv4Network("10.0.0.0/16")
 PRIVATE_GATEWAY = PRIVATE_NETWORK.network_address + 1
+PRIVATE_RULES, LOCAL_RULE = 10, 100  # Hetzner's namespace: its policy rules' priorities
 
 # How the private NIC arrives; "none": no private network at all (raya:network: public).
 Attachment = Literal["present", "late-link", "hot-plug", "none"]
@@ -218,6 +219,10 @@ class NodePlan:
     # The private address comes from Hetzner's DHCP (an autoscaled node's config has none):
     # `private_ip` is then the address Hetzner picked for the server.
     dhcp: bool = False
+    # Hetzner's DHCP also offers a route to the metadata service through the private gateway,
+    # where it never answers: what 1 fresh server in 10 got in August 2026
+    # (hcloud-k8s/terraform-hcloud-kubernetes#490, kube-hetzner/terraform-hcloud-kube-hetzner#2268).
+    metadata_route: bool = False
 
 
 @dataclass
@@ -284,6 +289,10 @@ class Hetzner:
         # The public side does not lead into the private network (on Hetzner it leads to the
         # internet): a node without its private NIC must not reach its peers through it.
         ip(self.namespace, "rule", "add", "iif", "pub", "to", "10.0.0.0/8", "unreachable")
+        # The local table's rule after those of PRIVATE_RULES, so that they can refuse an
+        # address of this namespace's own (the metadata service's).
+        ip(self.namespace, "rule", "add", "pref", str(LOCAL_RULE), "lookup", "local")
+        ip(self.namespace, "rule", "del", "pref", "0")
         with in_namespace(self.namespace):
             stack.enter_context(
                 http_server(
@@ -393,6 +402,10 @@ class Hetzner:
         ip(self.namespace, "link", "add", f"v{index}", "mtu", "1450", "type", "veth", "peer",
            "name", f"vn{index}", "mtu", "1450", "address", self.private_mac(index))  # fmt: skip
         ip(self.namespace, "address", "add", f"{PRIVATE_GATEWAY}/32", "dev", f"v{index}")
+        # The metadata service answers on the public side only: through the private gateway
+        # it never does (the gateway drops what it is sent there).
+        ip(self.namespace, "rule", "add", "pref", str(PRIVATE_RULES), "iif", f"v{index}",
+           "to", f"{METADATA_ADDRESS}/32", "blackhole")  # fmt: skip
         if attachment != "hot-plug":
             ip(self.namespace, "link", "set", f"vn{index}", "netns", namespace)
             ip(namespace, "link", "set", f"vn{index}", "name", PRIVATE_INTERFACE)
@@ -400,13 +413,19 @@ class Hetzner:
     def private_mac(self, index: int) -> str:
         return f"02:00:00:00:02:{index:02x}"
 
-    def serve_private_dhcp(self, index: int, address: ipaddress.IPv4Address) -> None:
+    def serve_private_dhcp(
+        self, index: int, address: ipaddress.IPv4Address, metadata_route: bool
+    ) -> None:
         """Hetzner's DHCP on the node's private NIC, answering its MAC alone with the address
         Hetzner picked, as a /32 (Hetzner's networks are layer 3), the gateway as the router
         and, as classless static routes (RFC 3442, option 121), the gateway on-link and the
         network through it: the routes of Hetzner's networks documentation ("Architecture",
-        the example routes of a cloud server). One dnsmasq bound to this NIC only (a single
-        interface: SO_BINDTODEVICE), its leases in `private_dhcp_log`."""
+        the example routes of a cloud server); with `metadata_route`, also the metadata
+        service's /32 through the gateway (NodePlan.metadata_route). One dnsmasq bound to this
+        NIC only (a single interface: SO_BINDTODEVICE), its leases in `private_dhcp_log`."""
+        routes = [f"{PRIVATE_GATEWAY}/32", "0.0.0.0", str(PRIVATE_NETWORK), str(PRIVATE_GATEWAY)]
+        if metadata_route:
+            routes += [f"{METADATA_ADDRESS}/32", str(PRIVATE_GATEWAY)]
         dnsmasq = subprocess.Popen(
             [
                 "ip", "netns", "exec", self.namespace,
@@ -420,7 +439,7 @@ class Hetzner:
                 f"--dhcp-host={self.private_mac(index)},{address}",
                 "--dhcp-option=option:netmask,255.255.255.255",
                 f"--dhcp-option=option:router,{PRIVATE_GATEWAY}",
-                f"--dhcp-option=121,{PRIVATE_GATEWAY}/32,0.0.0.0,{PRIVATE_NETWORK},{PRIVATE_GATEWAY}",
+                f"--dhcp-option=121,{','.join(routes)}",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -431,8 +450,10 @@ class Hetzner:
         """What Hetzner's DHCP on the node's private NIC logged, without dnsmasq's prefix."""
         if not self.private_dhcp_log.exists():
             return []
-        lines = self.private_dhcp_log.read_text().splitlines()
-        return [line.split(": ", 1)[-1] for line in lines if f"(v{index})" in line]
+        lines = [line.split(": ", 1)[-1] for line in self.private_dhcp_log.read_text().splitlines()]
+        # A transaction's lines (the options sent, too) begin with its id.
+        ids = {line.split()[0] for line in lines if f"(v{index})" in line}
+        return [line for line in lines if line.split()[:1] and line.split()[0] in ids]
 
     def cut_private(self, index: int) -> None:
         """The node's host is gone, as far as the private network can tell."""
@@ -545,13 +566,8 @@ class BootedNode:
         self.state = {
             "addresses": json.loads(ip(self.namespace, "-j", "address", "show")),
             "routes": json.loads(ip(self.namespace, "-j", "-4", "route", "show", "table", "main")),
-            # [] when the node has no route there: one node's failure, not the run's.
-            "route_to_control_plane": json.loads(
-                subprocess.run(
-                    [require_tool("ip"), "-n", self.namespace, "-j", "route", "get", "10.0.1.10"],
-                    capture_output=True, text=True, timeout=60, check=False,
-                ).stdout or "[]"
-            ),
+            "route_to_control_plane": self.route_to("10.0.1.10"),
+            "route_to_metadata": self.route_to(METADATA_ADDRESS),
             "failed": self.inside(
                 "systemctl", "list-units", "--state=failed", "--plain", "--no-legend"
             ).split("\n"),
@@ -566,6 +582,17 @@ class BootedNode:
             ).splitlines() if self.has_private_nic() else [],
         }  # fmt: skip
         self.state["failed"] = [line for line in self.state["failed"] if line.strip()]
+
+    def route_to(self, address: str) -> list[dict[str, Any]]:
+        """The node's route to `address` ([] when it has none: one node's failure, not the
+        run's)."""
+        found: list[dict[str, Any]] = json.loads(
+            subprocess.run(
+                [require_tool("ip"), "-n", self.namespace, "-j", "route", "get", address],
+                capture_output=True, text=True, timeout=60, check=False,
+            ).stdout or "[]"
+        )  # fmt: skip
+        return found
 
     def inside_status(self, *command: str) -> str:
         """What a command inside the node prints, whatever its exit status."""
@@ -825,7 +852,7 @@ def booted(
             if plan.attachment != "none":
                 hetzner.prepare_private(namespace, index, plan.attachment)
             if plan.dhcp:
-                hetzner.serve_private_dhcp(index, plan.private_ip)
+                hetzner.serve_private_dhcp(index, plan.private_ip, plan.metadata_route)
         start = time.monotonic()
         for index, plan in enumerate(plans):
             hetzner.attach_public(
