@@ -5,7 +5,9 @@ of it into which the real Ignition writes its config, then boots it with real sy
 NetworkManager. One network namespace plays Hetzner: the private network's gateway
 10.0.0.1 *routing* between the nodes (a /32 route per node, no bridge: Hetzner's networks
 are layer 3), a public side on a documentation range with DHCP (dnsmasq), and the metadata
-service at 169.254.169.254. Each node has a namespace of its own, linked only to Hetzner's:
+service at 169.254.169.254, answering on the public side only. A node whose config takes its
+private address from Hetzner's DHCP (an autoscaled pool's) gets it from a dnsmasq on its own
+private link. Each node has a namespace of its own, linked only to Hetzner's:
 nothing reaches any other network. The nspawn flags are those this machine kind needs
 (see docs/nodes.md, "Boot test").
 """
