@@ -15,7 +15,7 @@ import ipaddress
 import json
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ def _admin(secrets: ClusterSecrets) -> str:
     return kubeconfig.build("raya", API, secrets.server_ca.cert_pem, cert, key_pem)
 
 
-def _probe(secrets: ClusterSecrets) -> Any:
+def _probe(secrets: ClusterSecrets) -> Callable[[Hetzner, dict[str, BootedNode]], None]:
     def probe(hetzner: Hetzner, nodes: dict[str, BootedNode]) -> None:
         """While the nodes run: Hetzner's cloud controller gives the Node its addresses (the
         server's, by its provider ID), the admin registers another node of the pool, the
