@@ -67,8 +67,8 @@ def http_server(
     respond: Respond, tls: ssl.SSLContext | None = None, address: tuple[str, int] = ("127.0.0.1", 0)
 ) -> Iterator[str]:
     """A server on `address` (127.0.0.1, a free port, unless a boot test's namespace gives
-    another) answering every GET, POST and DELETE with `respond`, over `tls` if given; its base URL
-    (http:// or https://<host>:<port>)."""
+    another) answering every GET, POST, PATCH and DELETE with `respond`, over `tls` if given;
+    its base URL (http:// or https://<host>:<port>)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -85,9 +85,9 @@ def http_server(
             self.end_headers()
             self.wfile.write(body)
 
-        # A POST or DELETE is answered by `respond` too (it reads `command`); a body is left
-        # unread.
-        do_POST = do_DELETE = do_GET
+        # A POST, PATCH or DELETE is answered by `respond` too (it reads `command`); a body is
+        # left unread.
+        do_POST = do_PATCH = do_DELETE = do_GET
 
         def log_message(self, format: str, *args: object) -> None:
             pass

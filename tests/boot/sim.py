@@ -5,7 +5,9 @@ of it into which the real Ignition writes its config, then boots it with real sy
 NetworkManager. One network namespace plays Hetzner: the private network's gateway
 10.0.0.1 *routing* between the nodes (a /32 route per node, no bridge: Hetzner's networks
 are layer 3), a public side on a documentation range with DHCP (dnsmasq), and the metadata
-service at 169.254.169.254. Each node has a namespace of its own, linked only to Hetzner's:
+service at 169.254.169.254, answering on the public side only. A node whose config takes its
+private address from Hetzner's DHCP (an autoscaled pool's) gets it from a dnsmasq on its own
+private link. Each node has a namespace of its own, linked only to Hetzner's:
 nothing reaches any other network. The nspawn flags are those this machine kind needs
 (see docs/nodes.md, "Boot test").
 """
@@ -72,11 +74,16 @@ PUBLIC_GATEWAY = PUBLIC_NETWORK.network_address + 1
 METADATA_ADDRESS = "169.254.169.254"
 METADATA_PATH = "/hetzner/v1/metadata/public-ipv4"
 INSTANCE_ID_PATH = "/hetzner/v1/metadata/instance-id"  # the server's id, as text
+HOSTNAME_PATH = "/hetzner/v1/metadata/hostname"  # the server's name, as text
 SERVER_IDS = 108_500_000  # the simulated servers' ids: this plus the node's index
 # Where the simulated network serves GitHub's key pages (GitHub itself is out of reach).
 SIM_GITHUB = f"http://{METADATA_ADDRESS}/github"
 EXAMPLE_USERS = load_keys_file(EXAMPLE_KEYS)
 CLONE_NEWNET = 0x40000000
+# The private network: the example's networkRange; Hetzner's gateway is its first address.
+PRIVATE_NETWORK = ipaddress.IPv4Network("10.0.0.0/16")
+PRIVATE_GATEWAY = PRIVATE_NETWORK.network_address + 1
+PRIVATE_RULES, LOCAL_RULE = 10, 100  # Hetzner's namespace: its policy rules' priorities
 
 # How the private NIC arrives; "none": no private network at all (raya:network: public).
 Attachment = Literal["present", "late-link", "hot-plug", "none"]
@@ -211,6 +218,13 @@ class NodePlan:
     held: bool = False  # launched by the scenario's step (Fleet.start), not at once
     github_unavailable_for: float = 0.0  # seconds of 503 from GitHub's key pages
     volume: VolumePlan | None = None
+    # The private address comes from Hetzner's DHCP (an autoscaled node's config has none):
+    # `private_ip` is then the address Hetzner picked for the server.
+    dhcp: bool = False
+    # Hetzner's DHCP also offers a route to the metadata service through the private gateway,
+    # where it never answers: what 1 fresh server in 10 got in August 2026
+    # (hcloud-k8s/terraform-hcloud-kubernetes#490, kube-hetzner/terraform-hcloud-kube-hetzner#2268).
+    metadata_route: bool = False
 
 
 @dataclass
@@ -262,6 +276,9 @@ class Hetzner:
         self._unavailable_until: dict[str, float] = {}
         self._github_unavailable_until: dict[str, float] = {}
         self._leases: list[str] = []
+        self._hostnames: dict[str, str] = {}  # public address -> the server's name
+        self.private_dhcp_log = Path(tempfile.mkdtemp(prefix="raya-boot-dhcp-")) / "dnsmasq.log"
+        stack.callback(shutil.rmtree, self.private_dhcp_log.parent, ignore_errors=True)
         self._stack = stack
         _run(require_tool("ip"), "netns", "add", self.namespace)
         stack.callback(_run, "ip", "netns", "delete", self.namespace)
@@ -274,6 +291,10 @@ class Hetzner:
         # The public side does not lead into the private network (on Hetzner it leads to the
         # internet): a node without its private NIC must not reach its peers through it.
         ip(self.namespace, "rule", "add", "iif", "pub", "to", "10.0.0.0/8", "unreachable")
+        # The local table's rule after those of PRIVATE_RULES, so that they can refuse an
+        # address of this namespace's own (the metadata service's).
+        ip(self.namespace, "rule", "add", "pref", str(LOCAL_RULE), "lookup", "local")
+        ip(self.namespace, "rule", "del", "pref", "0")
         with in_namespace(self.namespace):
             stack.enter_context(
                 http_server(
@@ -281,6 +302,7 @@ class Hetzner:
                         {
                             METADATA_PATH: self._metadata,
                             INSTANCE_ID_PATH: self._metadata,
+                            HOSTNAME_PATH: self._metadata,
                             **{path: self._github(page) for path, page in github_pages().items()},
                         }
                     ),
@@ -289,13 +311,16 @@ class Hetzner:
             )
 
     def _metadata(self, request: BaseHTTPRequestHandler) -> Reply:
-        """The public address or the server id of the asking server (known by its public
-        address, as Hetzner knows it by the server), 503 while it is unavailable."""
+        """The public address, the server id or the server's name (a node's server is named
+        as its plan) of the asking server (known by its public address, as Hetzner knows it
+        by the server), 503 while it is unavailable."""
         client = request.client_address[0]
         status = 503 if time.monotonic() < self._unavailable_until.get(client, 0) else 200
         self.metadata_log.append((time.monotonic(), client, status))
         if status != 200:
             return (status, b"unavailable")
+        if request.path == HOSTNAME_PATH:
+            return (200, self._hostnames[client].encode())
         if request.path == INSTANCE_ID_PATH:
             index = int(ipaddress.IPv4Address(client)) - int(self.public_address(0))
             return (200, str(self.server_id(index)).encode())
@@ -327,7 +352,12 @@ class Hetzner:
         return SERVER_IDS + index
 
     def attach_public(
-        self, namespace: str, index: int, unavailable_until: float, github_until: float
+        self,
+        namespace: str,
+        index: int,
+        unavailable_until: float,
+        github_until: float,
+        hostname: str,
     ) -> None:
         """The node's public NIC, up before boot (else NetworkManager's first DHCP request
         may be lost), with a fixed lease."""
@@ -338,6 +368,7 @@ class Hetzner:
         ip(namespace, "link", "set", f"pn{index}", "name", PUBLIC_INTERFACE, "address", mac)
         ip(namespace, "link", "set", PUBLIC_INTERFACE, "up")
         self._leases.append(f"{mac},{self.public_address(index)}")
+        self._hostnames[str(self.public_address(index))] = hostname
         self._unavailable_until[str(self.public_address(index))] = unavailable_until
         self._github_unavailable_until[str(self.public_address(index))] = github_until
 
@@ -370,12 +401,61 @@ class Hetzner:
     def prepare_private(self, namespace: str, index: int, attachment: Attachment) -> None:
         """The node's private NIC: in its namespace as enp7s0 unless it is to be hot-plugged;
         the gateway's end down until connect_private for a late link."""
-        ip(self.namespace, "link", "add", f"v{index}", "mtu", "1450", "type", "veth",
-           "peer", "name", f"vn{index}", "mtu", "1450")  # fmt: skip
-        ip(self.namespace, "address", "add", "10.0.0.1/32", "dev", f"v{index}")
+        ip(self.namespace, "link", "add", f"v{index}", "mtu", "1450", "type", "veth", "peer",
+           "name", f"vn{index}", "mtu", "1450", "address", self.private_mac(index))  # fmt: skip
+        ip(self.namespace, "address", "add", f"{PRIVATE_GATEWAY}/32", "dev", f"v{index}")
+        # The metadata service answers on the public side only: through the private gateway
+        # it never does (the gateway drops what it is sent there).
+        ip(self.namespace, "rule", "add", "pref", str(PRIVATE_RULES), "iif", f"v{index}",
+           "to", f"{METADATA_ADDRESS}/32", "blackhole")  # fmt: skip
         if attachment != "hot-plug":
             ip(self.namespace, "link", "set", f"vn{index}", "netns", namespace)
             ip(namespace, "link", "set", f"vn{index}", "name", PRIVATE_INTERFACE)
+
+    def private_mac(self, index: int) -> str:
+        return f"02:00:00:00:02:{index:02x}"
+
+    def serve_private_dhcp(
+        self, index: int, address: ipaddress.IPv4Address, metadata_route: bool
+    ) -> None:
+        """Hetzner's DHCP on the node's private NIC, answering its MAC alone with the address
+        Hetzner picked, as a /32 (Hetzner's networks are layer 3), the gateway as the router
+        and, as classless static routes (RFC 3442, option 121), the gateway on-link and the
+        network through it: the routes of Hetzner's networks documentation ("Architecture",
+        the example routes of a cloud server); with `metadata_route`, also the metadata
+        service's /32 through the gateway (NodePlan.metadata_route). One dnsmasq bound to this
+        NIC only (a single interface: SO_BINDTODEVICE), its leases in `private_dhcp_log`."""
+        routes = [f"{PRIVATE_GATEWAY}/32", "0.0.0.0", str(PRIVATE_NETWORK), str(PRIVATE_GATEWAY)]
+        if metadata_route:
+            routes += [f"{METADATA_ADDRESS}/32", str(PRIVATE_GATEWAY)]
+        dnsmasq = subprocess.Popen(
+            [
+                "ip", "netns", "exec", self.namespace,
+                require_tool("dnsmasq"),
+                "--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--no-ping",
+                f"--interface=v{index}", "--bind-interfaces", "--leasefile-ro", "--pid-file",
+                "--dhcp-authoritative", "--log-dhcp", f"--log-facility={self.private_dhcp_log}",
+                # The gateway's own address on the NIC is 10.0.0.1/32: a context as wide as the
+                # network matches it; only the one host entry is ever handed out.
+                f"--dhcp-range={PRIVATE_NETWORK.network_address},static,{PRIVATE_NETWORK.netmask}",
+                f"--dhcp-host={self.private_mac(index)},{address}",
+                "--dhcp-option=option:netmask,255.255.255.255",
+                f"--dhcp-option=option:router,{PRIVATE_GATEWAY}",
+                f"--dhcp-option=121,{','.join(routes)}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self._stack.callback(_stop_process, dnsmasq)
+
+    def private_dhcp(self, index: int) -> list[str]:
+        """What Hetzner's DHCP on the node's private NIC logged, without dnsmasq's prefix."""
+        if not self.private_dhcp_log.exists():
+            return []
+        lines = [line.split(": ", 1)[-1] for line in self.private_dhcp_log.read_text().splitlines()]
+        # A transaction's lines (the options sent, too) begin with its id.
+        ids = {line.split()[0] for line in lines if f"(v{index})" in line}
+        return [line for line in lines if line.split()[:1] and line.split()[0] in ids]
 
     def cut_private(self, index: int) -> None:
         """The node's host is gone, as far as the private network can tell."""
@@ -488,13 +568,8 @@ class BootedNode:
         self.state = {
             "addresses": json.loads(ip(self.namespace, "-j", "address", "show")),
             "routes": json.loads(ip(self.namespace, "-j", "-4", "route", "show", "table", "main")),
-            # [] when the node has no route there: one node's failure, not the run's.
-            "route_to_control_plane": json.loads(
-                subprocess.run(
-                    [require_tool("ip"), "-n", self.namespace, "-j", "route", "get", "10.0.1.10"],
-                    capture_output=True, text=True, timeout=60, check=False,
-                ).stdout or "[]"
-            ),
+            "route_to_control_plane": self.route_to("10.0.1.10"),
+            "route_to_metadata": self.route_to(METADATA_ADDRESS),
             "failed": self.inside(
                 "systemctl", "list-units", "--state=failed", "--plain", "--no-legend"
             ).split("\n"),
@@ -509,6 +584,17 @@ class BootedNode:
             ).splitlines() if self.has_private_nic() else [],
         }  # fmt: skip
         self.state["failed"] = [line for line in self.state["failed"] if line.strip()]
+
+    def route_to(self, address: str) -> list[dict[str, Any]]:
+        """The node's route to `address` ([] when it has none: one node's failure, not the
+        run's)."""
+        found: list[dict[str, Any]] = json.loads(
+            subprocess.run(
+                [require_tool("ip"), "-n", self.namespace, "-j", "route", "get", address],
+                capture_output=True, text=True, timeout=60, check=False,
+            ).stdout or "[]"
+        )  # fmt: skip
+        return found
 
     def inside_status(self, *command: str) -> str:
         """What a command inside the node prints, whatever its exit status."""
@@ -552,7 +638,12 @@ def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
     # openssh-server made some at install.
     for key in (node.root / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
+    # The FCOS image names no host (debootstrap copied this machine's name): on Hetzner,
+    # Afterburn sets the server's name from the metadata service, which the sim does not run;
+    # a config that writes /etc/hostname overrides it (as a planned node's does).
+    (node.root / "etc/hostname").write_text(f"{plan.name}\n")
     apply_ignition(plan.ignition, node.root)
+    fedora_sshd_keygen(node.root)
     stand_in_github(node.root)
     for name in SELINUX_STUB:
         (node.root / name).unlink()
@@ -570,6 +661,43 @@ def prepare_node(base: Path, plan: NodePlan, namespace: str) -> BootedNode:
     standin.write_text(STANDIN.format(paths=_stand_in_paths()))
     standin.chmod(0o755)
     return node
+
+
+# Fedora's openssh-server (src.fedoraproject.org/rpms/openssh: sshd-keygen@.service,
+# sshd-keygen.target, the sshd-keygen script, sshd.service's `Wants=sshd-keygen.target`): at
+# boot, each host key type whose file is missing or empty is made before sshd starts. FCOS
+# ships no host key, so this is what makes an autoscaled node's. Debian's ssh.service is
+# given the same dependency; the script's chgrp ssh_keys and restorecon have no use here.
+SSHD_KEYGEN = {
+    "usr/lib/systemd/system/sshd-keygen@.service": """[Unit]
+Description=OpenSSH %i Server Key Generation
+ConditionFileNotEmpty=|!/etc/ssh/ssh_host_%i_key
+
+[Service]
+Type=oneshot
+ExecStartPre=/bin/rm -f /etc/ssh/ssh_host_%i_key /etc/ssh/ssh_host_%i_key.pub
+ExecStart=/usr/bin/ssh-keygen -q -t %i -f /etc/ssh/ssh_host_%i_key -C '' -N ''
+
+[Install]
+WantedBy=sshd-keygen.target
+""",
+    "usr/lib/systemd/system/sshd-keygen.target": """[Unit]
+Wants=sshd-keygen@rsa.service
+Wants=sshd-keygen@ecdsa.service
+Wants=sshd-keygen@ed25519.service
+PartOf=sshd.service
+""",
+    "usr/lib/systemd/system/ssh.service.d/sshd-keygen.conf": """[Unit]
+Wants=sshd-keygen.target
+After=sshd-keygen.target
+""",
+}
+
+
+def fedora_sshd_keygen(root: Path) -> None:
+    for path, text in SSHD_KEYGEN.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
 
 
 def github_pages() -> dict[str, bytes]:
@@ -700,12 +828,14 @@ def booted(
     balancer: Balancer | None = None,
     step: Callable[[Fleet], None] | None = None,
     names: Mapping[str, int] | None = None,
+    probe: Callable[[Hetzner, dict[str, BootedNode]], None] | None = None,
 ) -> Iterator[dict[str, BootedNode]]:
     """Boot every planned node at once (held ones when `step` starts them) on one simulated
     Hetzner network, with `balancer` on its private side; call `step` every second; wait
-    until each is `ready` (or `deadline` seconds have passed), snapshot them, stop them, and
-    yield the stopped nodes, whose journals stay readable until the context exits. `names`:
-    DNS names the public side answers (`Hetzner.start_dhcp`)."""
+    until each is `ready` (or `deadline` seconds have passed), snapshot them, `probe` them
+    while they still run (it keeps what it finds in their `state`), stop them, and yield the
+    stopped nodes, whose journals stay readable until the context exits. `names`: DNS names
+    the public side answers (`Hetzner.start_dhcp`)."""
     base = debian_root()
     tag = f"{os.getpid() % 100000}-{next(_boots)}"
     with contextlib.ExitStack() as stack:
@@ -723,6 +853,8 @@ def booted(
             nodes[plan.name] = node
             if plan.attachment != "none":
                 hetzner.prepare_private(namespace, index, plan.attachment)
+            if plan.dhcp:
+                hetzner.serve_private_dhcp(index, plan.private_ip, plan.metadata_route)
         start = time.monotonic()
         for index, plan in enumerate(plans):
             hetzner.attach_public(
@@ -730,6 +862,7 @@ def booted(
                 index,
                 start + plan.metadata_unavailable_for,
                 start + plan.github_unavailable_for,
+                plan.name,
             )
         hetzner.start_dhcp(names)
         if balancer is not None:
@@ -774,6 +907,9 @@ def booted(
             node.state["server_id"] = hetzner.server_id(index)
             node.state["metadata"] = [e for e in hetzner.metadata_log if e[1] == public]
             node.state["github"] = [e for e in hetzner.github_log if e[1] == public]
+            node.state["private_dhcp"] = hetzner.private_dhcp(index)
+        if probe is not None:
+            probe(hetzner, nodes)
         for timer in timers:
             timer.cancel()
         for node in nodes.values():

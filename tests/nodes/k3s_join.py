@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from raya.nodes.identity import CertificateAuthority
-from tests.support import http_server, routes
+from tests.support import Reply, Respond, http_server, routes
 
 
 class JoinRefused(Exception):
@@ -111,43 +111,74 @@ def k3s_like_server(
     address: tuple[str, int] = ("127.0.0.1", 0),
     name: str = "",
     server_bodies: Mapping[str, Callable[[], bytes]] | None = None,
+    *,
+    agent_handlers: Mapping[str, Respond] | None = None,
+    api: Respond | None = None,
+    client_ca: str | None = None,
 ) -> contextlib.AbstractContextManager[str]:
     """HTTPS on `address` with k3s' two users and the roles its endpoints require; `name`,
     the server's node name, ends its welcome (so a join through a load balancer tells which
     server answered). `server_bodies`: more endpoints for the `server` user only, each
-    answered with what its function returns at the time of the request."""
+    answered with what its function returns at the time of the request; `agent_handlers`:
+    endpoints for the `node` user (k3s:agent), answered by their function from the request.
+    `api`: what answers every path under /api/, as k3s' supervisor hands those to the API
+    server on the same port (pkg/server/handlers/router.go, `APIServer`); with `client_ca`
+    (PEM), a client certificate is asked for, not required, and checked against it, as
+    kube-apiserver does (`tls.RequestClientCert`)."""
     users = {"server": (server_secret, "k3s:server"), "node": (agent_secret, "k3s:agent")}
 
-    def guarded(
-        role: str, body: Callable[[], bytes] | None = None
-    ) -> Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]:
-        def respond(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+    def guarded(role: str, answer: Respond | None = None) -> Respond:
+        def respond(request: BaseHTTPRequestHandler) -> Reply:
             header = request.headers.get("Authorization", "").removeprefix("Basic ")
             user, _, secret = base64.b64decode(header).decode().partition(":")
             if user not in users or not hmac.compare_digest(users[user][0], secret):
                 return 401, b"not authorized"
             if users[user][1] != role:
                 return 403, b"forbidden"
-            if body is not None:
-                return 200, body()
+            if answer is not None:
+                return answer(request)
             return 200, f"welcome to {request.path}{f' from {name}' if name else ''}".encode()
 
         return respond
 
+    def body_of(body: Callable[[], bytes]) -> Respond:
+        return lambda request: (200, body())
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*serving)
-    endpoints: dict[str, bytes | Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]] = {
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.load_verify_locations(cadata=client_ca)
+    endpoints: dict[str, bytes | Respond] = {
         "/cacerts": cacerts,
         **{path: guarded("k3s:agent") for path in AGENT_PATHS},
+        **{path: guarded("k3s:agent", answer) for path, answer in (agent_handlers or {}).items()},
         **{path: guarded("k3s:server") for path in SERVER_PATHS},
-        **{path: guarded("k3s:server", body) for path, body in (server_bodies or {}).items()},
+        **{
+            path: guarded("k3s:server", body_of(body))
+            for path, body in (server_bodies or {}).items()
+        },
     }
-    return http_server(routes(endpoints), tls=context, address=address)
+    supervisor = routes(endpoints)
+
+    def respond(request: BaseHTTPRequestHandler) -> Reply:
+        if api is not None and request.path.startswith("/api/"):
+            return api(request)
+        return supervisor(request)
+
+    return http_server(respond, tls=context, address=address)
 
 
-def join(url: str, token: str, path: str = "/v1-k3s/config") -> bytes:
-    """What a k3s agent does with its server URL and full token, then a GET of `path`;
-    JoinRefused if the agent would not go on or the server refuses."""
+def join(
+    url: str,
+    token: str,
+    path: str = "/v1-k3s/config",
+    data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """What a k3s agent does with its server URL and full token, then a GET of `path` (a
+    POST of `data` if given, with `headers`); JoinRefused if the agent would not go on or the
+    server refuses."""
     match = re.fullmatch(r"K10([0-9a-f]{64})::([^:]+):(.+)", token)
     if not match:
         raise JoinRefused("not a full token")
@@ -160,12 +191,16 @@ def join(url: str, token: str, path: str = "/v1-k3s/config") -> bytes:
     if hashlib.sha256(cacerts).hexdigest() != ca_hash:
         raise JoinRefused("token CA hash does not match the server's CA certificate hash")
     trusting = ssl.create_default_context(cadata=cacerts.decode())
-    request = urllib.request.Request(f"{url}{path}")
+    request = urllib.request.Request(f"{url}{path}", data=data, headers=dict(headers or {}))
     credentials = base64.b64encode(f"{user}:{secret}".encode()).decode()
     request.add_header("Authorization", f"Basic {credentials}")
     try:
         with urllib.request.urlopen(request, context=trusting, timeout=10) as response:
             body: bytes = response.read()
             return body
+    except urllib.error.HTTPError as error:
+        # The reason, then what the server said (k3s sends why in the body).
+        said = error.read().decode(errors="replace").strip()
+        raise JoinRefused(f"{error.reason}{f': {said}' if said else ''}") from None
     except urllib.error.URLError as error:
         raise JoinRefused(str(error.reason)) from None

@@ -150,6 +150,8 @@ def test_its_private_interface_takes_the_address_hetzner_gives(
     assert "address1" not in ipv4
     assert ipv4["never-default"] == "true"
     assert ipv4["ignore-auto-dns"] == "true"
+    # No route from the lease: Hetzner's has offered the metadata service through the gateway.
+    assert ipv4["ignore-auto-routes"] == "true"
     assert ipv4["may-fail"] == "false"
     assert ipv4["route1"] == "10.0.0.1/32"
     assert ipv4["route2"] == "10.0.0.0/8,10.0.0.1"
