@@ -25,7 +25,7 @@ from raya.cloud.kubeconfig import api_client
 from raya.model.fleet import Fleet, Pool, build_cluster
 from raya.model.pins import label_selector
 from raya.model.unavailable import MaxUnavailable
-from raya.nodes.autoscaler import NODE_GROUP_LABEL, config_digest, node_config_digests
+from raya.nodes.autoscaler import config_digest, node_config_digests
 from raya.operate import autoscaler as au
 from raya.operate import roll as rl
 from tests.cloud import hetzner_api as standin
@@ -34,7 +34,12 @@ from tests.cloud.program.mocks import Run
 from tests.cloud.program.test_program import EXAMPLE, LABELS, provider_mocks, run
 from tests.conftest import HetznerApi
 from tests.operate import kube_api as ka
-from tests.operate.autoscaler_double import Autoscaler, deployment
+from tests.operate.autoscaler_double import (
+    Autoscaler,
+    cluster_config,
+    create_server,
+    deployment,
+)
 from tests.operate.test_roll import BOOT, OLD, PIN, Clock
 from tests.runner import invoke
 from tests.support import REPO
@@ -163,8 +168,10 @@ def make_scene(
     )  # fmt: skip
     model.on_delete = kube.server_deleted
     old = [f"{GROUP}-a{i}" for i in range(MIN)]
+    # Made by the autoscaler from the config raya deployed (its Secret: `HCLOUD_CLUSTER_CONFIG`).
+    provider_config = cluster_config(stack_secret(deployed)["stringData"]["cluster-config"])
     for i, name in enumerate(old):
-        server = model.create_server(name, (f"10.0.16.{i + 2}",), labels={NODE_GROUP_LABEL: GROUP})
+        server = create_server(model, provider_config, GROUP, name, (f"10.0.16.{i + 2}",))
         server.image, server.created, server.server_type = image, moment(created), "cpx31"
         kube.nodes[name] = ka.node_object(name, OLD, server=server.id)
         # A Deployment's web pods, one a node, under a budget keeping two; and a DaemonSet's.
@@ -237,6 +244,10 @@ def test_the_old_servers_go_in_batches_under_the_budget_and_come_back_new(
     assert scene.autoscaler.deleted == []
     new = {name for name, _, _ in scene.autoscaler.made}
     assert all(ka._node_ready(scene.kube.nodes[name]) for name in new)
+    # Labelled as 1.36.1 labels them: the group's, and the pool's server labels raya set.
+    assert {tuple(sorted(scene.hetzner.server_named(name).labels.items()))  # type: ignore[union-attr]
+            for name in new} == {(("hcloud/node-group", GROUP), ("managed_by", "raya"),
+                                  ("pool", "burst"), ("role", "agent"))}  # fmt: skip
     # The budget (two of the three web pods) held at every moment, and the pool never had
     # more than `limit` of its three nodes down; a batch took `limit` nodes at once.
     assert min(scene.watch.seen.web_ready) == 2
