@@ -23,10 +23,16 @@ how `--cloud-provider=hetzner` finds it, nothing a server shows). The rest is as
   `resetTargetSize`); `Refresh` does nothing (`hetzner_manager.go`).
 - Scale-up (`core/static_autoscaler.go`, `RunOnce`): with `--enforce-node-group-min-size`
   a target under the group's min is raised to it (`ScaleUpToNodeGroupMinSize`); pods pending
-  (no node) make it add a node only when none is upcoming (`clusterstate/clusterstate.go`,
-  `GetUpcomingNodes`: target minus registered nodes), never beyond max (`IncreaseSize`: "size
-  increase is too large"). The Kubernetes stand-in has no capacity: one node takes every
-  pending pod.
+  (no node) make it add a node only when none is upcoming, never beyond max (`IncreaseSize`:
+  "size increase is too large"). Upcoming (`clusterstate/clusterstate.go`,
+  `GetUpcomingNodes`): target minus registered nodes, counted since 1.36 (commit
+  251652c2ee, "Fix UpcomingNodes counting nodes for groups with no active scale-up") only
+  while the group has an active scale-up request: one its own scale-up registered, in
+  memory, removed by `updateScaleRequests` once no node is upcoming (or after
+  `--max-node-provision-time`, 15 min, which no test here reaches). So a server deleted
+  behind its back leaves a target that still counts it, but with no request active the
+  missing node is not upcoming and pending pods do get a new one. The Kubernetes stand-in
+  has no capacity: one node takes every pending pod.
 - `createServer` (`hetzner_node_group.go`): named `<group>-<random hex>` (`newNodeName`),
   labelled as `server_labels` says, from the newest available snapshot of the type's
   architecture matching the config's `imagesForArch` (`findImage`: label selector, status
@@ -108,6 +114,7 @@ class Autoscaler:
     made: list[tuple[str, str, int]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the servers its scale-down deleted
     _scan_at: float = 0.0
+    _scale_up_requested: bool = False  # `scaleUpRequests` holds the group (in memory)
     _restart_at: float | None = None
     _unneeded: dict[str, float] = field(default_factory=dict)
     _random: random.Random = field(default_factory=lambda: random.Random(39))
@@ -122,6 +129,7 @@ class Autoscaler:
         text = base64.b64decode(secret["data"]["cluster-config"]).decode()
         self.config = cluster_config(text)
         self.target = len(self.servers())
+        self._scale_up_requested = False
         self.starts.append(self.kube.clock())
         self._scan_at = self.kube.clock() + SCAN_INTERVAL
 
@@ -149,9 +157,12 @@ class Autoscaler:
         names = {s.name for s in self.servers()}
         registered = [n for n in names if n in nodes]
         pending = [p for p in self.kube.pods if not p["spec"].get("nodeName")]
+        if self._scale_up_requested and self.target - len(registered) <= 0:
+            self._scale_up_requested = False  # `updateScaleRequests`: finished
+        upcoming = self.target - len(registered) if self._scale_up_requested else 0
         if self.target < self.min_size:
             self._increase(self.min_size - self.target, now)
-        elif pending and self.target - len(registered) <= 0 and self.target < self.max_size:
+        elif pending and upcoming <= 0 and self.target < self.max_size:
             self._increase(1, now)
         for name in sorted(registered):
             node = nodes[name]
@@ -192,6 +203,7 @@ class Autoscaler:
             self.made.append((name, digest, image))
             assert config["cloudInit"]  # what the server boots from
         self.target = len(self.servers())
+        self._scale_up_requested = True  # `RegisterScaleUp`
 
 
 def cluster_config(encoded: str) -> dict[str, Any]:

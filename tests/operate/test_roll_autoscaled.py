@@ -431,6 +431,26 @@ def test_a_pool_at_min_zero_waits_for_the_pods_it_displaced(old_pool: Scene) -> 
     assert scene.lines[-1].startswith("pool burst: 1 servers, every one Ready on")
 
 
+def test_the_autoscaler_replaces_a_server_deleted_behind_its_back_for_pending_pods(
+    old_pool: Scene,
+) -> None:
+    # The autoscaler 1.36.1 (`clusterstate.go`, `GetUpcomingNodes`, since commit 251652c2ee)
+    # counts a group's missing nodes as upcoming only while its own scale-up is active: a
+    # server deleted behind its back, its target unchanged, no longer holds back a pending
+    # pod (1.35.0 took the missing node for one coming, until --max-node-provision-time).
+    scene = old_pool
+    for name in scene.old:  # no room on the nodes left: the pod stays pending
+        scene.kube.nodes[name]["spec"]["unschedulable"] = True
+    gone = scene.hetzner.server_named(scene.old[0])
+    assert gone is not None
+    scene.hetzner.delete_server(gone.id)
+    scene.kube.pods.append(ka.pod("job-0", "default", ""))
+    scene.watch._sleep(30.0)  # three scans, no restart
+    assert len(scene.autoscaler.starts) == 1
+    (made,) = [name for name, _, _ in scene.autoscaler.made]
+    assert made.startswith(f"{GROUP}-") and scene.hetzner.server_named(made) is not None
+
+
 def test_a_server_the_autoscaler_makes_from_an_old_snapshot_stops_the_roll(
     old_pool: Scene,
 ) -> None:
