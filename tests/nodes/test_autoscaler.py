@@ -244,3 +244,23 @@ def test_the_autoscaler_is_of_the_pinned_kubernetes_minor(
     values = yaml.safe_load(documents(cluster, secrets)["HelmChart"]["spec"]["valuesContent"])
     tag = values["image"]["tag"]  # v1.36.1
     assert tag.split(".")[:2] == k3s.split(".")[:2], (tag, k3s)
+
+
+# The flags the autoscaler 1.36.1 defines that the chart's `templates/deployment.yaml` (9.59.x)
+# may pass it with raya's values: `--cloud-provider`, `--namespace`, one `--nodes` per group,
+# then one `--<key>=<value>` per `extraArgs` entry (kubernetes/autoscaler at tag
+# cluster-autoscaler-1.36.1: `config/flags/flags.go`, `cloud-provider`, `namespace`, `nodes`,
+# `enforce-node-group-min-size`; `main.go`, `klog.InitFlags`: `logtostderr`,
+# `stderrthreshold`, `v`). An unknown flag stops the binary at start.
+FLAGS_1_36_1 = {"cloud-provider", "namespace", "nodes", "enforce-node-group-min-size",
+                "logtostderr", "stderrthreshold", "v"}  # fmt: skip
+
+
+def test_the_chart_passes_the_autoscaler_only_flags_it_defines(
+    cluster: Cluster, secrets: ClusterSecrets
+) -> None:
+    values = yaml.safe_load(documents(cluster, secrets)["HelmChart"]["spec"]["valuesContent"])
+    # Helm merges raya's extraArgs into the chart's defaults (a map: keys added, none lost).
+    extra = {**DEFAULTS["extraArgs"], **values["extraArgs"]}
+    passed = {"cloud-provider", "namespace", "nodes"} | {key.split("_")[0] for key in extra}
+    assert passed <= FLAGS_1_36_1, passed - FLAGS_1_36_1
