@@ -7,7 +7,8 @@ cloudprovider/hetzner`): `createServer` labels a server with its group's `server
 (commits 8d0c691dee, 32ea056b95: below); `NodeGroupForNode` answers no group for a nil one
 (`hetzner_cloud_provider.go`; a node of no group is never one this double deletes either);
 the provider registers itself with the builder (`init`, `builder.RegisterCloudProvider`:
-how `--cloud-provider=hetzner` finds it, nothing a server shows). The rest is as in 1.35.0:
+how `--cloud-provider=hetzner` finds it, nothing a server shows); and in the core, which
+missing nodes count as upcoming (`GetUpcomingNodes`, below). Each rule, as at 1.36.1:
 
 - It acts once every `--scan-interval` (10 s, `config/flags/flags.go`; `main.go`, `run`, and
   `loop/trigger.go`, `Wait`: sooner after a productive loop or a new unschedulable pod, which

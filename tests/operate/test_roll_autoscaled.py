@@ -1,6 +1,6 @@
 """`raya roll` of an autoscaled pool (issue 39, item 4): its old servers go in batches,
 drained through the eviction API under their PodDisruptionBudgets, deleted through Hetzner's
-API, and the cluster autoscaler (tests/operate/autoscaler_double.py, from its 1.35.0 source)
+API, and the cluster autoscaler (tests/operate/autoscaler_double.py, from its 1.36.1 source)
 brings new ones from the newest snapshot and the config `raya up` applied. The Kubernetes
 stand-in (tests/operate/kube_api.py) and the Hetzner stand-in (tests/cloud/hetzner_api.py) serve
 the roll over HTTP; one clock, moved when the roll sleeps, drives them and the autoscaler."""
