@@ -37,7 +37,7 @@ import yaml
 from raya.errors import RenderError
 from raya.model.fleet import Cluster, Fleet, Pool, build_cluster
 from raya.model.pins import load_chart_pins, load_pins
-from raya.nodes.autoscaler import APP_VERSION, manifests
+from raya.nodes.autoscaler import manifests
 from raya.nodes.identity import ClusterSecrets
 from raya.nodes.render import render_pool
 from tests.nodes.test_addons import HELM_CHART, K8S_VERSION
@@ -114,11 +114,13 @@ def test_the_chart_values_are_the_charts_own(
         {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
          "effect": "NoSchedule"},
     ]  # fmt: skip
-    # The chart's image, built for amd64 and arm64 alike: not overridden. The pinned chart's
-    # default tag is the autoscaler version raya runs, the one `raya image pins --update`
-    # keeps the chart's appVersion at.
-    assert "image" not in values and DEFAULTS["image"]["tag"] == "v1.35.0"
-    assert DEFAULTS["image"]["tag"] == f"v{APP_VERSION}"
+    # raya's image, not the chart's default (9.59.1 runs v1.35.0, whose provider puts no
+    # `serverLabels` on its servers): release cluster-autoscaler-1.36.1, one multi-arch image
+    # (amd64, arm64) in the chart's repository.
+    assert DEFAULTS["image"] == {"repository": "registry.k8s.io/autoscaling/cluster-autoscaler",
+                                 "tag": "v1.35.0"}  # fmt: skip
+    assert values["image"] == {"repository": "registry.k8s.io/autoscaling/cluster-autoscaler",
+                               "tag": "v1.36.1"}  # fmt: skip
     wrong = {**values, "extraEnvSecret": {}}
     with pytest.raises(AssertionError, match="extraEnvSecret is not a value"):
         declared(wrong)
@@ -230,3 +232,35 @@ def test_a_bad_token_or_missing_pool_config_is_refused(
         manifests(fleet, pins, CHART, pools, "short")
     with pytest.raises(RenderError, match="one per autoscaled pool"):
         manifests(fleet, pins, CHART, pools[:1], TOKEN)
+
+
+def test_the_autoscaler_is_of_the_pinned_kubernetes_minor(
+    cluster: Cluster, secrets: ClusterSecrets
+) -> None:
+    """The autoscaler's README ("Releases", at tag cluster-autoscaler-1.36.1): run the
+    autoscaler of the cluster's Kubernetes minor (it simulates that minor's scheduler). Moving
+    image/k3s.pin to another minor fails here until raya.nodes.autoscaler.VERSION follows."""
+    k3s = json.loads((REPO / "image" / "k3s.pin").read_text())["version"]  # v1.36.5+k3s1
+    values = yaml.safe_load(documents(cluster, secrets)["HelmChart"]["spec"]["valuesContent"])
+    tag = values["image"]["tag"]  # v1.36.1
+    assert tag.split(".")[:2] == k3s.split(".")[:2], (tag, k3s)
+
+
+# The flags the autoscaler 1.36.1 defines that the chart's `templates/deployment.yaml` (9.59.x)
+# may pass it with raya's values: `--cloud-provider`, `--namespace`, one `--nodes` per group,
+# then one `--<key>=<value>` per `extraArgs` entry (kubernetes/autoscaler at tag
+# cluster-autoscaler-1.36.1: `config/flags/flags.go`, `cloud-provider`, `namespace`, `nodes`,
+# `enforce-node-group-min-size`; `main.go`, `klog.InitFlags`: `logtostderr`,
+# `stderrthreshold`, `v`). An unknown flag stops the binary at start.
+FLAGS_1_36_1 = {"cloud-provider", "namespace", "nodes", "enforce-node-group-min-size",
+                "logtostderr", "stderrthreshold", "v"}  # fmt: skip
+
+
+def test_the_chart_passes_the_autoscaler_only_flags_it_defines(
+    cluster: Cluster, secrets: ClusterSecrets
+) -> None:
+    values = yaml.safe_load(documents(cluster, secrets)["HelmChart"]["spec"]["valuesContent"])
+    # Helm merges raya's extraArgs into the chart's defaults (a map: keys added, none lost).
+    extra = {**DEFAULTS["extraArgs"], **values["extraArgs"]}
+    passed = {"cloud-provider", "namespace", "nodes"} | {key.split("_")[0] for key in extra}
+    assert passed <= FLAGS_1_36_1, passed - FLAGS_1_36_1

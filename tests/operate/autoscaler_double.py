@@ -1,6 +1,14 @@
-"""The cluster autoscaler 1.35.0 with its Hetzner provider, for one node group, as `raya roll`
-meets it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.35.0, not from what
-raya expects:
+"""The cluster autoscaler 1.36.1 (the release raya runs, raya.nodes.autoscaler.VERSION) with its
+Hetzner provider, for one node group, as `raya roll`, `raya destroy`, `raya status` and `raya
+up` meet it; written from kubernetes/autoscaler at tag cluster-autoscaler-1.36.1, not from what
+raya expects. First written from 1.35.0; what the provider changed up to 1.36.1
+(`git log cluster-autoscaler-1.35.0..cluster-autoscaler-1.36.1 -- cluster-autoscaler/
+cloudprovider/hetzner`): `createServer` labels a server with its group's `serverLabels` too
+(commits 8d0c691dee, 32ea056b95: below); `NodeGroupForNode` answers no group for a nil one
+(`hetzner_cloud_provider.go`; a node of no group is never one this double deletes either);
+the provider registers itself with the builder (`init`, `builder.RegisterCloudProvider`:
+how `--cloud-provider=hetzner` finds it, nothing a server shows); and in the core, which
+missing nodes count as upcoming (`GetUpcomingNodes`, below). Each rule, as at 1.36.1:
 
 - It acts once every `--scan-interval` (10 s, `config/flags/flags.go`; `main.go`, `run`, and
   `loop/trigger.go`, `Wait`: sooner after a productive loop or a new unschedulable pod, which
@@ -16,16 +24,22 @@ raya expects:
   `resetTargetSize`); `Refresh` does nothing (`hetzner_manager.go`).
 - Scale-up (`core/static_autoscaler.go`, `RunOnce`): with `--enforce-node-group-min-size`
   a target under the group's min is raised to it (`ScaleUpToNodeGroupMinSize`); pods pending
-  (no node) make it add a node only when none is upcoming (`clusterstate/clusterstate.go`,
-  `GetUpcomingNodes`: target minus registered nodes), never beyond max (`IncreaseSize`: "size
-  increase is too large"). The Kubernetes stand-in has no capacity: one node takes every
-  pending pod.
+  (no node) make it add a node only when none is upcoming, never beyond max (`IncreaseSize`:
+  "size increase is too large"). Upcoming (`clusterstate/clusterstate.go`,
+  `GetUpcomingNodes`): target minus registered nodes, counted since 1.36 (commit
+  251652c2ee, "Fix UpcomingNodes counting nodes for groups with no active scale-up") only
+  while the group has an active scale-up request: one its own scale-up registered, in
+  memory, removed by `updateScaleRequests` once no node is upcoming (or after
+  `--max-node-provision-time`, 15 min, which no test here reaches). So a server deleted
+  behind its back leaves a target that still counts it, but with no request active the
+  missing node is not upcoming and pending pods do get a new one. The Kubernetes stand-in
+  has no capacity: one node takes every pending pod.
 - `createServer` (`hetzner_node_group.go`): named `<group>-<random hex>` (`newNodeName`),
-  labelled `hcloud/node-group=<group>` only (1.35.0 has no `serverLabels`), from the newest
-  available snapshot of the type's architecture matching the config's `imagesForArch`
-  (`findImage`: label selector, status available, `created:desc`), with the group's
-  `cloudInit`. The server boots (the Kubernetes stand-in's machine) and registers a Node of
-  its name.
+  labelled as `server_labels` says, from the newest available snapshot of the type's
+  architecture matching the config's `imagesForArch` (`findImage`: label selector, status
+  available, `created:desc`), with the group's `cloudInit`, the firewall `HCLOUD_FIREWALL`
+  names applied (`create_server`). The server boots (the Kubernetes stand-in's machine) and
+  registers a Node of its name.
 - Scale-down (`core/scaledown`): a Ready node of the group with no pod but DaemonSet and mirror
   ones, unneeded for `--scale-down-unneeded-time`, is deleted: tainted
   `ToBeDeletedByClusterAutoscaler` (`utils/taints`), its server deleted (`DeleteNodes` ->
@@ -101,6 +115,7 @@ class Autoscaler:
     made: list[tuple[str, str, int]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the servers its scale-down deleted
     _scan_at: float = 0.0
+    _scale_up_requested: bool = False  # `scaleUpRequests` holds the group (in memory)
     _restart_at: float | None = None
     _unneeded: dict[str, float] = field(default_factory=dict)
     _random: random.Random = field(default_factory=lambda: random.Random(39))
@@ -113,8 +128,9 @@ class Autoscaler:
         """A new pod: the config from the Secret, the group's servers counted."""
         secret = self.kube.objects[self.secret_path]
         text = base64.b64decode(secret["data"]["cluster-config"]).decode()
-        self.config = json.loads(base64.b64decode(text))
+        self.config = cluster_config(text)
         self.target = len(self.servers())
+        self._scale_up_requested = False
         self.starts.append(self.kube.clock())
         self._scan_at = self.kube.clock() + SCAN_INTERVAL
 
@@ -142,9 +158,12 @@ class Autoscaler:
         names = {s.name for s in self.servers()}
         registered = [n for n in names if n in nodes]
         pending = [p for p in self.kube.pods if not p["spec"].get("nodeName")]
+        if self._scale_up_requested and self.target - len(registered) <= 0:
+            self._scale_up_requested = False  # `updateScaleRequests`: finished
+        upcoming = self.target - len(registered) if self._scale_up_requested else 0
         if self.target < self.min_size:
             self._increase(self.min_size - self.target, now)
-        elif pending and self.target - len(registered) <= 0 and self.target < self.max_size:
+        elif pending and upcoming <= 0 and self.target < self.max_size:
             self._increase(1, now)
         for name in sorted(registered):
             node = nodes[name]
@@ -174,7 +193,7 @@ class Autoscaler:
         image = newest(self.snapshots, selector, architecture)
         for _ in range(count):
             name = f"{self.group}-{self._random.getrandbits(63):x}"
-            server = self.hetzner.create_server(name, (), labels={NODE_GROUP_LABEL: self.group})
+            server = create_server(self.hetzner, self.config, self.group, name)
             server.image, server.server_type = image, self.server_type
             server.created = (ka.EPOCH + datetime.timedelta(seconds=now)).isoformat()
             self.kube.machines[name] = ka.Machine(
@@ -185,6 +204,49 @@ class Autoscaler:
             self.made.append((name, digest, image))
             assert config["cloudInit"]  # what the server boots from
         self.target = len(self.servers())
+        self._scale_up_requested = True  # `RegisterScaleUp`
+
+
+def cluster_config(encoded: str) -> dict[str, Any]:
+    """`HCLOUD_CLUSTER_CONFIG` as the provider reads it (`hetzner_manager.go`, `newManager`:
+    `base64.StdEncoding.DecodeString`, then `json.Unmarshal` into `ClusterConfig`)."""
+    return dict(json.loads(base64.b64decode(encoded, validate=True)))
+
+
+def _field(document: dict[str, Any], name: str) -> Any:
+    """A `ClusterConfig` field as `json.Unmarshal` finds it: the struct has no json tags, so
+    a key matches the field's name case-insensitively (`encoding/json`, `Unmarshal`)."""
+    return next((value for key, value in document.items() if key.lower() == name.lower()), None)
+
+
+def server_labels(config: dict[str, Any], group: str) -> dict[str, str]:
+    """The labels `createServer` gives a new server of `group` (`hetzner_node_group.go` at tag
+    cluster-autoscaler-1.36.1): with a cluster config (`HCLOUD_CLUSTER_CONFIG`, so
+    `IsUsingNewFormat`, `newManager`) its node config's `serverLabels` copied
+    (`maps.Copy`), then `nodeGroupLabel` (`hcloud/node-group`) set to the group over them;
+    nothing else."""
+    node_configs = _field(config, "nodeConfigs") or {}
+    # The group's id is the map's key, exactly; never missing: `BuildHetzner` refuses a group
+    # without a node config ("No node config present for node group id").
+    node_config = node_configs[group]
+    labels = {str(k): str(v) for k, v in (_field(node_config, "serverLabels") or {}).items()}
+    labels[NODE_GROUP_LABEL] = group
+    return labels
+
+
+def create_server(
+    hetzner: Hetzner,
+    config: dict[str, Any],
+    group: str,
+    name: str,
+    private_ips: tuple[str, ...] = (),
+    firewall: str | None = None,
+) -> Any:
+    """The server `createServer` asks Hetzner for (`hcloud.ServerCreateOpts`): `Labels`
+    (`server_labels`), and `Firewalls` the one `HCLOUD_FIREWALL` names, if set
+    (`newManager`: looked up by name or id; `createServer`: `serverCreateOpts.Firewalls`)."""
+    firewalls = (firewall,) if firewall else ()
+    return hetzner.create_server(name, private_ips, server_labels(config, group), firewalls)
 
 
 def ka_architecture(server_type: str) -> str:

@@ -31,7 +31,9 @@ from tests.cloud import hetzner_api as hetzner_standin
 from tests.cloud.program import fakes
 from tests.cloud.program.hetzner import Hetzner
 from tests.cloud.program.mocks import Run
+from tests.cloud.program.test_autoscaler import deployed_config
 from tests.cloud.program.test_program import EXAMPLE, PINS
+from tests.operate import autoscaler_double
 from tests.operate import kube_api as ka
 from tests.operate.s3 import ObjectStorage, k3s_upload
 from tests.runner import invoke
@@ -475,15 +477,20 @@ def test_the_planned_and_the_autoscaled_servers_are_one_list(
     hetzner_api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The Hetzner stand-in: the cluster's planned server, two node groups of its autoscaler
-    # (labelled as the pools' server labels make them, managed_by the cluster), and another
-    # cluster's group, which the cluster's label leaves out.
+    # (made by the autoscaler 1.36.1 from the config raya deployed: the pools' server labels,
+    # managed_by the cluster, and the group's), and another cluster's group, which the
+    # cluster's label leaves out.
     model = Hetzner()
     model.create_server("raya-agent-0", (), {"managed_by": "raya", "role": "agent"})
+    burst = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"), min_size=0,
+                 max_size=4)  # fmt: skip
+    web = Pool("web", "cpx31", 0, ipaddress.IPv4Network("10.0.17.0/24"), min_size=0, max_size=4)
     for name, group, cluster in [("raya-burst-1a", "raya-burst", "raya"),
                                  ("raya-web-2b", "raya-web", "raya"),
                                  ("raya-burst-3c", "raya-burst", "raya"),
                                  ("other-burst-4d", "other-burst", "other")]:  # fmt: skip
-        model.create_server(name, (), {"hcloud/node-group": group, "managed_by": cluster})
+        config = deployed_config(cluster, (burst, web))
+        autoscaler_double.create_server(model, config, group, name, firewall=cluster)
     monkeypatch.setattr(hetzner_standin, "MODEL", model)
     agent = str(model.server_named("raya-agent-0").id)  # type: ignore[union-attr]
     found, groups = st.hetzner_servers(
@@ -657,12 +664,16 @@ def test_the_command_end_to_end(
          "labels": {"tier": "burst"}}
     ]}))  # fmt: skip
     grown = {"raya-burst-5f": 901, "raya-burst-6e": 902}
-    # One list holds both: the planned servers and the autoscaler's (labelled managed_by too).
+    # One list holds both: the planned servers and the autoscaler's (labelled managed_by too,
+    # as the autoscaler 1.36.1 labels them from the pool's config).
+    burst = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"), min_size=1,
+                 max_size=4, labels=(("tier", "burst"),))  # fmt: skip
+    grown_labels = autoscaler_double.server_labels(deployed_config("raya", (burst,)), "raya-burst")
     hetzner = listing(
         *(fakes.hetzner_server(int(entry["serverId"]), name, "running", LABELS)
           for name, entry in servers.items()),
         *({**fakes.hetzner_server(number, name, "running", LABELS),
-           "labels": {"hcloud/node-group": "raya-burst", "managed_by": "raya"}}
+           "labels": grown_labels}
           for name, number in grown.items()),
     )  # fmt: skip
     hetzner_asked: list[str] = []

@@ -57,7 +57,7 @@ from raya.model.pins import (
     label_selector,
 )
 from raya.nodes.addons import CERT_MANAGER, EXTERNAL_DNS, HCLOUD_CCM, HCLOUD_CSI
-from raya.nodes.autoscaler import APP_VERSION, AUTOSCALER
+from raya.nodes.autoscaler import AUTOSCALER, VERSION
 
 if TYPE_CHECKING:
     from hcloud import Client
@@ -119,9 +119,38 @@ class Endpoints:
         }
 
 
-# The charts whose releases raya takes only with one `appVersion`: the autoscaler's (what
-# its image and its Kubernetes are; raya.nodes.autoscaler).
-APP_VERSIONS = {AUTOSCALER.name: APP_VERSION}
+# The charts whose releases raya takes only up to an `appVersion`: the autoscaler's. raya
+# names the autoscaler's image itself (raya.nodes.autoscaler.VERSION); its chart is chosen
+# for its templates, and one made for a newer autoscaler minor may pass flags that the one
+# raya runs does not know (it then exits at start), so only charts whose appVersion is of
+# that minor or an older one are taken (the newest of them: 9.59.x, made for 1.35, passes
+# 1.36.1 nothing it refuses: `config/flags/flags.go` removed no flag between the two tags).
+APP_VERSIONS = {AUTOSCALER.name: VERSION}
+_MINOR = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?", re.ASCII)
+
+
+def kubernetes_minor(version: str) -> tuple[int, int] | None:
+    """`1.36` of a Kubernetes-numbered version (`v1.36.5+k3s1`, `1.36.1`), None if none."""
+    found = _MINOR.fullmatch(version.strip())
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def autoscaler_skew(root: Path, k3s: K3sPin) -> str | None:
+    """What is wrong with k3s pinned at `k3s` for the cluster autoscaler raya runs: a
+    Kubernetes minor other than the autoscaler's (its README, "Releases": the autoscaler of
+    the cluster's minor; it simulates that minor's scheduler), naming the constant to move;
+    None when they agree."""
+    ours, theirs = kubernetes_minor(VERSION), kubernetes_minor(k3s.version)
+    if ours is None or theirs is None or ours == theirs:
+        return None
+    return (
+        f"{k3s_pin_path(root)}: k3s {k3s.version} is Kubernetes {theirs[0]}.{theirs[1]}, but "
+        f"the cluster autoscaler raya runs for autoscaled pools is {VERSION}, made for "
+        f"Kubernetes {ours[0]}.{ours[1]} (raya.nodes.autoscaler.VERSION): move VERSION to the "
+        f"newest cluster-autoscaler-{theirs[0]}.{theirs[1]}.x release (and check its flags "
+        "against the pinned chart's templates) before deploying a cluster with an "
+        "autoscaled pool on this k3s"
+    )
 
 
 @dataclass(frozen=True)
@@ -361,9 +390,10 @@ def _release(version: str) -> tuple[int, int, int] | None:
 def chart_releases(
     chart: str, repo_url: str, app_version: str | None = None
 ) -> dict[str, str | None]:
-    """Every released version of `chart` in the Helm repository at `repo_url` (of those, the
-    ones whose `appVersion` is `app_version`, if given), with the digest (sha256 of the chart
-    archive) its `index.yaml` publishes for it, None where it has none."""
+    """Every released version of `chart` in the Helm repository at `repo_url` (of those, if
+    `app_version` is given, the ones whose `appVersion` is of its Kubernetes minor or an
+    older one), with the digest (sha256 of the chart archive) its `index.yaml` publishes for
+    it, None where it has none."""
     url = f"{repo_url}/index.yaml"
     try:
         index = yaml.load(_fetch(url), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -373,21 +403,28 @@ def chart_releases(
     listed = entries.get(chart) if isinstance(entries, dict) else None
     if not isinstance(listed, list):
         raise ImageError(f"{url}: no chart {chart!r} under entries (is it the right repository?)")
+    newest_app = None if app_version is None else kubernetes_minor(app_version)
     releases: dict[str, str | None] = {}
     for entry in listed:
-        version = entry.get("version") if isinstance(entry, dict) else None
-        if app_version is not None and (
-            not isinstance(entry, dict) or str(entry.get("appVersion")) != app_version
-        ):
+        if not isinstance(entry, dict):
+            continue
+        version = entry.get("version")
+        made_for = kubernetes_minor(str(entry.get("appVersion", "")))
+        if newest_app is not None and (made_for is None or made_for > newest_app):
             continue
         if isinstance(version, str) and _release(version) is not None:
             digest = entry.get("digest")
             where = f"{url}: {chart} {version}"
             releases[version] = None if digest is None else _sha256(str(digest), where)
     if not releases:
-        of = "" if app_version is None else f" of appVersion {app_version}"
-        raise ImageError(f"{url}: chart {chart!r} has no released version{of}")
+        raise ImageError(f"{url}: chart {chart!r} has no released version{_of(app_version)}")
     return releases
+
+
+def _of(app_version: str | None) -> str:
+    """How `chart_releases` narrows a chart's releases, in words."""
+    minor = None if app_version is None else kubernetes_minor(app_version)
+    return "" if minor is None else f" of appVersion {minor[0]}.{minor[1]} or older"
 
 
 def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
@@ -398,10 +435,10 @@ def newest_chart(releases: Mapping[str, str | None]) -> ChartPin:
 def chart_updates(
     root: Path, current: ChartPins, endpoints: Endpoints
 ) -> tuple[ChartPins, tuple[str, ...]]:
-    """The newest release of each chart (of the autoscaler's, the newest of its `appVersion`,
-    `APP_VERSIONS`), and what is wrong with the current pins: a pinned version the
-    repository no longer lists (or lists of another appVersion), or lists with another
-    digest than the pin's."""
+    """The newest release of each chart (of the autoscaler's, the newest made for its minor
+    or an older one, `APP_VERSIONS`), and what is wrong with the current pins: a pinned
+    version the repository no longer lists (or lists for a newer autoscaler), or lists with
+    another digest than the pin's."""
     latest, problems = {}, []
     for chart, repo_url in endpoints.chart_repositories().items():
         app_version = APP_VERSIONS.get(chart)
@@ -410,8 +447,9 @@ def chart_updates(
         pin = current.by_name()[chart]
         index = f"{repo_url}/index.yaml"
         if pin.version not in releases:
-            of = "" if app_version is None else f" with appVersion {app_version}"
-            problems.append(f"{chart} {pin.version} is pinned but not listed{of} in {index}")
+            problems.append(
+                f"{chart} {pin.version} is pinned but not listed{_of(app_version)} in {index}"
+            )
         elif pin.digest is not None and releases[pin.version] != pin.digest:
             problems.append(
                 f"{chart} {pin.version} is pinned with sha256 {pin.digest} but {index} "

@@ -228,7 +228,7 @@ def _describe(pin: AnyPin) -> str:
     Option("--autoscaler-charts-url", kind="url", envvar="RAYA_AUTOSCALER_CHARTS_URL",
            default=AUTOSCALER_CHARTS,
            help="Helm repository of the cluster autoscaler's chart (its index.yaml is read; "
-           "only releases of the autoscaler version raya runs are taken)."),
+           "only releases made for the autoscaler raya runs, or an older one, are taken)."),
     group="image",
 )  # fmt: skip
 def pins(
@@ -240,9 +240,10 @@ def pins(
     """Compare the pins with the newest FCOS release of the stream, the stable k3s, the
     latest k3s-selinux release (its CoreOS RPM's sha256 as GitHub publishes it) and the
     newest releases of the add-ons' Helm charts (with the digests their index publishes);
-    of the cluster autoscaler's chart, the newest whose appVersion is the autoscaler
-    version raya runs (its image, and the Kubernetes release it is made for), so that an
-    update never moves the autoscaler itself.
+    of the cluster autoscaler's chart, the newest made for the autoscaler raya runs or an
+    older one (raya names its image; the chart gives the templates). A k3s pin of another
+    Kubernetes minor than that autoscaler's is a warning naming the constant to move (the
+    update still moves k3s).
 
     Without --update, only reports; with it, rewrites the pins that changed (old -> new).
     With --complete, adds the sha256s the pins lack for the releases they pin (FCOS' and
@@ -265,6 +266,7 @@ def pins(
         ARM_ARCH,
         Endpoints,
         PinChange,
+        autoscaler_skew,
         chart_updates,
         latest_pins,
         pin_changes,
@@ -300,7 +302,9 @@ def pins(
             _say(f"{name}: {_describe(change.old)} -> {_describe(change.new)}")
         else:
             _say(f"{name}: outdated, {_describe(change.old)}; newest {_describe(change.new)}")
-    for problem in problems:
+    # The k3s the pins will hold: the autoscaler is raya's, so only raya can follow it.
+    skew = autoscaler_skew(root, (latest if update else current).k3s)
+    for problem in (*problems, *([skew] if skew else [])):
         err.print(f"warning: {problem}", markup=False, soft_wrap=True)
     if update:
         write_pins(changes)
@@ -313,6 +317,10 @@ def pins(
         raise ImageError(
             "the chart pins do not match their repositories (see above): review the change "
             "upstream, then `raya image pins --update` moves to the newest releases"
+        )
+    if skew:
+        raise ImageError(
+            "the pinned k3s is not of the cluster autoscaler's Kubernetes minor (see above)"
         )
 
 

@@ -36,11 +36,17 @@ from raya.nodes.addons import (
 from raya.nodes.identity import check_hcloud_token
 from raya.nodes.render import RenderedPool
 
-# The autoscaler's own version: the chart pinned (`image/charts.pin`) must be one whose
-# `appVersion` it is, so that it runs image registry.k8s.io/autoscaling/cluster-autoscaler:
-# v1.35.0 (the chart's default tag), built for amd64 and arm64 alike; `raya image pins
-# --update` moves the chart only among those.
-APP_VERSION = "1.35.0"
+# The autoscaler raya runs, its image named by raya rather than the chart's default (chart
+# 9.59.x defaults to v1.35.0): release cluster-autoscaler-1.36.1 (kubernetes/autoscaler, its
+# release notes: registry.k8s.io/autoscaling/cluster-autoscaler:v1.36.1, multi-arch amd64 and
+# arm64). Its minor is the Kubernetes minor of image/k3s.pin (the autoscaler's README,
+# "Releases": use the autoscaler of the cluster's minor; tests/nodes/test_autoscaler.py holds
+# it). 1.36.0 is the first whose Hetzner provider puts a node group's `serverLabels` on the
+# servers it creates (`hetzner_node_group.go`, `createServer`), by which raya finds them
+# (`managed_by`, raya.cloud.deploy.autoscaled_servers). A new k3s minor means moving this
+# constant (`raya image pins --update` warns of it).
+VERSION = "1.36.1"
+IMAGE = {"repository": "registry.k8s.io/autoscaling/cluster-autoscaler", "tag": f"v{VERSION}"}
 AUTOSCALER = Chart(
     name="cluster-autoscaler",
     repo=AUTOSCALER_CHARTS,
@@ -53,8 +59,9 @@ TOKEN_KEY = "token"
 CLUSTER_CONFIG_KEY = "cluster-config"
 # Hetzner's architecture names -> the provider's `imagesForArch` keys (`instanceTypeArch`).
 IMAGE_ARCHITECTURES = {"x86": "amd64", "arm": "arm64"}
-# The label the provider puts on every server it creates, valued by its node group, and by
-# which it lists a group's servers (`hetzner_node_group.go`, `createServer`; `nodeGroupLabel`).
+# The label the provider puts on every server it creates, valued by its node group (over any
+# `serverLabels` of that name), and by which it lists a group's servers
+# (`hetzner_node_group.go`, `createServer`; `nodeGroupLabel`).
 NODE_GROUP_LABEL = "hcloud/node-group"
 
 
@@ -97,7 +104,10 @@ def cluster_config(cluster: Cluster, pins: Pins, pools: Sequence[RenderedPool]) 
                 "cloudInit": rendered.ignition.decode(),
                 "labels": dict(rendered.pool.labels),
                 "taints": [_taint(taint) for taint in rendered.pool.taints],
-                # The firewall selects the cluster's servers by `managed_by` (firewall.py).
+                # Put on the server at its creation, with the group's label (`createServer`,
+                # since 1.36.0): raya finds the cluster's autoscaled servers by `managed_by`
+                # (raya destroy, status, up's orphan check), as the firewall selects the
+                # cluster's servers (firewall.py).
                 "serverLabels": {
                     "managed_by": config.cluster_name,
                     "role": "agent",
@@ -129,13 +139,15 @@ def node_config_digests(document: Mapping[str, Any]) -> dict[str, str]:
 
 
 def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
-    """The chart's values: the Hetzner provider, one group per autoscaled pool, on the control
-    planes, its token and cluster config from the Secret; restarted when the Secret's cluster
-    config changes (the provider reads it at start only)."""
+    """The chart's values: raya's autoscaler image (`IMAGE`), the Hetzner provider, one group
+    per autoscaled pool, on the control planes, its token and cluster config from the
+    Secret; restarted when the Secret's cluster config changes (the provider reads it at
+    start only)."""
     config = cluster.config
     secret_env = {TOKEN_KEY: "HCLOUD_TOKEN", CLUSTER_CONFIG_KEY: "HCLOUD_CLUSTER_CONFIG"}
     return {
         "cloudProvider": "hetzner",
+        "image": dict(IMAGE),
         "autoscalingGroups": [
             {
                 "name": node_group(cluster, pool),

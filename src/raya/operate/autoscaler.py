@@ -279,9 +279,9 @@ def newest_snapshots(client: Any, selector: str, architectures: Sequence[str]) -
 
 
 def group_servers(client: Any, group: str) -> list[Any]:
-    """The node group's servers: the provider labels each `hcloud/node-group=<group>`, and
-    1.35.0 sets no other label (`hetzner_node_group.go`, `createServer`: `Labels` is that one;
-    `serverLabels` of the cluster config are applied only by later releases)."""
+    """The node group's servers: the provider labels each `hcloud/node-group=<group>` (over
+    the group's `serverLabels`: `hetzner_node_group.go`, `createServer`), by which it lists
+    a group's servers itself; the group's name holds the cluster's."""
     return list(client.servers.get_all(label_selector=f"{NODE_GROUP_LABEL}={group}"))
 
 
@@ -304,23 +304,27 @@ def _no_replacement(names: Sequence[str]) -> None:
 @dataclass(kw_only=True)
 class PoolRoll(rl.Roll):
     """Replace the old servers of an autoscaled pool, in batches, keeping its
-    PodDisruptionBudgets. Decided from cluster-autoscaler 1.35.0's source (kubernetes/
-    autoscaler, tag cluster-autoscaler-1.35.0):
+    PodDisruptionBudgets. Decided from the cluster autoscaler's source (kubernetes/
+    autoscaler, tag cluster-autoscaler-1.35.0, and as below at cluster-autoscaler-1.36.1,
+    the release raya runs):
 
     - raya cannot re-create such a server: the Hetzner provider makes them
       (`cloudprovider/hetzner/hetzner_node_group.go`, `createServer`: a random name, the
-      group's `cloudInit`, the newest snapshot matching the group's `imagesForArch`, label
-      `hcloud/node-group` only) when the core scales the group up: for pods left pending,
-      or, with `--enforce-node-group-min-size` (raya sets it), to bring it back to its min.
+      group's `cloudInit`, the newest snapshot matching the group's `imagesForArch`, the
+      group's `serverLabels` and `hcloud/node-group`) when the core scales the group up: for
+      pods left pending, or, with `--enforce-node-group-min-size` (raya sets it), to bring
+      it back to its min.
     - The provider keeps the group's target size in memory: it counts the group's servers
       when it starts (`hetzner_cloud_provider.go`, `BuildHetzner`) and again only after its
       own `IncreaseSize`/`DeleteNodes` (`resetTargetSize`); `Refresh` does nothing. A server
-      deleted behind its back still counts: the core takes the missing node for one still
-      coming up (`clusterstate.go`, `GetUpcomingNodes`: target minus registered) and neither
-      scales up for the pods it displaced nor enforces the min, until `fixNodeGroupSize`
-      lowers the target after `--max-node-provision-time` (15 min). So after deleting a
-      batch's servers, and once Hetzner has, raya restarts the autoscaler (as `kubectl
-      rollout restart` does), which counts them again, and waits for the pool to come back.
+      deleted behind its back still counts in the target: the min is not enforced (the
+      target is not under it) until `fixNodeGroupSize` lowers the target after
+      `--max-node-provision-time` (15 min); 1.35.0 also took the missing node for one still
+      coming up (`clusterstate.go`, `GetUpcomingNodes`: target minus registered) and made
+      none for the pods it displaced, which 1.36 does only while a scale-up of its own is
+      active. So after deleting a batch's servers, and once Hetzner has, raya restarts the
+      autoscaler (as `kubectl rollout restart` does), which counts them again, and waits for
+      the pool to come back.
     - Letting the autoscaler delete the old nodes instead (cordon, drain, and wait for its
       scale-down of empty nodes) cannot roll a pool at its min: the core never scales a
       group below it and `DeleteNodes` refuses (`size decrease is too large`).
@@ -335,10 +339,10 @@ class PoolRoll(rl.Roll):
     A server is old when it was not created from the newest snapshot labelled for the pins
     for its architecture, or was created before its node group's current config was first
     applied by `raya up` (the Secret's `raya/node-config.<group>` annotation: `stamps`);
-    1.35.0 copies no label of raya's onto its servers, so the config a server was made from
-    is known by that moment only. Limit: the outgoing autoscaler keeps its old config until
-    the new one has started (seconds after `raya up`); a server it makes in that time looks
-    current.
+    the server labels raya gives a group (`managed_by`, `role`, `pool`) are the same for
+    every config, so the config a server was made from is known by that moment only.
+    Limit: the outgoing autoscaler keeps its old config until the new one has started
+    (seconds after `raya up`); a server it makes in that time looks current.
 
     Refused, before anything is touched, while the Secret in the cluster is not the one the
     stack's last `raya up` computed (its node configs, and the snapshots for the pins now),

@@ -45,7 +45,8 @@ CHARTS = ChartPins(
     hcloud_csi=ChartPin(version="2.22.1", digest="8" * 64),
     cluster_autoscaler=ChartPin(version="9.59.1", digest="d" * 64),
 )
-# The autoscaler's version its chart pin must run (raya.nodes.autoscaler.APP_VERSION).
+# The appVersion of the pinned autoscaler chart 9.59.1 (its Chart.yaml): the autoscaler it was
+# made for, 1.35.0; raya runs 1.36.1 with it (raya.nodes.autoscaler.VERSION).
 AUTOSCALER_APP = "1.35.0"
 
 
@@ -279,9 +280,9 @@ class FakeWeb:
         of each chart is `charts`' version; older releases (the project's pins among them)
         and a newer pre-release are listed too, the jetstack index holds another chart, and
         Hetzner's holds both of its charts, as https://charts.hetzner.cloud does. The
-        autoscaler's releases carry the autoscaler's own version as `appVersion` (its
-        `Chart.yaml`: 9.59.1 is appVersion 1.35.0), and a newer release of the next
-        autoscaler (10.0.0, appVersion 1.36.0) is listed too."""
+        autoscaler's releases carry the autoscaler they were made for as `appVersion` (its
+        `Chart.yaml`: 9.59.1 is appVersion 1.35.0), and a newer release made for an
+        autoscaler newer than raya's (10.0.0, appVersion 1.37.0) is listed too."""
         self.files.pop("/charts/hetzner/index.yaml", None)
         self.files.pop("/charts/autoscaler/index.yaml", None)
         self.publish_index(
@@ -290,7 +291,7 @@ class FakeWeb:
         )  # fmt: skip
         self.publish_index(
             "/charts/autoscaler", "cluster-autoscaler", ChartPin("10.0.0", "e" * 64),
-            app_version="1.36.0",
+            app_version="1.37.0",
         )  # fmt: skip
         for path, chart, newest, older in (
             ("/charts/jetstack", "cert-manager", charts.cert_manager, CHARTS.cert_manager),

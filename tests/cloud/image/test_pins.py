@@ -378,11 +378,12 @@ def test_a_republished_chart_is_an_error_until_updated(project: Path, web: FakeW
     assert load_chart_pins(project).external_dns == republished
 
 
-def test_the_autoscalers_chart_moves_only_within_its_app_version(
+def test_the_autoscalers_chart_moves_only_among_charts_made_for_its_minor_or_older(
     project: Path, web: FakeWeb
 ) -> None:
-    # The autoscaler's repository lists 9.59.2 (appVersion 1.35.0, the autoscaler raya runs)
-    # and 10.0.0, newer, of the next autoscaler (appVersion 1.36.0): the update takes 9.59.2.
+    # raya runs the autoscaler 1.36.1 (its image tag). The repository lists 9.59.1 and 9.59.2
+    # (appVersion 1.35.0: made for an older autoscaler, whose templates pass 1.36.1 nothing
+    # it refuses) and 10.0.0, newer, made for 1.37.0: the update takes 9.59.2.
     web.publish(PINS, NEW_CHARTS)
     result = pins(project, web, "--update")
     assert result.returncode == 0, result.stderr
@@ -390,20 +391,58 @@ def test_the_autoscalers_chart_moves_only_within_its_app_version(
     assert "10.0.0" not in result.stdout
     assert load_chart_pins(project).cluster_autoscaler == ChartPin("9.59.2", "c" * 64)
     assert "/charts/autoscaler/index.yaml" in web.paths()
-    # A pin of the next autoscaler (by hand) is no release raya takes: said, and moved back.
+    # Once a chart made for 1.36 (9.60.0, appVersion 1.36.1) is out, that one.
+    made_for_ours = ChartPin("9.60.0", "f" * 64)
+    web.publish_index("/charts/autoscaler", "cluster-autoscaler", made_for_ours,
+                      app_version="1.36.1")  # fmt: skip
+    updates, problems = chart_updates(project, NEW_CHARTS, endpoints(web))
+    assert updates.cluster_autoscaler == made_for_ours and problems == ()
+    # A pin of a chart made for the next autoscaler (by hand) is no release raya takes:
+    # said, and moved back.
     pinned = dataclasses.replace(NEW_CHARTS, cluster_autoscaler=ChartPin("10.0.0", "e" * 64))
-    (project / "image" / "charts.pin").write_text(dump_chart_pins(pinned))
     updates, problems = chart_updates(project, pinned, endpoints(web))
-    assert updates == NEW_CHARTS
+    assert updates.cluster_autoscaler == made_for_ours
     assert problems == (
-        f"{project}/image/charts.pin: cluster-autoscaler 10.0.0 is pinned but not listed with "
-        f"appVersion 1.35.0 in {web.autoscaler_charts}/index.yaml",
+        f"{project}/image/charts.pin: cluster-autoscaler 10.0.0 is pinned but not listed of "
+        f"appVersion 1.36 or older in {web.autoscaler_charts}/index.yaml",
     )
-    assert chart_releases("cluster-autoscaler", web.autoscaler_charts) == {
-        "10.0.0": "e" * 64, "9.59.2": "c" * 64, "9.59.1": "d" * 64, "0.9.0": "4" * 64,
+    assert set(chart_releases("cluster-autoscaler", web.autoscaler_charts)) == {
+        "10.0.0", "9.60.0", "9.59.2", "9.59.1", "0.9.0",
     }  # fmt: skip
-    with pytest.raises(ImageError, match=r"has no released version of appVersion 9\.9\.9"):
-        chart_releases("cluster-autoscaler", web.autoscaler_charts, "9.9.9")
+    assert set(chart_releases("cluster-autoscaler", web.autoscaler_charts, "1.35.0")) == {
+        "9.59.2", "9.59.1", "0.9.0",
+    }  # fmt: skip
+    with pytest.raises(ImageError, match=r"has no released version of appVersion 0\.9 or older"):
+        chart_releases("cluster-autoscaler", web.autoscaler_charts, "0.9.9")
+
+
+NEXT_MINOR_K3S = K3sPin(version="v1.37.1+k3s1", sha256="5" * 64, aarch64_sha256="ef" * 32)
+SKEW = (
+    "image/k3s.pin: k3s v1.37.1+k3s1 is Kubernetes 1.37, but the cluster autoscaler raya runs "
+    "for autoscaled pools is 1.36.1, made for Kubernetes 1.36 (raya.nodes.autoscaler.VERSION): "
+    "move VERSION to the newest cluster-autoscaler-1.37.x release"
+)
+
+
+def test_an_update_to_a_new_kubernetes_minor_warns_that_the_autoscaler_stays(
+    project: Path, web: FakeWeb
+) -> None:
+    # k3s' stable channel moves to 1.37 while raya's autoscaler is 1.36.1: --update moves k3s
+    # (the pins are raya's inputs, the autoscaler raya's code) and says which constant to move.
+    web.publish(Pins(FCOS, NEXT_MINOR_K3S, K3S_SELINUX))
+    result = pins(project, web, "--update")
+    assert result.returncode == 0, result.stderr
+    assert load_pins(project).k3s == NEXT_MINOR_K3S
+    warning = " ".join(result.stderr.split())
+    assert f"warning: {project}/{SKEW}" in warning
+    # Then the pins as they are: the mismatch is what is wrong with them (exit 1).
+    checked = pins(project, web)
+    assert checked.returncode == 1
+    assert f"warning: {project}/{SKEW}" in " ".join(checked.stderr.split())
+    assert "not of the cluster autoscaler's Kubernetes minor" in checked.stderr
+    # k3s of the autoscaler's minor (the repository's pins): no such warning.
+    web.publish(PINS)
+    assert "autoscaler raya runs" not in pins(project, web, "--update").stderr
 
 
 def test_a_pinned_version_gone_from_the_repository_is_an_error(

@@ -5,6 +5,8 @@ own Hetzner token; none without such a pool; refused without its token."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 import ipaddress
 import json
 from typing import Any
@@ -16,6 +18,9 @@ import yaml
 from raya.cloud.program import define
 from raya.errors import DeployError
 from raya.model.fleet import Fleet, Pool, build_cluster
+from raya.nodes.autoscaler import manifests
+from raya.nodes.identity import generate_example_secrets
+from raya.nodes.render import render_pool
 from tests.cloud.program.ignition import ignition_files
 from tests.cloud.program.mocks import is_secret, run_program
 from tests.cloud.program.test_program import (
@@ -28,12 +33,27 @@ from tests.cloud.program.test_program import (
     run,
     user_data,
 )
+from tests.operate import autoscaler_double
 
 AUTOSCALER_TOKEN = "autoscalerToken0" * 4  # 64 characters, as Hetzner's tokens
 BURST = Pool("burst", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"),
              min_size=0, max_size=4)  # fmt: skip
 FLEET = build_cluster(EXAMPLE.config, Fleet(agents=("cx23",), pools=(BURST,)), "test fleet")
 K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
+
+
+@functools.cache
+def deployed_config(cluster: str, pools: tuple[Pool, ...]) -> dict[str, Any]:
+    """The cluster config raya deploys for cluster `cluster` autoscaling `pools` (the
+    autoscaler Secret's `cluster-config`: raya.nodes.autoscaler.manifests, which the program
+    outputs), as the autoscaler's provider reads it (tests/operate/autoscaler_double.py)."""
+    config = dataclasses.replace(EXAMPLE.config, cluster_name=cluster)
+    fleet = build_cluster(config, Fleet(agents=("cx23",), pools=pools), "test fleet")
+    secrets = generate_example_secrets(["control-plane", "agent-0"])
+    rendered = [render_pool(fleet, pool, secrets) for pool in fleet.autoscaled]
+    text = manifests(fleet, PINS, CHARTS.cluster_autoscaler, rendered, AUTOSCALER_TOKEN)
+    secret = next(d for d in yaml.safe_load_all(text) if d["kind"] == "Secret")
+    return autoscaler_double.cluster_config(secret["stringData"]["cluster-config"])
 
 
 def test_the_autoscalers_manifests_are_a_secret_output() -> None:

@@ -8,6 +8,7 @@ test_replacement.py's; here, what raya asks of the CLI and how it reads the answ
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import shutil
@@ -27,13 +28,16 @@ from raya.cloud import deploy
 from raya.cloud import kit as recovery
 from raya.errors import ConfigError, DeployError
 from raya.model.config import load_stack_config
+from raya.model.fleet import Pool
 from tests.cloud import hetzner_api
 from tests.cloud.program import standin_pulumi
 from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.hetzner import Server
 from tests.cloud.program.mocks import Snapshot
 from tests.cloud.program.test_autoscaler import FLEET as AUTOSCALED_FLEET
+from tests.cloud.program.test_autoscaler import deployed_config
 from tests.cloud.program.test_program import LABELS, provider_mocks
+from tests.operate import autoscaler_double
 from tests.runner import invoke
 from tests.support import REPO
 
@@ -818,18 +822,25 @@ def cloud(project: Path, github: list[str], monkeypatch: pytest.MonkeyPatch) -> 
     return deployed
 
 
+WEB = Pool("web", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"), min_size=0, max_size=4)
+
+
 def autoscaled(cloud: Cloud, name: str, address: str, cluster: str = "raya") -> Server:
-    """A server as the cluster autoscaler creates it (kubernetes/autoscaler
-    `cloudprovider/hetzner/hetzner_node_group.go`, `createServer`): its node group's label,
-    the pool's server labels (raya.nodes.autoscaler.cluster_config), the firewall
-    `HCLOUD_FIREWALL` names applied to it."""
-    labels = {NODE_GROUP: f"{cluster}-web", "managed_by": cluster, "role": "agent", "pool": "web"}
-    return cloud.hetzner.create_server(name, (address,), labels, firewalls=(cluster,))
+    """A server of pool web as the cluster autoscaler 1.36.1 creates it from the config raya
+    deployed (tests/operate/autoscaler_double.py, `create_server`: the pool's server labels
+    and its node group's label, the firewall `HCLOUD_FIREWALL` names applied)."""
+    server: Server = autoscaler_double.create_server(
+        cloud.hetzner, deployed_config(cluster, (WEB,)), f"{cluster}-web", name, (address,), cluster
+    )
+    return server
 
 
 def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cloud) -> None:
-    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
-    autoscaled(cloud, "raya-web-2e", "10.0.1.71")
+    made = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
+    # What 1.36.1 labels it with: its group's label and the pool's server labels raya set.
+    assert made.labels == {NODE_GROUP: "raya-web", "managed_by": "raya", "role": "agent",
+                           "pool": "web"}  # fmt: skip
+    autoscaled(cloud, "raya-web-2e", "10.0.16.71")
     autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")  # another cluster's
     mark = len(cloud.hetzner.log)
     result = deploy.run("destroy", cloud.root, "prod", lambda line: None)
@@ -851,8 +862,8 @@ def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cl
 def test_a_server_the_autoscaler_deleted_meanwhile_is_not_counted(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
-    gone = autoscaled(cloud, "raya-web-2e", "10.0.1.71")
+    autoscaled(cloud, "raya-web-1f", "10.0.16.70")
+    gone = autoscaled(cloud, "raya-web-2e", "10.0.16.71")
     listed = deploy.autoscaled_servers
 
     def late(client: Any, cluster_name: str) -> list[Any]:
@@ -875,7 +886,7 @@ def test_the_firewall_an_autoscaled_server_holds_stops_the_engines_destroy(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Why they go first: Hetzner refuses to delete a firewall applied to a server."""
-    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    autoscaled(cloud, "raya-web-1f", "10.0.16.70")
     monkeypatch.setattr(deploy, "delete_autoscaled", lambda root, name, stack: ())
     with pytest.raises(DeployError, match=r"firewall raya still applied to a resource "
                        r"\(raya-web-1f\) \(resource_in_use\)"):  # fmt: skip
@@ -885,7 +896,7 @@ def test_the_firewall_an_autoscaled_server_holds_stops_the_engines_destroy(
 def test_raya_destroy_says_how_many_autoscaled_servers_it_deleted_and_asks_first(
     cloud: Cloud,
 ) -> None:
-    autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    autoscaled(cloud, "raya-web-1f", "10.0.16.70")
     refused = invoke(["destroy", "--root", str(cloud.root)], input="n\n")
     assert refused.exit_code == 1
     assert "the cluster autoscaler's too" in refused.stderr
@@ -897,7 +908,7 @@ def test_raya_destroy_says_how_many_autoscaled_servers_it_deleted_and_asks_first
 
 
 def test_up_refuses_while_servers_of_a_pool_no_longer_autoscaled_exist(cloud: Cloud) -> None:
-    server = autoscaled(cloud, "raya-web-1f", "10.0.1.70")
+    server = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
     autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")  # not this cluster's
     mark, runs = len(cloud.hetzner.log), len(cloud.stack.calls)
     with pytest.raises(DeployError) as caught:
