@@ -837,6 +837,22 @@ def autoscaled(cloud: Cloud, name: str, address: str, cluster: str = "raya") -> 
     return server
 
 
+def test_an_autoscaled_server_is_behind_the_clusters_firewall_by_its_label_only(
+    cloud: Cloud,
+) -> None:
+    """Like a planned node: a firewall applied directly too would lock the server
+    (`firewall_managed_by_label_selector`, tests/cloud/program/hetzner.py)."""
+    made = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
+    assert made.firewalls == ()  # nothing applied directly
+    assert cloud.hetzner.firewalls_of(made) == {"raya": "managed_by=raya"}
+    planned = cloud.hetzner.server_named("raya-control-plane")
+    assert planned is not None and planned.firewalls == ()
+    assert cloud.hetzner.firewalls_of(planned) == {"raya": "managed_by=raya"}
+    # Another cluster's autoscaled server is not behind this cluster's firewall.
+    other = autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")
+    assert cloud.hetzner.firewalls_of(other) == {}
+
+
 def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cloud) -> None:
     made = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
     # What 1.36.1 labels it with: its group's label and the pool's server labels raya set.
