@@ -134,7 +134,8 @@ def test_the_environment_is_the_providers_and_the_secrets_from_the_secret(
     assert set(values["extraEnv"]) | set(values["extraEnvSecrets"]) <= PROVIDER_ENV
     assert values["extraEnv"] == {
         "HCLOUD_NETWORK": "raya",  # the network's name: raya:clusterName
-        "HCLOUD_FIREWALL": "raya",  # the firewall's name, too
+        # No HCLOUD_FIREWALL: the firewall covers the servers by label, a second direct
+        # application would lock them (tests/cloud/program/hetzner.py).
         "HCLOUD_PUBLIC_IPV4": "true",
         "HCLOUD_PUBLIC_IPV6": "true",
     }

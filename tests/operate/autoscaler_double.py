@@ -37,9 +37,11 @@ missing nodes count as upcoming (`GetUpcomingNodes`, below). Each rule, as at 1.
 - `createServer` (`hetzner_node_group.go`): named `<group>-<random hex>` (`newNodeName`),
   labelled as `server_labels` says, from the newest available snapshot of the type's
   architecture matching the config's `imagesForArch` (`findImage`: label selector, status
-  available, `created:desc`), with the group's `cloudInit`, the firewall `HCLOUD_FIREWALL`
-  names applied (`create_server`). The server boots (the Kubernetes stand-in's machine) and
-  registers a Node of its name.
+  available, `created:desc`), with the group's `cloudInit`, and the firewall
+  `HCLOUD_FIREWALL` names applied directly only if that variable is set in its environment
+  (`hetzner_manager.go`, `newManager`: unset, no firewall is looked up; `createServer`:
+  `opts.Firewalls` only for one found): `create_server`, `env`. The server boots (the
+  Kubernetes stand-in's machine) and registers a Node of its name.
 - Scale-down (`core/scaledown`): a Ready node of the group with no pod but DaemonSet and mirror
   ones, unneeded for `--scale-down-unneeded-time`, is deleted: tainted
   `ToBeDeletedByClusterAutoscaler` (`utils/taints`), its server deleted (`DeleteNodes` ->
@@ -62,6 +64,8 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from raya.nodes.autoscaler import NODE_GROUP_LABEL, node_config_digests
 from tests.cloud.program.hetzner import Hetzner
@@ -110,6 +114,9 @@ class Autoscaler:
     unneeded_time: float = 600.0
     target: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # read at its start
+    # Its environment: the chart's `extraEnv` (tests/cloud/program/test_autoscaler.py,
+    # `deployed_env`: what raya deploys).
+    env: dict[str, str] = field(default_factory=dict)
     starts: list[float] = field(default_factory=list)
     # Each server it made: (name, the digest of its group's node config then, image id).
     made: list[tuple[str, str, int]] = field(default_factory=list)
@@ -193,7 +200,7 @@ class Autoscaler:
         image = newest(self.snapshots, selector, architecture)
         for _ in range(count):
             name = f"{self.group}-{self._random.getrandbits(63):x}"
-            server = create_server(self.hetzner, self.config, self.group, name)
+            server = create_server(self.hetzner, self.config, self.env, self.group, name)
             server.image, server.server_type = image, self.server_type
             server.created = (ka.EPOCH + datetime.timedelta(seconds=now)).isoformat()
             self.kube.machines[name] = ka.Machine(
@@ -205,6 +212,16 @@ class Autoscaler:
             assert config["cloudInit"]  # what the server boots from
         self.target = len(self.servers())
         self._scale_up_requested = True  # `RegisterScaleUp`
+
+
+def provider_env(manifests: str) -> dict[str, str]:
+    """The provider's plain environment from raya's manifests (`raya.nodes.autoscaler.
+    manifests`): the HelmChart's `extraEnv`, which the chart makes the container's `env`
+    by name (`templates/deployment.yaml`); the Secret's (`extraEnvSecrets`) are the token
+    and the cluster config, read apart."""
+    chart = next(d for d in yaml.safe_load_all(manifests) if d["kind"] == "HelmChart")
+    values = yaml.safe_load(chart["spec"]["valuesContent"])
+    return {str(k): str(v) for k, v in (values.get("extraEnv") or {}).items()}
 
 
 def cluster_config(encoded: str) -> dict[str, Any]:
@@ -237,14 +254,16 @@ def server_labels(config: dict[str, Any], group: str) -> dict[str, str]:
 def create_server(
     hetzner: Hetzner,
     config: dict[str, Any],
+    env: dict[str, str],
     group: str,
     name: str,
     private_ips: tuple[str, ...] = (),
-    firewall: str | None = None,
 ) -> Any:
     """The server `createServer` asks Hetzner for (`hcloud.ServerCreateOpts`): `Labels`
-    (`server_labels`), and `Firewalls` the one `HCLOUD_FIREWALL` names, if set
-    (`newManager`: looked up by name or id; `createServer`: `serverCreateOpts.Firewalls`)."""
+    (`server_labels`), and `Firewalls` the one `HCLOUD_FIREWALL` names in the provider's
+    environment `env`, only if set (`newManager`: looked up by name or id only when the
+    variable is not empty; `createServer`: `opts.Firewalls` only when one was found)."""
+    firewall = env.get("HCLOUD_FIREWALL")
     firewalls = (firewall,) if firewall else ()
     return hetzner.create_server(name, private_ips, server_labels(config, group), firewalls)
 

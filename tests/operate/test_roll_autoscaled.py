@@ -39,6 +39,7 @@ from tests.operate.autoscaler_double import (
     cluster_config,
     create_server,
     deployment,
+    provider_env,
 )
 from tests.operate.test_roll import BOOT, OLD, PIN, Clock
 from tests.runner import invoke
@@ -170,8 +171,9 @@ def make_scene(
     old = [f"{GROUP}-a{i}" for i in range(MIN)]
     # Made by the autoscaler from the config raya deployed (its Secret: `HCLOUD_CLUSTER_CONFIG`).
     provider_config = cluster_config(stack_secret(deployed)["stringData"]["cluster-config"])
+    env = provider_env(deployed.outputs["autoscaler"])
     for i, name in enumerate(old):
-        server = create_server(model, provider_config, GROUP, name, (f"10.0.16.{i + 2}",))
+        server = create_server(model, provider_config, env, GROUP, name, (f"10.0.16.{i + 2}",))
         server.image, server.created, server.server_type = image, moment(created), "cpx31"
         kube.nodes[name] = ka.node_object(name, OLD, server=server.id)
         # A Deployment's web pods, one a node, under a budget keeping two; and a DaemonSet's.
@@ -188,7 +190,7 @@ def make_scene(
         document = au._cluster_config(stack_secret(deployed))
         kube.objects[DEPLOYMENT_PATH] = deployment(config_digest(document))
         double = Autoscaler(kube, model, provider_mocks().snapshots, GROUP, MIN, MAX, PIN,
-                            unneeded_time=60.0)  # fmt: skip
+                            env=env, unneeded_time=60.0)  # fmt: skip
         double.start()
         double._scan_at = APPLIED
         watch.kube, watch.hetzner, watch.autoscaler = kube, model, double

@@ -31,7 +31,7 @@ from tests.cloud import hetzner_api as hetzner_standin
 from tests.cloud.program import fakes
 from tests.cloud.program.hetzner import Hetzner
 from tests.cloud.program.mocks import Run
-from tests.cloud.program.test_autoscaler import deployed_config
+from tests.cloud.program.test_autoscaler import deployed_config, deployed_env
 from tests.cloud.program.test_program import EXAMPLE, PINS
 from tests.operate import autoscaler_double
 from tests.operate import kube_api as ka
@@ -489,8 +489,9 @@ def test_the_planned_and_the_autoscaled_servers_are_one_list(
                                  ("raya-web-2b", "raya-web", "raya"),
                                  ("raya-burst-3c", "raya-burst", "raya"),
                                  ("other-burst-4d", "other-burst", "other")]:  # fmt: skip
-        config = deployed_config(cluster, (burst, web))
-        autoscaler_double.create_server(model, config, group, name, firewall=cluster)
+        pools = (burst, web)
+        config, env = deployed_config(cluster, pools), deployed_env(cluster, pools)
+        autoscaler_double.create_server(model, config, env, group, name)
     monkeypatch.setattr(hetzner_standin, "MODEL", model)
     agent = str(model.server_named("raya-agent-0").id)  # type: ignore[union-attr]
     found, groups = st.hetzner_servers(

@@ -553,12 +553,16 @@ def _client(root: Path, stack_name: str, stack: auto.Stack) -> Any:
 def delete_autoscaled(root: Path, stack_name: str, stack: auto.Stack) -> tuple[str, ...]:
     """Delete the cluster autoscaler's servers of the stack's cluster and wait until Hetzner
     has (a server's deletion is an action that ends later: API reference, "Delete a Server");
-    their names. Asked before the engine's destroy: each has the cluster's firewall applied
-    (`HCLOUD_FIREWALL`), and Hetzner refuses to delete a firewall applied to a server
-    (`resource_in_use`, "Delete a Firewall"), or a subnet with servers attached ("Delete a
-    subnet from a Network"), so the destroy would fail half-way with them left running. A
-    server the autoscaler makes meanwhile is found by the next list and deleted too. Raises,
-    the engine not started, if one is not gone within `DELETE_TIMEOUT`.
+    their names. Asked before the engine's destroy, which no resource of the stack makes wait
+    for them and which would leave them running behind no firewall: the hcloud provider
+    deletes a firewall by first taking it off all it applies to, the label selector that
+    covers them included (terraform-provider-hcloud `internal/firewall/resource.go`,
+    `resourceFirewallDelete`, `removeFromResources`); Hetzner refuses to delete a subnet
+    with servers attached ("Delete a subnet from a Network"), which the provider retries
+    and then drops from the state (`internal/network/resource_subnet.go`,
+    `resourceNetworkSubnetDelete`), and deleting the network detaches them ("Delete a
+    Network"). A server the autoscaler makes meanwhile is found by the next list and deleted
+    too. Raises, the engine not started, if one is not gone within `DELETE_TIMEOUT`.
 
     The cluster is the stack's `raya:clusterName` (the default when unset), read through the
     CLI: a destroy reads none of raya's files."""

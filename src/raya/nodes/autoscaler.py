@@ -7,8 +7,10 @@ other add-ons. What the provider reads (kubernetes/autoscaler,
 `cluster-autoscaler/cloudprovider/hetzner`, `hetzner_manager.go`, `newManager`):
 `HCLOUD_TOKEN`; `HCLOUD_CLUSTER_CONFIG`, base64 of a JSON `ClusterConfig` (`imagesForArch`,
 `nodeConfigs` by node group: `cloudInit`, `labels`, `taints`, `serverLabels`,
-`subnetIPRange`); `HCLOUD_NETWORK`; `HCLOUD_FIREWALL`; `HCLOUD_PUBLIC_IPV4`/`IPV6`. The token
-and the cluster config (each pool's node config carries the agent token) are a Secret's.
+`subnetIPRange`); `HCLOUD_NETWORK`; `HCLOUD_PUBLIC_IPV4`/`IPV6`. The token and the cluster
+config (each pool's node config carries the agent token) are a Secret's. `HCLOUD_FIREWALL`
+stays unset: the cluster's firewalls apply to an autoscaled server by its `managed_by`
+server label, as to a planned one (`values`).
 
 `manifests` builds them, pure and deterministic.
 """
@@ -142,7 +144,12 @@ def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
     """The chart's values: raya's autoscaler image (`IMAGE`), the Hetzner provider, one group
     per autoscaled pool, on the control planes, its token and cluster config from the
     Secret; restarted when the Secret's cluster config changes (the provider reads it at
-    start only)."""
+    start only). No `HCLOUD_FIREWALL`: unset, the provider applies no firewall itself
+    (`newManager` looks none up, `createServer` sets no `Firewalls`), and the cluster's
+    firewalls cover the server by the `managed_by` label it is created with
+    (`cluster_config`, firewall.py); set, that firewall would be on it twice, directly and
+    by label, which Hetzner takes as an ownership lock refusing later changes of the server
+    (`firewall_managed_by_label_selector`, hcloud-go `hcloud/error.go`)."""
     config = cluster.config
     secret_env = {TOKEN_KEY: "HCLOUD_TOKEN", CLUSTER_CONFIG_KEY: "HCLOUD_CLUSTER_CONFIG"}
     return {
@@ -160,7 +167,6 @@ def values(cluster: Cluster, config_digest: str) -> dict[str, Any]:
         ],
         "extraEnv": {
             "HCLOUD_NETWORK": config.network_name,
-            "HCLOUD_FIREWALL": config.cluster_name,  # the firewall's name (firewall.py)
             "HCLOUD_PUBLIC_IPV4": "true",
             "HCLOUD_PUBLIC_IPV6": "true",
         },

@@ -56,9 +56,10 @@ The provider models answer Diff with the properties each provider's schema marks
 (hcloud: `terraform-provider-hcloud` server and volume attachment schemas; gcp: the record
 set's name, type and zone) and, like pulumi-terraform-bridge `pkg/tfbridge/provider.go` `Diff`
 for a resource whose `name` is set explicitly, ask for delete-first on a replacement they
-compute. Creates and deletes of hcloud servers, volumes and attachments, and deletes of
-firewalls (refused while one is applied to a server: `Hetzner.delete_firewall`), go to the
-Hetzner model;
+compute. Creates and deletes of hcloud servers, volumes, attachments and firewalls go to the
+Hetzner model; a firewall's delete is the provider's (terraform-provider-hcloud
+`internal/firewall/resource.go`, `resourceFirewallDelete`): taken off every resource it is
+applied to, label selectors included (`Hetzner.remove_from_resources`), then deleted;
 buckets to the Cloud Storage model (`gcs.py`: create, read for an import, delete); other
 resources get the outputs `ProviderMocks` computes.
 """
@@ -478,6 +479,11 @@ class Engine(ProviderMocks):
             volume_id = int(inputs["volumeId"])
             self.hetzner.attach(volume_id, int(inputs["serverId"]))
             created = replace(resource, id=str(volume_id), outputs=dict(inputs))
+        elif resource.typ == FIREWALL_TYPE:
+            selectors = tuple(str(a["labelSelector"]) for a in inputs.get("applyTos") or [])
+            self.hetzner.create_firewall(str(inputs["name"]), selectors)
+            id_, outputs = self._create(resource.typ, resource.name, inputs)
+            created = replace(resource, id=id_, outputs=outputs)
         elif resource.typ == BUCKET_TYPE:
             stored = self.storage.create_bucket(inputs)
             id_, outputs = self._create(resource.typ, resource.name, inputs)
@@ -503,6 +509,7 @@ class Engine(ProviderMocks):
         elif resource.typ == ATTACHMENT_TYPE:
             self.hetzner.detach(int(resource.id))
         elif resource.typ == FIREWALL_TYPE:
+            self.hetzner.remove_from_resources(str(resource.inputs["name"]))
             self.hetzner.delete_firewall(str(resource.inputs["name"]))
         elif resource.typ == BUCKET_TYPE:
             self.storage.delete_bucket(resource.id)

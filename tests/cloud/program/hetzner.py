@@ -22,12 +22,24 @@ Written from the API and the provider, not from what raya expects:
   a Server": "the server's OS must support ACPI"): a server whose OS does not act on it
   (`acpi` False: hung, or ignoring the button) stays `running`. Asking an `off` server to
   shut down changes nothing.
-- A firewall applied to a server (the cluster autoscaler applies its `HCLOUD_FIREWALL` to each
-  server it creates: kubernetes/autoscaler `cluster-autoscaler/cloudprovider/hetzner/
-  hetzner_node_group.go`, `createServer`, `opts.Firewalls`) cannot be deleted while it is:
-  `resource_in_use`, "Firewall still applied to a resource" (API reference, "Delete a
-  Firewall"); terraform-provider-hcloud `internal/firewall/resource.go`,
-  `resourceFirewallDelete`, retries that error and then fails the delete.
+- A firewall applies to servers two ways (API reference, "Firewalls", `apply_to`, and
+  "Apply to Resources"): directly (`type: server`) or by a label selector (`type:
+  label_selector`), which applies it to every server whose labels match, those present and
+  those created or relabelled later (`firewalls_of`). The API refuses to delete a firewall
+  still applied to a resource: `resource_in_use`, "Firewall must not be in use to be deleted"
+  (hcloud-go `hcloud/error.go`, `ErrorCodeResourceInUse`; API reference, "Delete a
+  Firewall"). terraform-provider-hcloud `internal/firewall/resource.go`,
+  `resourceFirewallDelete`, does not stop there: it first removes the firewall from every
+  resource it is applied to, `AppliedTo`, label selectors and servers alike
+  (`removeFromResources`, "Detach all Resources of the firewall before trying to delete
+  it"), then deletes it, retrying `resource_in_use` and `conflict`: a server the firewall
+  covered when the engine destroys it is left running behind no firewall
+  (`remove_from_resources`, then `delete_firewall`). The same firewall on a server both ways
+  is an ownership lock: Hetzner refuses to take it off by hand
+  (`firewall_managed_by_label_selector`, "Firewall is applied via a Label Selector and
+  cannot be removed manually", hcloud-go `hcloud/error.go`; hcloud-talos/
+  terraform-hcloud-talos#494: every later modification of such a server is refused), so
+  nothing here applies a firewall both ways.
 - Deleting a server through the API (`DELETE /v1/servers/{id}`, API reference "Delete a
   Server") answers an action, `delete_server`, still running: the server is `deleting` until
   the action ends, and gone after (`delete_server_later`, done by `settle`).
@@ -65,7 +77,7 @@ class Server:
     status: str = "running"
     acpi: bool = True  # its OS acts on an ACPI shutdown
     labels: dict[str, str] = field(default_factory=dict)
-    firewalls: tuple[str, ...] = ()  # applied to it directly, by name
+    firewalls: tuple[str, ...] = ()  # applied to it directly, by name (`firewalls_of`)
     # What `GET /v1/servers` says of it beyond that (API reference, "Servers"): the image it
     # was created from (its id; 0: none), when it was created (RFC 3339) and its type.
     image: int = 0
@@ -85,6 +97,8 @@ class Hetzner:
     on_create: Callable[[str], None] = lambda name: None
     on_delete: Callable[[str], None] = lambda name: None
     servers: dict[int, Server] = field(default_factory=dict)
+    # Each firewall's label selectors, by name (its `apply_to` of type `label_selector`).
+    firewalls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     volumes: dict[int, Volume] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     # What raya asked of Hetzner's HTTP API itself (tests/cloud/hetzner_api.py), not through
@@ -162,14 +176,48 @@ class Hetzner:
                 if server_id in self.servers:
                     self.delete_server(server_id)
 
+    def create_firewall(self, name: str, label_selectors: tuple[str, ...] = ()) -> None:
+        if name in self.firewalls:
+            raise HetznerError("uniqueness_error", f"firewall name {name} is already used")
+        self.firewalls[name] = label_selectors
+        self.log.append(f"create firewall {name}")
+
+    def firewalls_of(self, server: Server) -> dict[str, str]:
+        """The firewalls that apply to `server`, each with how: "server" (directly) or the
+        label selector that selects it."""
+        found = {name: "server" for name in server.firewalls}
+        for name, selectors in sorted(self.firewalls.items()):
+            for selector in selectors:
+                if name not in found and selects(selector, server.labels):
+                    found[name] = selector
+        return found
+
+    def remove_from_resources(self, name: str) -> None:
+        """`POST /v1/firewalls/{id}/actions/remove_from_resources` of all it is applied to:
+        its label selectors dropped (the servers they selected are no longer behind it),
+        and it taken off each server it was applied to directly."""
+        covered = sorted(s.name for s in self.servers.values() if name in self.firewalls_of(s))
+        self._firewall(name)
+        self.firewalls[name] = ()
+        for server in self.servers.values():
+            server.firewalls = tuple(f for f in server.firewalls if f != name)
+        self.log.append(f"remove firewall {name} from {', '.join(covered) or 'no server'}")
+
     def delete_firewall(self, name: str) -> None:
         users = sorted(s.name for s in self.servers.values() if name in s.firewalls)
+        users += [f"label selector {selector}" for selector in self._firewall(name)]
         if users:
             raise HetznerError(
                 "resource_in_use",
                 f"firewall {name} still applied to a resource ({', '.join(users)})",
             )
+        del self.firewalls[name]
         self.log.append(f"delete firewall {name}")
+
+    def _firewall(self, name: str) -> tuple[str, ...]:
+        if name not in self.firewalls:
+            raise HetznerError("not_found", f"firewall {name} not found")
+        return self.firewalls[name]
 
     def create_volume(self, name: str) -> Volume:
         if any(v.name == name for v in self.volumes.values()):
@@ -212,3 +260,12 @@ class Hetzner:
 
     def public_ipv4(self, server_id: int) -> str:
         return str(ipaddress.IPv4Address("203.0.113.0") + server_id % 250 + 1)
+
+
+def selects(selector: str, labels: dict[str, str]) -> bool:
+    """Whether a label selector of `key=value` terms, comma-separated (all must hold), selects
+    `labels` (API reference, "Label Selector"); other forms are not modelled."""
+    terms = selector.split(",")
+    if not all(term.count("=") == 1 and "!" not in term for term in terms):
+        raise AssertionError(f"label selector {selector!r}: only key=value terms are modelled")
+    return all(labels.get(key) == value for key, value in (t.split("=") for t in terms))

@@ -119,11 +119,11 @@ PASSPHRASE_MISSING = (
 @dataclass
 class Backend:
     """What the CLI's backend keeps of one stack: the engine model's state and ids, the Hetzner
-    model's servers and volumes, the last outputs and the history of updates."""
+    model's servers, firewalls and volumes, the last outputs and the history of updates."""
 
     snapshot: dict[str, Any] = field(default_factory=dict)  # engine.Resource by URN
     serial: int = 1000
-    hetzner: dict[str, Any] = field(default_factory=dict)  # Hetzner's servers, volumes, log
+    hetzner: dict[str, Any] = field(default_factory=dict)  # Hetzner's servers, firewalls, volumes
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     # URN -> secret output -> its ciphertext, as the state stores it.
@@ -159,8 +159,8 @@ def hetzner_of(backend: Backend) -> Any:
 
 
 def keep_hetzner(backend: Backend, hetzner: Any) -> None:
-    backend.hetzner = {name: getattr(hetzner, name)
-                       for name in ("servers", "volumes", "log", "_serial")}  # fmt: skip
+    kept = ("servers", "firewalls", "volumes", "log", "_serial")
+    backend.hetzner = {name: getattr(hetzner, name) for name in kept}
 
 
 def option(args: list[str], name: str) -> str | None:

@@ -43,17 +43,27 @@ K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
 
 
 @functools.cache
-def deployed_config(cluster: str, pools: tuple[Pool, ...]) -> dict[str, Any]:
-    """The cluster config raya deploys for cluster `cluster` autoscaling `pools` (the
-    autoscaler Secret's `cluster-config`: raya.nodes.autoscaler.manifests, which the program
-    outputs), as the autoscaler's provider reads it (tests/operate/autoscaler_double.py)."""
+def deployed_manifests(cluster: str, pools: tuple[Pool, ...]) -> str:
+    """The autoscaler's manifests raya deploys for cluster `cluster` autoscaling `pools`
+    (raya.nodes.autoscaler.manifests, which the program outputs)."""
     config = dataclasses.replace(EXAMPLE.config, cluster_name=cluster)
     fleet = build_cluster(config, Fleet(agents=("cx23",), pools=pools), "test fleet")
     secrets = generate_example_secrets(["control-plane", "agent-0"])
     rendered = [render_pool(fleet, pool, secrets) for pool in fleet.autoscaled]
-    text = manifests(fleet, PINS, CHARTS.cluster_autoscaler, rendered, AUTOSCALER_TOKEN)
+    return manifests(fleet, PINS, CHARTS.cluster_autoscaler, rendered, AUTOSCALER_TOKEN)
+
+
+def deployed_config(cluster: str, pools: tuple[Pool, ...]) -> dict[str, Any]:
+    """The cluster config raya deploys (the autoscaler Secret's `cluster-config`), as the
+    autoscaler's provider reads it (tests/operate/autoscaler_double.py)."""
+    text = deployed_manifests(cluster, pools)
     secret = next(d for d in yaml.safe_load_all(text) if d["kind"] == "Secret")
     return autoscaler_double.cluster_config(secret["stringData"]["cluster-config"])
+
+
+def deployed_env(cluster: str, pools: tuple[Pool, ...]) -> dict[str, str]:
+    """The provider's environment raya deploys (the HelmChart's `extraEnv`)."""
+    return autoscaler_double.provider_env(deployed_manifests(cluster, pools))
 
 
 def test_the_autoscalers_manifests_are_a_secret_output() -> None:

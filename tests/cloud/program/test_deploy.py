@@ -35,7 +35,7 @@ from tests.cloud.program.engine import Cloud, deployed_cloud
 from tests.cloud.program.hetzner import Server
 from tests.cloud.program.mocks import Snapshot
 from tests.cloud.program.test_autoscaler import FLEET as AUTOSCALED_FLEET
-from tests.cloud.program.test_autoscaler import deployed_config
+from tests.cloud.program.test_autoscaler import deployed_config, deployed_env
 from tests.cloud.program.test_program import LABELS, provider_mocks
 from tests.operate import autoscaler_double
 from tests.runner import invoke
@@ -828,11 +828,29 @@ WEB = Pool("web", "cpx31", 0, ipaddress.IPv4Network("10.0.16.0/24"), min_size=0,
 def autoscaled(cloud: Cloud, name: str, address: str, cluster: str = "raya") -> Server:
     """A server of pool web as the cluster autoscaler 1.36.1 creates it from the config raya
     deployed (tests/operate/autoscaler_double.py, `create_server`: the pool's server labels
-    and its node group's label, the firewall `HCLOUD_FIREWALL` names applied)."""
+    and its node group's label; a firewall applied directly only if raya's environment for
+    it sets `HCLOUD_FIREWALL`)."""
+    config, env = deployed_config(cluster, (WEB,)), deployed_env(cluster, (WEB,))
     server: Server = autoscaler_double.create_server(
-        cloud.hetzner, deployed_config(cluster, (WEB,)), f"{cluster}-web", name, (address,), cluster
+        cloud.hetzner, config, env, f"{cluster}-web", name, (address,)
     )
     return server
+
+
+def test_an_autoscaled_server_is_behind_the_clusters_firewall_by_its_label_only(
+    cloud: Cloud,
+) -> None:
+    """Like a planned node: a firewall applied directly too would lock the server
+    (`firewall_managed_by_label_selector`, tests/cloud/program/hetzner.py)."""
+    made = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
+    assert made.firewalls == ()  # nothing applied directly
+    assert cloud.hetzner.firewalls_of(made) == {"raya": "managed_by=raya"}
+    planned = cloud.hetzner.server_named("raya-control-plane")
+    assert planned is not None and planned.firewalls == ()
+    assert cloud.hetzner.firewalls_of(planned) == {"raya": "managed_by=raya"}
+    # Another cluster's autoscaled server is not behind this cluster's firewall.
+    other = autoscaled(cloud, "other-web-3d", "10.9.0.2", cluster="other")
+    assert cloud.hetzner.firewalls_of(other) == {}
 
 
 def test_destroy_deletes_the_autoscalers_servers_first_and_counts_them(cloud: Cloud) -> None:
@@ -882,15 +900,20 @@ def test_a_server_the_autoscaler_deleted_meanwhile_is_not_counted(
     assert cloud.hetzner.servers == {}
 
 
-def test_the_firewall_an_autoscaled_server_holds_stops_the_engines_destroy(
+def test_without_raya_the_engines_destroy_leaves_autoscaled_servers_running_unfirewalled(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Why they go first: Hetzner refuses to delete a firewall applied to a server."""
-    autoscaled(cloud, "raya-web-1f", "10.0.16.70")
+    """Why they go first: no resource of the stack holds them, and the engine's destroy goes
+    on around them: the provider takes the firewall off every server its label selector
+    covers before deleting it (terraform-provider-hcloud, `resourceFirewallDelete`), so
+    they would run on, billed, behind no firewall."""
+    made = autoscaled(cloud, "raya-web-1f", "10.0.16.70")
     monkeypatch.setattr(deploy, "delete_autoscaled", lambda root, name, stack: ())
-    with pytest.raises(DeployError, match=r"firewall raya still applied to a resource "
-                       r"\(raya-web-1f\) \(resource_in_use\)"):  # fmt: skip
-        deploy.run("destroy", cloud.root, "prod", lambda line: None)
+    mark = len(cloud.hetzner.log)
+    deploy.run("destroy", cloud.root, "prod", lambda line: None)
+    assert list(cloud.hetzner.servers.values()) == [made] and made.status == "running"
+    assert cloud.hetzner.firewalls == {} and cloud.hetzner.firewalls_of(made) == {}
+    assert "remove firewall raya from raya-web-1f" in cloud.since(mark)
 
 
 def test_raya_destroy_says_how_many_autoscaled_servers_it_deleted_and_asks_first(
