@@ -469,6 +469,23 @@ def test_a_server_the_autoscaler_makes_from_an_old_snapshot_stops_the_roll(
     assert f"not touched: {scene.old[1]}, {scene.old[2]}" in str(error.value)
 
 
+def test_an_autoscaler_that_does_not_come_back_from_its_restart_stops_the_roll(
+    old_pool: Scene,
+) -> None:
+    # Its new pod never starts (an image it cannot pull, say): the first batch's server is
+    # gone, and the roll stops there, 900 s (the scene's ready_timeout) after the restart,
+    # rather than take the next node while nothing would bring the pool back.
+    scene = old_pool
+    scene.autoscaler.restart_seconds = float("inf")
+    roll = scene.roll()
+    with pytest.raises(rl.RollError, match=(
+        r"the cluster autoscaler not back 900 s after its restart \(.*replicas updated\)"
+    )) as error:  # fmt: skip
+        roll.run(roll.prepare())
+    assert scene.deletions() == [scene.old[0]]
+    assert f"not touched: {scene.old[1]}, {scene.old[2]}" in str(error.value)
+
+
 def test_a_hetzner_refusal_is_named_before_anything_is_touched(old_pool: Scene) -> None:
     roll = old_pool.roll(hetzner=hcloud_client("x" * 64, old_pool.hetzner_url))
     with pytest.raises(rl.RollError, match=r"^Hetzner API: listing node group raya-burst: "):

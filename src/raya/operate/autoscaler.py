@@ -522,6 +522,15 @@ class PoolRoll(rl.Roll):
             )
         self.say(f"{name}: kept from the autoscaler's scale-down ({SCALE_DOWN_DISABLED})")
 
+    def wait_until(self, problem: Callable[[], str], failure: str) -> None:
+        """Until `problem()` is empty, asked every POLL seconds; past `ready_timeout`, a
+        RollError of `failure` formatted with the timeout and the last problem."""
+        deadline = self.clock.now() + self.ready_timeout
+        while found := problem():
+            if self.clock.now() >= deadline:
+                raise RollError(failure.format(timeout=f"{self.ready_timeout:.0f}", problem=found))
+            self.clock.sleep(rl.POLL)
+
     def delete_servers(self, names: Sequence[str]) -> None:
         """Delete the batch's servers through Hetzner's API and wait until they are gone."""
         import requests
@@ -538,18 +547,10 @@ class PoolRoll(rl.Roll):
                     raise RollError(f"Hetzner API: deleting server {name}: {error}") from None
             except (HCloudException, requests.RequestException) as error:
                 raise RollError(f"Hetzner API: deleting server {name}: {error}") from None
-        deadline = self.clock.now() + self.ready_timeout
-        while True:
-            there = set(self._group())
-            left = sorted(set(names) & there)
-            if not left:
-                break
-            if self.clock.now() >= deadline:
-                raise RollError(
-                    f"servers still there {self.ready_timeout:.0f} s after their deletion was "
-                    f"asked: {', '.join(left)}"
-                )
-            self.clock.sleep(rl.POLL)
+        self.wait_until(
+            lambda: ", ".join(sorted(set(names) & set(self._group()))),
+            "servers still there {timeout} s after their deletion was asked: {problem}",
+        )
         for name in names:
             self.left[name] = (
                 "its server is deleted; the autoscaler has not brought the pool back: see "
@@ -566,21 +567,16 @@ class PoolRoll(rl.Roll):
             DEPLOYMENT, NAMESPACE, patch, _request_timeout=API_TIMEOUT
         )
         generation = int(patched.metadata.generation or 0)
-        deadline = self.clock.now() + self.ready_timeout
-        while True:
+
+        def problem() -> str:
             deployment = self._deployment()
-            problem = (
-                "its Deployment is gone" if deployment is None
-                else rollout_problem(deployment, generation)
-            )  # fmt: skip
-            if not problem:
-                break
-            if self.clock.now() >= deadline:
-                raise RollError(
-                    f"the cluster autoscaler not back {self.ready_timeout:.0f} s after its "
-                    f"restart ({problem})"
-                )
-            self.clock.sleep(rl.POLL)
+            if deployment is None:
+                return "its Deployment is gone"
+            return rollout_problem(deployment, generation)
+
+        self.wait_until(
+            problem, "the cluster autoscaler not back {timeout} s after its restart ({problem})"
+        )
         self.say(f"pool {self.pool_name}: the cluster autoscaler restarted, counting its servers")
 
     def pending_pods(self) -> list[str]:
