@@ -114,7 +114,8 @@ def test_restore_resets_the_first_and_rejoins_the_others(
         assert len(starts) == 2, starts  # the boot, then the rejoin
         assert starts[1] > first_back[0]
         fresh = _said(node, "etcd: no member data: starting as a new member")
-        assert fresh[-1] > starts[1]
+        # The stand-in says both in one start; the journal can stamp them the same moment.
+        assert fresh[-1] >= starts[1]
         # At boot a new member too, or (blank_first) the member its volume held.
         assert len(fresh) == 1 + (not blank_first)
         assert len(_said(node, "etcd: existing member data")) == blank_first
